@@ -1,0 +1,54 @@
+/**
+ * The Hono app: a request id for every request, the generated operations, and one error
+ * handler that renders every failure as the envelope. Tests call `app.request()` directly.
+ */
+import { Hono } from 'hono';
+import { newRequestId } from '../ids.ts';
+import { OrbitError } from '../errors.ts';
+import { credentialAuthenticate } from '../store/credentials.ts';
+import type { Handlers } from '../generated/routes.ts';
+import { mountOperations, type RequestContext } from './operations.ts';
+import { renderError, toOrbitError } from './envelope.ts';
+import type { AppEnv } from './env.ts';
+import type { AppDeps } from './deps.ts';
+import { systemHandlers } from './handlers/system.ts';
+import { applicationResourcesHandlers } from './handlers/application-resources.ts';
+import { queueHandlers } from './handlers/queues.ts';
+import { taskHandlers } from './handlers/tasks.ts';
+import { feedHandlers } from './handlers/feeds.ts';
+
+export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
+  return {
+    ...systemHandlers(deps),
+    ...applicationResourcesHandlers(deps),
+    ...queueHandlers(deps),
+    ...taskHandlers(deps),
+    ...feedHandlers(deps),
+  };
+}
+
+/** `Authorization: Bearer <token>` → the principal, or 401. */
+export function bearerAuthenticator(deps: AppDeps) {
+  return async (authorization: string | undefined) => {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
+    if (!match) throw new OrbitError('UNAUTHENTICATED', 'an Authorization: Bearer <token> header is required');
+    return credentialAuthenticate(deps.db, match[1] as string);
+  };
+}
+
+export function createApp(deps: AppDeps): Hono<AppEnv> {
+  const app = new Hono<AppEnv>();
+  app.use(async (c, next) => {
+    c.set('requestId', newRequestId());
+    await next();
+  });
+  mountOperations(app, createHandlers(deps), bearerAuthenticator(deps));
+  app.notFound((c) => renderError(c, c.get('requestId'), new OrbitError('NOT_FOUND', `no operation ${c.req.method} ${new URL(c.req.url).pathname}`)));
+  app.onError((error, c) => {
+    const requestId = c.get('requestId') ?? newRequestId();
+    const orbitError = toOrbitError(error);
+    if (orbitError.status >= 500) deps.log.error({ err: error, requestId, path: c.req.path }, orbitError.message);
+    return renderError(c, requestId, orbitError);
+  });
+  return app;
+}

@@ -1,0 +1,20 @@
+/** What the HTTP app and its handlers are built from; tests build the same with their own database. */
+import type { Database } from '../store/database.ts';
+import type { Clock } from '../store/clock.ts';
+import type { Logger } from '../log.ts';
+import type { Metrics } from '../metrics.ts';
+import type { KeyedBatcher } from '../domain/batcher.ts';
+import type { SubmitItem, SubmitOutcome } from '../store/admission.ts';
+
+export interface AppDeps {
+  db: Database;
+  clock: Clock;
+  log: Logger;
+  metrics: Metrics;
+  /** Group commit of submissions per application. */
+  admission: KeyedBatcher<SubmitItem, SubmitOutcome>;
+  /** The OpenAPI document served at /openapi.yaml. */
+  openApiDocument: string;
+  /** Readiness: the database answers and no migration is pending. */
+  ready(): Promise<{ ok: boolean; detail?: string }>;
+}

@@ -1,0 +1,6 @@
+/** Hono's per-request variables. */
+export interface AppEnv {
+  Variables: {
+    requestId: string;
+  };
+}

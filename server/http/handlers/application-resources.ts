@@ -1,0 +1,27 @@
+import type { Handlers } from '../../generated/routes.ts';
+import type { RequestContext } from '../operations.ts';
+import type { AppDeps } from '../deps.ts';
+import { applicationResourcesConfigure, applicationResourcesGet } from '../../store/application-resources.ts';
+import { receiptIdentity } from './receipt-identity.ts';
+
+type ApplicationResourcesHandlers = Pick<Handlers<RequestContext>, 'getApplicationResources' | 'configureApplicationResources'>;
+
+export function applicationResourcesHandlers(deps: AppDeps): ApplicationResourcesHandlers {
+  return {
+    async getApplicationResources(_input, ctx) {
+      return applicationResourcesGet(deps.db, ctx.principal().applicationId);
+    },
+    async configureApplicationResources(input, ctx) {
+      const principal = ctx.principal();
+      const body = input.body;
+      return applicationResourcesConfigure(deps.db, {
+        principal,
+        requestId: ctx.requestId,
+        receipt: receiptIdentity(principal, input.headers['Idempotency-Key'], 'configureApplicationResources', {}, body),
+        expectedRevision: body.expected_revision,
+        reason: body.reason,
+        limits: { max_unfinished_tasks: body.max_unfinished_tasks, max_concurrency: body.max_concurrency, rate_per_second: body.rate_per_second },
+      });
+    },
+  };
+}

@@ -1,0 +1,121 @@
+/**
+ * The application's shared quota row: three limits, a config revision and live usage.
+ * This row serialises one application's short transactions; see lock-order.ts.
+ */
+import { OrbitError } from '../errors.ts';
+import { idToHex, type IdBytes } from '../ids.ts';
+import type { Principal } from '../domain/principal.ts';
+import type { components } from '../../sdk/generated/openapi.ts';
+import { auditInsert } from './audit.ts';
+import { eventInsert } from './events.ts';
+import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
+import type { Database, Queryable } from './database.ts';
+
+export type ApplicationResources = components['schemas']['ApplicationResources'];
+export type ApplicationLimits = Pick<ApplicationResources, 'max_unfinished_tasks' | 'max_concurrency' | 'rate_per_second'>;
+
+interface ResourcesRow {
+  application_id: Buffer;
+  revision: string;
+  max_unfinished_tasks: number;
+  unfinished_tasks: string;
+  max_concurrency: number;
+  active_attempts: string;
+  pending_starts: string;
+  rate_per_second: number;
+}
+
+const COLUMNS = `application_id, revision, max_unfinished_tasks, unfinished_tasks, max_concurrency,
+                 active_attempts, pending_starts, rate_per_second`;
+
+function toResources(row: ResourcesRow): ApplicationResources {
+  return {
+    application_id: idToHex(row.application_id),
+    revision: row.revision,
+    max_unfinished_tasks: row.max_unfinished_tasks,
+    unfinished_tasks: row.unfinished_tasks,
+    max_concurrency: row.max_concurrency,
+    active_attempts: row.active_attempts,
+    pending_starts: row.pending_starts,
+    rate_per_second: row.rate_per_second,
+  };
+}
+
+/** The row as one consistent read (a single statement). */
+export async function applicationResourcesGet(db: Queryable, applicationId: IdBytes): Promise<ApplicationResources> {
+  const [row] = await db.rows<ResourcesRow>(`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ?`, [applicationId]);
+  if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
+  return toResources(row);
+}
+
+/** Created together with the application, with the defaults of the column definitions. */
+export async function applicationResourcesInsert(tx: Queryable, applicationId: IdBytes): Promise<void> {
+  await tx.exec('INSERT INTO orbit_application_resources (application_id, revision, updated_at) VALUES (?, 1, NOW(6))', [applicationId]);
+}
+
+export interface ApplicationResourcesConfigureParams {
+  principal: Principal;
+  requestId: string;
+  receipt: ReceiptIdentity;
+  expectedRevision: string;
+  reason: string;
+  limits: ApplicationLimits;
+}
+
+/**
+ * Full replacement of the three limits under compare-and-set on `revision`. Config, revision,
+ * audit record, event and receipt commit together or not at all. Lowering a limit below usage
+ * changes nothing else: no task is deleted, no lease shortened or extended, no window reset.
+ */
+export async function applicationResourcesConfigure(
+  db: Database,
+  params: ApplicationResourcesConfigureParams,
+): Promise<{ resources: ApplicationResources; deduplicated: boolean }> {
+  const { principal } = params;
+  const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
+    // Lock order: application resources row first (it is also what orders the event feed).
+    const [row] = await tx.rows<ResourcesRow>(`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ? FOR UPDATE`, [
+      principal.applicationId,
+    ]);
+    if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
+    if (row.revision !== params.expectedRevision) {
+      throw new OrbitError('STATE_CONFLICT', `expected_revision is ${params.expectedRevision} but the current revision is ${row.revision}`, {
+        details: { field: 'expected_revision', current_revision: row.revision },
+      });
+    }
+    await tx.exec(
+      `UPDATE orbit_application_resources
+          SET max_unfinished_tasks = ?, max_concurrency = ?, rate_per_second = ?, revision = revision + 1, updated_at = NOW(6)
+        WHERE application_id = ?`,
+      [params.limits.max_unfinished_tasks, params.limits.max_concurrency, params.limits.rate_per_second, principal.applicationId],
+    );
+    const before = toResources(row);
+    const after: ApplicationResources = { ...before, ...params.limits, revision: (BigInt(row.revision) + 1n).toString() };
+    const limitsOf = (r: ApplicationResources) => ({
+      revision: r.revision,
+      max_unfinished_tasks: r.max_unfinished_tasks,
+      max_concurrency: r.max_concurrency,
+      rate_per_second: r.rate_per_second,
+    });
+    await auditInsert(tx, {
+      principal,
+      action: 'application.resources.configure',
+      resourceType: 'application_resources',
+      resource: after.application_id,
+      reason: params.reason,
+      requestId: params.requestId,
+      idempotencyKey: params.receipt.key,
+      before: limitsOf(before),
+      after: limitsOf(after),
+    });
+    await eventInsert(tx, {
+      applicationId: principal.applicationId,
+      namespaceId: principal.namespaceId,
+      type: 'application.resources.configured',
+      subject: after.application_id,
+      data: limitsOf(after),
+    });
+    return { response: after, resourceId: principal.applicationId };
+  });
+  return { resources: response, deduplicated };
+}

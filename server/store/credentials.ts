@@ -1,0 +1,114 @@
+/**
+ * Credentials: bearer tokens bound to one namespace. A token is
+ * `orbit_<credential id hex>_<secret>`; only SHA-256 of the secret is stored (the secret is 32
+ * random bytes, so a fast hash is enough) and it is compared in constant time.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { OrbitError } from '../errors.ts';
+import { hexToId, idToHex, newId, type IdBytes } from '../ids.ts';
+import { isAction, type Action } from '../domain/actions.ts';
+import type { Principal } from '../domain/principal.ts';
+import type { Queryable } from './database.ts';
+
+const TOKEN = /^orbit_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/;
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+export function newToken(): { credentialId: IdBytes; token: string; secretSha256: Buffer } {
+  const credentialId = newId();
+  const secret = randomBytes(32).toString('base64url');
+  return { credentialId, token: `orbit_${idToHex(credentialId)}_${secret}`, secretSha256: sha256(secret) };
+}
+
+interface CredentialRow {
+  credential_id: Buffer;
+  application_id: Buffer;
+  namespace_id: Buffer;
+  secret_sha256: Buffer;
+  actions: string;
+  queue_scope: string;
+  revoked: number;
+  expired: number;
+  namespace: string;
+  namespace_enabled: number;
+  application_enabled: number;
+}
+
+/**
+ * The principal behind a bearer token, or UNAUTHENTICATED. A revoked or expired credential and
+ * a disabled namespace or application are all 401; the message says which, but only to a
+ * caller that presented the right secret.
+ */
+export async function credentialAuthenticate(db: Queryable, token: string, options: { lock?: boolean } = {}): Promise<Principal> {
+  const match = TOKEN.exec(token);
+  if (!match) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is malformed');
+  const [, idHex, secret] = match as unknown as [string, string, string];
+  // `lock`: inside a transaction, take the identity rows in share mode - the first step of the
+  // lock order (DESIGN.md §8) - so a concurrent disable or revoke waits for this transaction.
+  const [row] = await db.rows<CredentialRow>(
+    `SELECT c.credential_id, c.application_id, c.namespace_id, c.secret_sha256, c.actions, c.queue_scope,
+            c.revoked_at IS NOT NULL AS revoked,
+            (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
+            n.name AS namespace, n.enabled AS namespace_enabled, a.enabled AS application_enabled
+       FROM orbit_credentials c
+       JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
+       JOIN orbit_applications a ON a.application_id = n.application_id
+      WHERE c.credential_id = ?${options.lock ? ' LOCK IN SHARE MODE' : ''}`,
+    [hexToId(idHex)],
+  );
+  const presented = sha256(secret);
+  // Compare even when the row is missing, so timing does not tell which ids exist.
+  const stored = row?.secret_sha256 ?? Buffer.alloc(32);
+  if (!timingSafeEqual(presented, stored) || !row) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is not valid');
+  if (row.revoked) throw new OrbitError('UNAUTHENTICATED', 'the credential was revoked');
+  if (row.expired) throw new OrbitError('UNAUTHENTICATED', 'the credential has expired');
+  if (!row.application_enabled) throw new OrbitError('UNAUTHENTICATED', 'the application is disabled');
+  if (!row.namespace_enabled) throw new OrbitError('UNAUTHENTICATED', 'the namespace is disabled');
+  const actions = (JSON.parse(row.actions) as string[]).filter(isAction);
+  const scope = JSON.parse(row.queue_scope) as string[];
+  return {
+    credentialId: row.credential_id,
+    applicationId: row.application_id,
+    namespaceId: row.namespace_id,
+    namespace: row.namespace,
+    actions: new Set<Action>(actions),
+    queues: scope.includes('*') ? '*' : new Set(scope),
+  };
+}
+
+export interface CredentialCreateParams {
+  applicationId: IdBytes;
+  namespaceId: IdBytes;
+  actions: readonly Action[];
+  queues: readonly string[];
+  description?: string;
+  expiresAt?: string | null;
+}
+
+export async function credentialCreate(db: Queryable, params: CredentialCreateParams): Promise<{ credentialId: IdBytes; token: string }> {
+  const { credentialId, token, secretSha256 } = newToken();
+  await db.exec(
+    `INSERT INTO orbit_credentials
+       (credential_id, application_id, namespace_id, secret_sha256, actions, queue_scope, description, created_at, expires_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), ?)`,
+    [
+      credentialId,
+      params.applicationId,
+      params.namespaceId,
+      secretSha256,
+      JSON.stringify([...new Set(params.actions)]),
+      JSON.stringify([...new Set(params.queues)]),
+      params.description ?? '',
+      params.expiresAt ?? null,
+    ],
+  );
+  return { credentialId, token };
+}
+
+/** Revoking is final; the row stays (nothing is hard-deleted). Returns false for an unknown id. */
+export async function credentialRevoke(db: Queryable, credentialId: IdBytes): Promise<boolean> {
+  const result = await db.exec('UPDATE orbit_credentials SET revoked_at = COALESCE(revoked_at, NOW(6)) WHERE credential_id = ?', [credentialId]);
+  return result.affectedRows === 1;
+}

@@ -1,0 +1,34 @@
+/**
+ * THE lock order (DESIGN.md §8). Every transaction that locks more than one of these takes them
+ * in this order, so two transactions never wait on each other in a cycle:
+ *
+ *   1. credential / namespace / application identity rows - shared (`LOCK IN SHARE MODE`), or
+ *      not at all on the HTTP hot paths (authentication is a plain read before the transaction)
+ *   2. worker session row                    (orbit_worker_sessions, FOR UPDATE)
+ *   3. application resources row             (orbit_application_resources, FOR UPDATE / UPDATE)
+ *   4. queue rows, in ascending queue_id     (orbit_queues)
+ *   5. task rows, then their attempt rows    (orbit_tasks, orbit_attempts)
+ *   6. keyed permits, in ascending (queue_id, resource_key)   (orbit_key_permits)
+ *
+ * How late a lock is taken is a speed decision, not a change of order: the admission fast path
+ * inserts its new task and receipt rows first (new rows conflict with nobody but a duplicate
+ * key), then updates the application row and the queue rows last and commits, holding the hot
+ * rows for one round trip. Rows that are looked up without a lock (to find which queue a task is
+ * in, say) are locked afterwards in this order and re-checked.
+ *
+ * Quota rows (3, 4) are separate from identity rows (1), so authentication never needs more
+ * than a shared lock. Recovery takes busy quota rows with SKIP LOCKED and tries again later.
+ */
+export const LOCK_ORDER = [
+  'identity (shared)',
+  'orbit_worker_sessions',
+  'orbit_application_resources',
+  'orbit_queues (ascending queue_id)',
+  'orbit_tasks, then orbit_attempts',
+  'orbit_key_permits (ascending queue_id, resource_key)',
+] as const;
+
+/** Sorts ids the way rows of one table are locked: ascending bytes. */
+export function byIdAscending(a: Buffer, b: Buffer): number {
+  return Buffer.compare(a, b);
+}

@@ -1,0 +1,229 @@
+/**
+ * Queues: per-queue limits, pause flag and usage counters on the queue's own row. Management
+ * changes lock the application row first (lock order, and the event feed's ordering rule),
+ * then the queue row.
+ */
+import { OrbitError, notFound } from '../errors.ts';
+import { newId, type IdBytes } from '../ids.ts';
+import type { Principal } from '../domain/principal.ts';
+import { QUEUE_DEFAULTS } from '../domain/limits.ts';
+import { sqlToRfc3339 } from '../time.ts';
+import type { components } from '../../sdk/generated/openapi.ts';
+import { auditInsert } from './audit.ts';
+import { eventInsert } from './events.ts';
+import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
+import { isDuplicateKeyError, type Database, type Queryable } from './database.ts';
+
+export type Queue = components['schemas']['Queue'];
+export interface QueueLimits {
+  max_unfinished_tasks: number;
+  max_concurrency: number;
+  rate_per_second: number;
+  key_concurrency: number;
+  paused: boolean;
+}
+
+export interface QueueRow {
+  queue_id: Buffer;
+  application_id: Buffer;
+  namespace_id: Buffer;
+  name: string;
+  revision: string;
+  max_unfinished_tasks: number;
+  unfinished_tasks: string;
+  max_concurrency: number;
+  active_attempts: string;
+  pending_starts: string;
+  rate_per_second: number;
+  key_concurrency: number;
+  paused: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export const QUEUE_COLUMNS = `queue_id, application_id, namespace_id, name, revision, max_unfinished_tasks, unfinished_tasks,
+  max_concurrency, active_attempts, pending_starts, rate_per_second, key_concurrency, paused, created_at, updated_at`;
+
+export function toQueue(row: QueueRow, namespace: string): Queue {
+  return {
+    queue: row.name,
+    namespace,
+    revision: row.revision,
+    max_unfinished_tasks: row.max_unfinished_tasks,
+    unfinished_tasks: row.unfinished_tasks,
+    max_concurrency: row.max_concurrency,
+    active_attempts: row.active_attempts,
+    pending_starts: row.pending_starts,
+    rate_per_second: row.rate_per_second,
+    key_concurrency: row.key_concurrency,
+    paused: row.paused === 1,
+    created_at: sqlToRfc3339(row.created_at),
+    updated_at: sqlToRfc3339(row.updated_at),
+  };
+}
+
+function limitsOf(queue: Queue): Record<string, unknown> {
+  return {
+    revision: queue.revision,
+    max_unfinished_tasks: queue.max_unfinished_tasks,
+    max_concurrency: queue.max_concurrency,
+    rate_per_second: queue.rate_per_second,
+    key_concurrency: queue.key_concurrency,
+    paused: queue.paused,
+  };
+}
+
+export async function queueFind(db: Queryable, namespaceId: IdBytes, name: string, options: { lock?: boolean } = {}): Promise<QueueRow | null> {
+  const [row] = await db.rows<QueueRow>(
+    `SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ? AND name = ?${options.lock ? ' FOR UPDATE' : ''}`,
+    [namespaceId, name],
+  );
+  return row ?? null;
+}
+
+/** The queue row, or 404 - also when the credential's queue scope does not include it. */
+export async function queueGetVisible(db: Queryable, principal: Principal, name: string): Promise<QueueRow> {
+  const row = principal.queues === '*' || principal.queues.has(name) ? await queueFind(db, principal.namespaceId, name) : null;
+  if (!row) throw notFound(`queue "${name}"`);
+  return row;
+}
+
+/** Inserts a queue row (no audit, no receipt); used by createQueue and by `orbit-admin bootstrap`. */
+export async function queueInsert(
+  tx: Queryable,
+  params: { applicationId: IdBytes; namespaceId: IdBytes; name: string; limits?: Partial<QueueLimits> },
+): Promise<QueueRow> {
+  const limits = { ...QUEUE_DEFAULTS, ...params.limits };
+  try {
+    await tx.exec(
+      `INSERT INTO orbit_queues
+         (queue_id, application_id, namespace_id, name, revision, max_unfinished_tasks, max_concurrency, rate_per_second,
+          key_concurrency, paused, created_at, updated_at)
+       VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, NOW(6), NOW(6))`,
+      [
+        newId(),
+        params.applicationId,
+        params.namespaceId,
+        params.name,
+        limits.max_unfinished_tasks,
+        limits.max_concurrency,
+        limits.rate_per_second,
+        limits.key_concurrency,
+        limits.paused ? 1 : 0,
+      ],
+    );
+  } catch (error) {
+    if (isDuplicateKeyError(error)) throw new OrbitError('STATE_CONFLICT', `queue "${params.name}" already exists`, { details: { field: 'name' } });
+    throw error;
+  }
+  const row = await queueFind(tx, params.namespaceId, params.name);
+  if (!row) throw new OrbitError('INTERNAL', 'the new queue is missing');
+  return row;
+}
+
+async function lockApplicationRow(tx: Queryable, applicationId: IdBytes): Promise<void> {
+  await tx.rows('SELECT application_id FROM orbit_application_resources WHERE application_id = ? FOR UPDATE', [applicationId]);
+}
+
+export async function queueCreate(
+  db: Database,
+  params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; name: string; reason: string; limits: Partial<QueueLimits> },
+): Promise<{ queue: Queue; deduplicated: boolean }> {
+  const { principal } = params;
+  if (principal.queues !== '*' && !principal.queues.has(params.name)) throw notFound(`queue "${params.name}"`);
+  const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
+    await lockApplicationRow(tx, principal.applicationId);
+    const row = await queueInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, name: params.name, limits: params.limits });
+    const queue = toQueue(row, principal.namespace);
+    await auditInsert(tx, {
+      principal,
+      action: 'queue.create',
+      resourceType: 'queue',
+      resource: queue.queue,
+      reason: params.reason,
+      requestId: params.requestId,
+      idempotencyKey: params.receipt.key,
+      before: null,
+      after: limitsOf(queue),
+    });
+    await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: 'queue.created', subject: queue.queue, data: limitsOf(queue) });
+    return { response: queue, resourceId: row.queue_id };
+  });
+  return { queue: response, deduplicated };
+}
+
+export async function queueConfigure(
+  db: Database,
+  params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; name: string; expectedRevision: string; reason: string; limits: QueueLimits },
+): Promise<{ queue: Queue; deduplicated: boolean }> {
+  const { principal } = params;
+  if (principal.queues !== '*' && !principal.queues.has(params.name)) throw notFound(`queue "${params.name}"`);
+  const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
+    await lockApplicationRow(tx, principal.applicationId);
+    const row = await queueFind(tx, principal.namespaceId, params.name, { lock: true });
+    if (!row) throw notFound(`queue "${params.name}"`);
+    if (row.revision !== params.expectedRevision) {
+      throw new OrbitError('STATE_CONFLICT', `expected_revision is ${params.expectedRevision} but the current revision is ${row.revision}`, {
+        details: { field: 'expected_revision', current_revision: row.revision },
+      });
+    }
+    const limits = params.limits;
+    await tx.exec(
+      `UPDATE orbit_queues
+          SET max_unfinished_tasks = ?, max_concurrency = ?, rate_per_second = ?, key_concurrency = ?, paused = ?,
+              revision = revision + 1, updated_at = NOW(6)
+        WHERE queue_id = ?`,
+      [limits.max_unfinished_tasks, limits.max_concurrency, limits.rate_per_second, limits.key_concurrency, limits.paused ? 1 : 0, row.queue_id],
+    );
+    const updated = await queueFind(tx, principal.namespaceId, params.name);
+    if (!updated) throw new OrbitError('INTERNAL', 'the queue vanished');
+    const before = toQueue(row, principal.namespace);
+    const after = toQueue(updated, principal.namespace);
+    await auditInsert(tx, {
+      principal,
+      action: 'queue.configure',
+      resourceType: 'queue',
+      resource: after.queue,
+      reason: params.reason,
+      requestId: params.requestId,
+      idempotencyKey: params.receipt.key,
+      before: limitsOf(before),
+      after: limitsOf(after),
+    });
+    await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: 'queue.configured', subject: after.queue, data: limitsOf(after) });
+    return { response: after, resourceId: row.queue_id };
+  });
+  return { queue: response, deduplicated };
+}
+
+/** Queues by name within the credential's scope; `after` is the last name of the previous page. */
+export async function queueList(
+  db: Queryable,
+  params: { principal: Principal; after: string; limit: number },
+): Promise<{ queues: Queue[]; more: boolean }> {
+  const { principal } = params;
+  if (principal.queues !== '*' && principal.queues.size === 0) return { queues: [], more: false };
+  const scope = principal.queues === '*' ? '' : ` AND name IN (${[...principal.queues].map(() => '?').join(', ')})`;
+  const rows = await db.rows<QueueRow>(
+    `SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ? AND name > ?${scope} ORDER BY name LIMIT ?`,
+    [principal.namespaceId, params.after, ...(principal.queues === '*' ? [] : [...principal.queues]), params.limit + 1],
+  );
+  return { more: rows.length > params.limit, queues: rows.slice(0, params.limit).map((row) => toQueue(row, principal.namespace)) };
+}
+
+/**
+ * (namespace, name) → queue id, cached for the life of the process: queues are never deleted
+ * or renamed, so a found id never goes stale. Misses are not cached.
+ */
+const queueIds = new Map<string, IdBytes>();
+
+export async function queueIdLookup(db: Queryable, namespaceId: IdBytes, name: string): Promise<IdBytes | null> {
+  const cacheKey = `${namespaceId.toString('hex')}/${name}`;
+  const cached = queueIds.get(cacheKey);
+  if (cached) return cached;
+  const [row] = await db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [namespaceId, name]);
+  if (!row) return null;
+  if (queueIds.size > 100_000) queueIds.clear();
+  queueIds.set(cacheKey, row.queue_id);
+  return row.queue_id;
+}

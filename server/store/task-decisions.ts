@@ -1,0 +1,174 @@
+/**
+ * Operator decisions on a task: cancel (tasks:cancel) and resolve (tasks:review). Both are
+ * idempotent mutations with an audit record and an event, in one transaction that locks the
+ * application row, the queue row, then the task (and its attempt).
+ */
+import { OrbitError, notFound } from '../errors.ts';
+import { idToHex, type IdBytes } from '../ids.ts';
+import type { Principal } from '../domain/principal.ts';
+import { auditInsert } from './audit.ts';
+import { counterAdjust, permitRelease } from './counters.ts';
+import { eventInsert } from './events.ts';
+import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
+import { taskFind, taskGetVisible, toTask, type Task, type TaskRow, type TaskState } from './tasks.ts';
+import type { Database, Queryable } from './database.ts';
+
+interface LockedTask {
+  state: TaskState;
+  current_attempt_id: Buffer | null;
+  resource_key: string | null;
+  cancel_requested: number;
+}
+
+/** Lock order: application row → queue row → task row. The task's queue never changes, so the plain read that found it is good for choosing which queue row to lock. */
+async function lockTask(tx: Queryable, task: TaskRow): Promise<LockedTask> {
+  await tx.rows('SELECT application_id FROM orbit_application_resources WHERE application_id = ? FOR UPDATE', [task.application_id]);
+  await tx.rows('SELECT queue_id FROM orbit_queues WHERE queue_id = ? FOR UPDATE', [task.queue_id]);
+  const [locked] = await tx.rows<LockedTask>(
+    'SELECT state, current_attempt_id, resource_key, cancel_requested FROM orbit_tasks WHERE task_id = ? FOR UPDATE',
+    [task.task_id],
+  );
+  if (!locked) throw notFound(`task ${idToHex(task.task_id)}`);
+  return locked;
+}
+
+async function snapshot(tx: Queryable, principal: Principal, taskId: IdBytes): Promise<Task> {
+  const row = await taskFind(tx, principal.namespaceId, taskId);
+  if (!row) throw notFound(`task ${idToHex(taskId)}`);
+  return toTask(row, principal.namespace);
+}
+
+export interface TaskDecisionParams {
+  principal: Principal;
+  requestId: string;
+  receipt: ReceiptIdentity;
+  taskId: IdBytes;
+  reason: string;
+}
+
+/**
+ * WAITING or NEEDS_REVIEW → CANCELLED at once; LEASED → the reservation is released and the
+ * task CANCELLED; RUNNING → only the intent is saved (`cancel_requested`) and the worker is told;
+ * the attempt keeps its concurrency until its authoritative result or lease-expiry recovery.
+ */
+export async function taskCancel(db: Database, params: TaskDecisionParams): Promise<{ task: Task; deduplicated: boolean }> {
+  const { principal } = params;
+  const found = await taskGetVisible(db, principal, params.taskId);
+  const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
+    const locked = await lockTask(tx, found);
+    const error = JSON.stringify({ code: 'CANCELLED', message: params.reason });
+    let eventType = 'task.cancelled';
+    switch (locked.state) {
+      case 'WAITING':
+      case 'NEEDS_REVIEW':
+        await tx.exec(
+          "UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ?, updated_at = NOW(6) WHERE task_id = ?",
+          [error, found.task_id],
+        );
+        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
+        break;
+      case 'LEASED': {
+        const attemptId = locked.current_attempt_id;
+        if (attemptId === null) throw new OrbitError('INTERNAL', 'a LEASED task without an attempt');
+        const released = await tx.exec(
+          "UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ? AND state = 'RESERVED'",
+          [attemptId],
+        );
+        if (released.affectedRows !== 1) throw new OrbitError('INTERNAL', 'a LEASED task whose attempt is not reserved');
+        await tx.exec(
+          "UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ?, updated_at = NOW(6) WHERE task_id = ?",
+          [error, found.task_id],
+        );
+        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
+        await permitRelease(tx, found.queue_id, locked.resource_key);
+        break;
+      }
+      case 'RUNNING':
+        eventType = 'task.cancel_requested';
+        await tx.exec('UPDATE orbit_tasks SET cancel_requested = 1, updated_at = NOW(6) WHERE task_id = ?', [found.task_id]);
+        break;
+      default:
+        throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state} and cannot be cancelled`, {
+          details: { state: locked.state },
+        });
+    }
+    const task = await snapshot(tx, principal, found.task_id);
+    await auditInsert(tx, {
+      principal,
+      action: 'task.cancel',
+      resourceType: 'task',
+      resource: task.task_id,
+      reason: params.reason,
+      requestId: params.requestId,
+      idempotencyKey: params.receipt.key,
+      before: { state: locked.state },
+      after: { state: task.state, cancel_requested: task.cancel_requested },
+    });
+    await eventInsert(tx, {
+      applicationId: principal.applicationId,
+      namespaceId: principal.namespaceId,
+      type: eventType,
+      subject: task.task_id,
+      data: { queue: task.queue, state: task.state, previous_state: locked.state },
+    });
+    return { response: task, resourceId: found.task_id };
+  });
+  return { task: response, deduplicated };
+}
+
+export interface TaskResolveParams extends TaskDecisionParams {
+  outcome: 'succeeded' | 'failed' | 'retry';
+  result: unknown;
+  error: unknown;
+}
+
+/** NEEDS_REVIEW → SUCCEEDED, FAILED, or back to WAITING (claimable now, with one more attempt allowed). */
+export async function taskResolve(db: Database, params: TaskResolveParams): Promise<{ task: Task; deduplicated: boolean }> {
+  const { principal } = params;
+  const found = await taskGetVisible(db, principal, params.taskId);
+  const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
+    const locked = await lockTask(tx, found);
+    if (locked.state !== 'NEEDS_REVIEW') {
+      throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state}; only NEEDS_REVIEW tasks can be resolved`, {
+        details: { state: locked.state },
+      });
+    }
+    const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
+    if (params.outcome === 'retry') {
+      await tx.exec(
+        `UPDATE orbit_tasks SET state = 'WAITING', available_at = NOW(6), cancel_requested = 0,
+                max_attempts = GREATEST(max_attempts, attempts + 1), updated_at = NOW(6)
+          WHERE task_id = ?`,
+        [found.task_id],
+      );
+    } else {
+      await tx.exec(
+        `UPDATE orbit_tasks SET state = ?, result = COALESCE(?, result), error = COALESCE(?, error), finished_at = NOW(6), updated_at = NOW(6)
+          WHERE task_id = ?`,
+        [params.outcome === 'succeeded' ? 'SUCCEEDED' : 'FAILED', json(params.result), json(params.error), found.task_id],
+      );
+      await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
+    }
+    const task = await snapshot(tx, principal, found.task_id);
+    await auditInsert(tx, {
+      principal,
+      action: 'task.resolve',
+      resourceType: 'task',
+      resource: task.task_id,
+      reason: params.reason,
+      requestId: params.requestId,
+      idempotencyKey: params.receipt.key,
+      before: { state: locked.state },
+      after: { state: task.state, outcome: params.outcome },
+    });
+    await eventInsert(tx, {
+      applicationId: principal.applicationId,
+      namespaceId: principal.namespaceId,
+      type: 'task.resolved',
+      subject: task.task_id,
+      data: { queue: task.queue, state: task.state, outcome: params.outcome },
+    });
+    return { response: task, resourceId: found.task_id };
+  });
+  return { task: response, deduplicated };
+}

@@ -11,18 +11,8 @@ import { OrbitError } from '../errors.ts';
 import { createDatabase, type Database } from '../store/database.ts';
 import { migrate } from '../store/migrate.ts';
 import { credentialCreate, credentialRevoke } from '../store/credentials.ts';
-import { queueFind, queueInsert } from '../store/queues.ts';
-import {
-  applicationCreate,
-  applicationFindById,
-  applicationFindByName,
-  applicationSetEnabled,
-  assertEnvironment,
-  namespaceCreate,
-  namespaceFind,
-  namespaceFindById,
-  namespaceSetEnabled,
-} from '../store/tenancy.ts';
+import { tenantBootstrap } from '../store/bootstrap.ts';
+import { applicationSetEnabled, assertEnvironment, namespaceFindById, namespaceSetEnabled } from '../store/tenancy.ts';
 
 const USAGE = `usage:
   orbit-admin migrate
@@ -37,7 +27,10 @@ const USAGE = `usage:
 
 Database: ORBIT_DATABASE_URL (default mysql://root@127.0.0.1:3306/orbit).`;
 
+/** Wrong flags: the message and the usage, exit 2. */
 class UsageError extends Error {}
+/** A well-formed command that cannot be done (unknown id, say): the message, exit 1. */
+class AdminError extends Error {}
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 const APPLICATION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -98,66 +91,30 @@ async function bootstrap(db: Database, args: string[]): Promise<void> {
   const actions: Action[] = [...NAMESPACE_ACTIONS, ...(values['resource-access'] ? APPLICATION_ACTIONS : [])];
   const applicationIdFlag = values['application-id'] === undefined ? undefined : idFlag(values['application-id'], '--application-id');
 
-  const result = await db.transaction(async (tx) => {
-    let application;
-    if (applicationIdFlag !== undefined) {
-      application = await applicationFindById(tx, applicationIdFlag);
-      if (!application) throw new UsageError(`application ${idToHex(applicationIdFlag)} does not exist`);
-      if (!application.enabled) throw new UsageError(`application ${idToHex(applicationIdFlag)} is disabled`);
-    } else {
-      const name = values.application as string;
-      application = await applicationFindByName(tx, name);
-      if (application && !application.enabled) throw new UsageError(`application "${name}" exists and is disabled`);
-      if (application) say(`using the existing application "${name}" (${idToHex(application.application_id)})`);
-      else {
-        application = await applicationCreate(tx, name);
-        say(`created application "${name}" (${idToHex(application.application_id)})`);
-      }
-    }
-    let ns = await namespaceFind(tx, application.application_id, namespace);
-    if (ns) {
-      if (ns.environment !== environment) throw new UsageError(`namespace "${namespace}" exists with environment ${ns.environment}, not ${environment}`);
-      if (!ns.enabled) throw new UsageError(`namespace "${namespace}" exists and is disabled`);
-      say(`using the existing namespace "${namespace}"`);
-    } else {
-      ns = await namespaceCreate(tx, { applicationId: application.application_id, name: namespace, environment });
-      say(`created namespace "${namespace}" (${environment})`);
-    }
-    for (const queue of new Set(queues)) {
-      if (await queueFind(tx, ns.namespace_id, queue)) say(`using the existing queue "${queue}"`);
-      else {
-        await queueInsert(tx, { applicationId: application.application_id, namespaceId: ns.namespace_id, name: queue });
-        say(`created queue "${queue}"`);
-      }
-    }
-    const credential = await credentialCreate(tx, {
-      applicationId: application.application_id,
-      namespaceId: ns.namespace_id,
-      actions,
-      queues: [...new Set(queues)],
-      description: 'orbit-admin bootstrap',
-    });
-    return { application, ns, credential };
-  });
+  const result = await tenantBootstrap(
+    db,
+    { applicationName: values.application, applicationId: applicationIdFlag, namespace, environment, queues, actions },
+    say,
+  );
   writeCredentialsFile(output, {
     application_id: idToHex(result.application.application_id),
     application: result.application.name,
-    namespace_id: idToHex(result.ns.namespace_id),
-    namespace: result.ns.name,
+    namespace_id: idToHex(result.namespace.namespace_id),
+    namespace: result.namespace.name,
     environment,
-    credential_id: idToHex(result.credential.credentialId),
-    token: result.credential.token,
+    credential_id: idToHex(result.credentialId),
+    token: result.token,
     actions,
     queues: [...new Set(queues)],
   });
-  say(`created credential ${idToHex(result.credential.credentialId)}${values['resource-access'] ? ' with application resource access' : ''}; wrote ${output} (mode 0600)`);
+  say(`created credential ${idToHex(result.credentialId)}${values['resource-access'] ? ' with application resource access' : ''}; wrote ${output} (mode 0600)`);
 }
 
 async function credentialCommand(db: Database, verb: string | undefined, args: string[]): Promise<void> {
   if (verb === 'revoke') {
     const { values } = parseArgs({ args, options: { 'credential-id': { type: 'string' } }, strict: true });
     const id = idFlag(values['credential-id'], '--credential-id');
-    if (!(await credentialRevoke(db, id))) throw new UsageError(`credential ${idToHex(id)} does not exist`);
+    if (!(await credentialRevoke(db, id))) throw new AdminError(`credential ${idToHex(id)} does not exist`);
     say(`revoked credential ${idToHex(id)}`);
     return;
   }
@@ -192,7 +149,7 @@ async function credentialCommand(db: Database, verb: string | undefined, args: s
     expiresAt = new Date(ms).toISOString().replace('T', ' ').replace('Z', '');
   }
   const ns = await namespaceFindById(db, namespaceId);
-  if (!ns) throw new UsageError(`namespace ${idToHex(namespaceId)} does not exist`);
+  if (!ns) throw new AdminError(`namespace ${idToHex(namespaceId)} does not exist`);
   const credential = await credentialCreate(db, {
     applicationId: ns.application_id,
     namespaceId,
@@ -220,7 +177,7 @@ async function toggle(db: Database, kind: 'application' | 'namespace', verb: str
   const { values } = parseArgs({ args, options: { [flag]: { type: 'string' } }, strict: true });
   const id = idFlag(values[flag] as string | undefined, `--${flag}`);
   const ok = kind === 'application' ? await applicationSetEnabled(db, id, verb === 'enable') : await namespaceSetEnabled(db, id, verb === 'enable');
-  if (!ok) throw new UsageError(`${kind} ${idToHex(id)} does not exist`);
+  if (!ok) throw new AdminError(`${kind} ${idToHex(id)} does not exist`);
   say(`${kind} ${idToHex(id)} ${verb}d`);
 }
 
@@ -252,7 +209,7 @@ export async function main(argv: string[]): Promise<number> {
       say(`orbit-admin: ${(error as Error).message}\n\n${USAGE}`);
       return 2;
     }
-    if (error instanceof OrbitError) {
+    if (error instanceof OrbitError || error instanceof AdminError) {
       say(`orbit-admin: ${error.message}`);
       return 1;
     }

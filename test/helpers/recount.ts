@@ -1,0 +1,51 @@
+/**
+ * The check every integration test ends with: each usage counter on the application and queue
+ * rows, and each keyed permit, equals a recount from the tasks and attempts tables.
+ */
+import assert from 'node:assert/strict';
+import type { Database } from '../../server/store/database.ts';
+
+const UNFINISHED = "'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'";
+
+export async function assertCountersMatchRecount(db: Database): Promise<void> {
+  const apps = await db.rows<{ id: string; unfinished_tasks: string; active_attempts: string; pending_starts: string; u: string; a: string; p: string }>(`
+    SELECT HEX(r.application_id) AS id, r.unfinished_tasks, r.active_attempts, r.pending_starts,
+           (SELECT COUNT(*) FROM orbit_tasks t WHERE t.application_id = r.application_id AND t.state IN (${UNFINISHED})) AS u,
+           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.application_id = r.application_id AND x.state IN ('RESERVED', 'RUNNING')) AS a,
+           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.application_id = r.application_id AND x.state = 'RESERVED') AS p
+      FROM orbit_application_resources r`);
+  for (const row of apps) {
+    assert.deepEqual(
+      { unfinished: row.unfinished_tasks, active: row.active_attempts, pending: row.pending_starts },
+      { unfinished: String(row.u), active: String(row.a), pending: String(row.p) },
+      `application ${row.id}: counters differ from the recount`,
+    );
+  }
+  const queues = await db.rows<{ name: string; unfinished_tasks: string; active_attempts: string; pending_starts: string; u: string; a: string; p: string }>(`
+    SELECT q.name, q.unfinished_tasks, q.active_attempts, q.pending_starts,
+           (SELECT COUNT(*) FROM orbit_tasks t WHERE t.queue_id = q.queue_id AND t.state IN (${UNFINISHED})) AS u,
+           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.queue_id = q.queue_id AND x.state IN ('RESERVED', 'RUNNING')) AS a,
+           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.queue_id = q.queue_id AND x.state = 'RESERVED') AS p
+      FROM orbit_queues q`);
+  for (const row of queues) {
+    assert.deepEqual(
+      { unfinished: row.unfinished_tasks, active: row.active_attempts, pending: row.pending_starts },
+      { unfinished: String(row.u), active: String(row.a), pending: String(row.p) },
+      `queue ${row.name}: counters differ from the recount`,
+    );
+  }
+  const permits = await db.rows<{ resource_key: string; holders: number; n: string }>(`
+    SELECT k.resource_key, k.holders,
+           (SELECT COUNT(*) FROM orbit_attempts x
+             WHERE x.queue_id = k.queue_id AND x.resource_key = k.resource_key AND x.state IN ('RESERVED', 'RUNNING')) AS n
+      FROM orbit_key_permits k`);
+  for (const row of permits) {
+    assert.equal(String(row.holders), String(row.n), `permit ${row.resource_key}: holders differ from the recount`);
+  }
+  // Every task's state agrees with its attempts: LEASED has one RESERVED attempt, RUNNING one RUNNING attempt, others none active.
+  const [mismatch] = await db.rows<{ n: string }>(`
+    SELECT COUNT(*) AS n FROM orbit_tasks t
+     WHERE (SELECT COUNT(*) FROM orbit_attempts x WHERE x.task_id = t.task_id AND x.state IN ('RESERVED', 'RUNNING'))
+           <> (CASE WHEN t.state IN ('LEASED', 'RUNNING') THEN 1 ELSE 0 END)`);
+  assert.equal(String(mismatch?.n), '0', 'tasks whose state disagrees with their active attempts');
+}

@@ -6,9 +6,10 @@ import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { generateOpenApi } from './openapi.ts';
+import { generateAsyncApi } from './asyncapi.ts';
 
 export async function generateAll(root: string): Promise<Record<string, string>> {
-  return { ...(await generateOpenApi(root)) };
+  return { ...(await generateOpenApi(root)), ...generateAsyncApi(root) };
 }
 
 /** The generated files that differ from what is on disk (missing files included). */

@@ -43,6 +43,7 @@ CREATE TABLE orbit_attempts (
   claimed_at DATETIME(6) NOT NULL COMMENT '预占时间（数据库时间）',
   started_at DATETIME(6) NULL COMMENT '开始时间（数据库时间）',
   lease_expires_at DATETIME(6) NOT NULL COMMENT '租约到期时间（数据库时间）；不超过任务截止时间',
+  deadline_at DATETIME(6) NOT NULL COMMENT '任务总截止时间的副本；续租不得超过它',
   finished_at DATETIME(6) NULL COMMENT '释放时间（结果、释放或到期恢复）',
   cancel_notified TINYINT(1) NOT NULL DEFAULT 0 COMMENT '是否已向 Worker 发送 cancel_requested',
   PRIMARY KEY (attempt_id),
@@ -65,7 +66,8 @@ CREATE TABLE orbit_worker_sessions (
   last_seen_at DATETIME(6) NOT NULL COMMENT '最近一次收到帧的时间（UTC）',
   closed_at DATETIME(6) NULL COMMENT '关闭时间（UTC）',
   PRIMARY KEY (session_id),
-  KEY ix_orbit_worker_sessions_waiting (application_id, state, waiting_since)
+  KEY ix_orbit_worker_sessions_waiting (application_id, state, waiting_since),
+  KEY ix_orbit_worker_sessions_liveness (state, last_seen_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Worker 会话：容量与公平领取的依据';
 
 CREATE TABLE orbit_key_permits (

@@ -175,7 +175,7 @@ describe('application resources', () => {
 
   test('a failure inside the transaction (the audit insert) rolls back config, revision, event and receipt', async () => {
     const before = await current();
-    const [{ n: eventsBefore }] = await t.db.rows<{ n: string }>('SELECT COUNT(*) AS n FROM orbit_events');
+    const eventsBefore = (await t.db.rows<{ n: string }>('SELECT COUNT(*) AS n FROM orbit_events'))[0]?.n;
     await t.db.exec(
       "CREATE TRIGGER orbit_test_audit_fails BEFORE INSERT ON orbit_audit_events FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'audit store down'",
     );
@@ -186,7 +186,7 @@ describe('application resources', () => {
       await t.db.exec('DROP TRIGGER orbit_test_audit_fails');
     }
     assert.deepEqual(await current(), before);
-    const [{ n: eventsAfter }] = await t.db.rows<{ n: string }>('SELECT COUNT(*) AS n FROM orbit_events');
+    const eventsAfter = (await t.db.rows<{ n: string }>('SELECT COUNT(*) AS n FROM orbit_events'))[0]?.n;
     assert.equal(eventsAfter, eventsBefore);
     const receipts = await t.db.rows("SELECT 1 FROM orbit_idempotency_receipts WHERE idempotency_key = 'atomic'");
     assert.equal(receipts.length, 0);

@@ -1,0 +1,96 @@
+// `npm start`: install dependencies if needed, make sure a database is there, migrate,
+// then run the server in the foreground. Works on a fresh clone.
+//
+// Node built-ins only (this may run before node_modules exists).
+
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+function fail(message, code = 1) {
+  console.error(`orbit: ${message}`);
+  process.exit(code);
+}
+
+function mtime(file) {
+  try {
+    return fs.statSync(file).mtimeMs;
+  } catch {
+    return null;
+  }
+}
+
+function exitCodeOf(result) {
+  if (result.error) return 1;
+  if (result.signal) return 128 + (os.constants.signals[result.signal] ?? 0);
+  return result.status ?? 1;
+}
+
+// Run npm with the same npm that started us, if any (npm sets npm_execpath).
+function npm(args) {
+  const npmCli = process.env.npm_execpath;
+  const [cmd, argv] =
+    npmCli && /npm-cli\.c?js$/.test(npmCli) ? [process.execPath, [npmCli, ...args]] : ['npm', args];
+  return spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', shell: process.platform === 'win32' });
+}
+
+// (a) Dependencies: npm writes node_modules/.package-lock.json after every install, so if
+// it is missing or older than package-lock.json, node_modules is missing or out of date.
+const lockTime = mtime(path.join(root, 'package-lock.json'));
+const installedTime = mtime(path.join(root, 'node_modules', '.package-lock.json'));
+if (installedTime === null || (lockTime !== null && installedTime < lockTime)) {
+  const args = lockTime === null ? ['install'] : ['ci'];
+  console.error(`orbit: node_modules is ${installedTime === null ? 'missing' : 'out of date'}; running npm ${args[0]}`);
+  const result = npm(args);
+  if (result.error) fail(`could not run npm: ${result.error.message}`);
+  if (exitCodeOf(result) !== 0) fail(`npm ${args[0]} failed`, exitCodeOf(result));
+}
+
+// (b) Database.
+const { ensureDatabase } = await import('./local-db.mjs');
+let db;
+try {
+  db = await ensureDatabase({ root });
+} catch (err) {
+  fail(err instanceof Error ? err.message : String(err));
+}
+
+// (c) The URL the server and migrations use.
+if (!process.env.ORBIT_DATABASE_URL) process.env.ORBIT_DATABASE_URL = `${db.url}/orbit`;
+
+// (d) Migrations.
+const migrate = spawnSync(process.execPath, [path.join(root, 'bin', 'orbit-admin.mjs'), 'migrate'], {
+  cwd: root,
+  stdio: 'inherit',
+  env: process.env,
+});
+if (migrate.error) fail(`could not run migrations: ${migrate.error.message}`);
+if (exitCodeOf(migrate) !== 0) fail('migrations failed', exitCodeOf(migrate));
+
+// (e) The server, in the foreground.
+const server = spawn(process.execPath, [path.join(root, 'bin', 'orbit-server.mjs')], {
+  cwd: root,
+  stdio: 'inherit',
+  env: process.env,
+});
+
+// Forward SIGINT/SIGTERM so the server can shut down cleanly. npm and the terminal
+// often deliver the same Ctrl-C to us twice within a few ms; forward that only once.
+let lastForward = { signal: null, at: 0 };
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.on(signal, () => {
+    const now = Date.now();
+    if (lastForward.signal === signal && now - lastForward.at < 500) return;
+    lastForward = { signal, at: now };
+    if (server.exitCode === null && server.signalCode === null) server.kill(signal);
+  });
+}
+
+server.on('error', (err) => fail(`could not start the server: ${err.message}`));
+server.on('exit', (code, signal) => {
+  process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
+});

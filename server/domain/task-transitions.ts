@@ -1,0 +1,65 @@
+/**
+ * Where a task goes when an attempt ends (DESIGN.md §6). Pure: the store applies the answer and
+ * releases counters from it.
+ */
+import type { components } from '../../sdk/generated/openapi.ts';
+
+export type TaskState = components['schemas']['TaskState'];
+
+export const TERMINAL_STATES: ReadonlySet<TaskState> = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED']);
+
+export function isTerminal(state: TaskState): boolean {
+  return TERMINAL_STATES.has(state);
+}
+
+/** Retry delay after the n-th failed attempt: 1 s, 2 s, 4 s … capped at 5 minutes. */
+export function retryBackoffMs(attemptsSoFar: number): number {
+  return Math.min(1000 * 2 ** Math.max(0, attemptsSoFar - 1), 300_000);
+}
+
+export interface TaskFacts {
+  /** Started attempts so far, including the one ending now. */
+  attempts: number;
+  maxAttempts: number;
+  onUnknownOutcome: 'retry' | 'review';
+  cancelRequested: boolean;
+  deadlineMs: number;
+}
+
+export type AttemptOutcome = 'succeeded' | 'failed' | 'cancelled';
+
+export interface Transition {
+  state: TaskState;
+  /** For WAITING: when the task may be claimed again. */
+  availableAtMs?: number;
+}
+
+/** The worker's authoritative result for a started attempt. */
+export function afterResult(task: TaskFacts, outcome: AttemptOutcome, retryable: boolean, nowMs: number): Transition {
+  if (outcome === 'succeeded') return { state: 'SUCCEEDED' };
+  if (outcome === 'cancelled') return { state: 'CANCELLED' };
+  // A failure is retried only if asked, with attempts and time left, and nobody cancelled the task.
+  if (retryable && !task.cancelRequested && task.attempts < task.maxAttempts && nowMs < task.deadlineMs) {
+    return { state: 'WAITING', availableAtMs: nowMs + retryBackoffMs(task.attempts) };
+  }
+  return { state: 'FAILED' };
+}
+
+/**
+ * A running attempt's lease expired: its effect is unknown. Cancelled tasks go to review (the
+ * cancellation may or may not have happened); otherwise retry when the task says so and it has
+ * attempts and time left, else review, or EXPIRED once the deadline has passed for a task that
+ * asked to be retried.
+ */
+export function afterLostLease(task: TaskFacts, nowMs: number): Transition {
+  if (task.cancelRequested) return { state: 'NEEDS_REVIEW' };
+  if (task.onUnknownOutcome === 'review') return { state: 'NEEDS_REVIEW' };
+  if (nowMs >= task.deadlineMs) return { state: 'EXPIRED' };
+  if (task.attempts < task.maxAttempts) return { state: 'WAITING', availableAtMs: nowMs + retryBackoffMs(task.attempts) };
+  return { state: 'NEEDS_REVIEW' };
+}
+
+/** A reservation that was never started expired or was given back: it was not an attempt. */
+export function afterUnstartedReservation(task: Pick<TaskFacts, 'deadlineMs'>, nowMs: number): Transition {
+  return nowMs >= task.deadlineMs ? { state: 'EXPIRED' } : { state: 'WAITING' };
+}

@@ -1,0 +1,301 @@
+/**
+ * Claim: reserve up to `max` attempts for a worker session in ONE transaction.
+ *
+ * Round trip 1 takes the locks in lock order and reads what decides the size of the grant:
+ *   identity rows (shared) → session row → application row → queue rows (ascending id)
+ *   and the session's held attempts, plus NOW(6) - database time decides windows and leases.
+ * Room = min(session capacity left,
+ *            application: max_concurrency - active, rate - starts in the current window - pending starts,
+ *            per queue:   the same three, and nothing from a paused queue),
+ * then at most the node's fair share when several nodes wait on the same scarce room.
+ * Round trip 2 picks tasks: per queue, highest priority first, then oldest available_at, with
+ * `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on each other's rows. Keyed tasks
+ * need a free permit (permit rows are the last lock); tasks whose key is full are passed over
+ * and the pick is repeated without those keys.
+ * Round trip 3 writes: attempts (RESERVED), tasks → LEASED, +active/+pending on both levels,
+ * permit holders, the session's waiting mark. A reservation is not an attempt: the task's
+ * `attempts` only grows at Start.
+ */
+import { OrbitError } from '../errors.ts';
+import { newId, type IdBytes } from '../ids.ts';
+import { claimRoomUnderRate, type WindowState } from '../domain/start-window.ts';
+import { millisToSql, sqlToMillis } from '../time.ts';
+import type { Database, Queryable, Row } from './database.ts';
+import type { SessionInfo } from './sessions.ts';
+
+export interface ClaimedAttemptInfo {
+  attemptId: IdBytes;
+  taskId: IdBytes;
+  queueId: IdBytes;
+  queueName: string;
+  payload: Record<string, unknown>;
+  priority: number;
+  resourceKey: string | null;
+  attemptNumber: number;
+  leaseExpiresAtMs: number;
+  deadlineAtMs: number;
+}
+
+interface QuotaRow extends Row {
+  max_concurrency: number;
+  active_attempts: string;
+  pending_starts: string;
+  rate_per_second: number;
+  window_started_at: string | null;
+  window_starts: number;
+}
+
+interface QueueQuotaRow extends QuotaRow {
+  queue_id: Buffer;
+  key_concurrency: number;
+  paused: number;
+}
+
+interface CandidateRow extends Row {
+  task_id: Buffer;
+  queue_id: Buffer;
+  priority: number;
+  resource_key: string | null;
+  payload: string;
+  attempts: number;
+  deadline_at: string;
+  available_at: string;
+}
+
+/** How long a node counts as waiting for room after its last unsatisfied claim. */
+const WAITING_WINDOW_SECONDS = 10;
+/** Re-picks when keyed tasks were passed over because their key was full. */
+const MAX_PICK_ROUNDS = 3;
+
+function windowOf(row: QuotaRow): WindowState {
+  return { startedAt: row.window_started_at === null ? null : sqlToMillis(row.window_started_at), starts: row.window_starts };
+}
+
+/** Room at one level: concurrency left and rate room left (pending starts hold window room). */
+function roomOf(row: QuotaRow, nowMs: number): number {
+  const concurrency = row.max_concurrency - Number(row.active_attempts);
+  const rate = claimRoomUnderRate(windowOf(row), Number(row.pending_starts), row.rate_per_second, nowMs);
+  return Math.max(0, Math.min(concurrency, rate));
+}
+
+function hex(id: Buffer): string {
+  return id.toString('hex');
+}
+
+function permitKey(queueId: Buffer, resourceKey: string): string {
+  return `${hex(queueId)}/${resourceKey}`;
+}
+
+export async function attemptClaimBatch(
+  db: Database,
+  params: { session: SessionInfo; max: number; leaseSeconds: number },
+): Promise<ClaimedAttemptInfo[]> {
+  const { session } = params;
+  const principal = session.principal;
+  const queueIds = session.queues.map((q) => q.queueId);
+  // Nothing claimable: answer without taking any lock (an idle worker polling costs one read).
+  const [any] = await db.rows(
+    `SELECT 1 FROM orbit_tasks WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) AND state = 'WAITING' AND available_at <= NOW(6) LIMIT 1`,
+    queueIds,
+  );
+  if (!any) return [];
+
+  return db.transaction(async (tx) => {
+    const [identity, sessionRows, held, appRows, queueRows] = (await tx.batch(
+      `SELECT c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6)) AND n.enabled = 1 AND a.enabled = 1 AS valid
+         FROM orbit_credentials c
+         JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
+         JOIN orbit_applications a ON a.application_id = n.application_id
+        WHERE c.credential_id = ? LOCK IN SHARE MODE;
+       SELECT capacity, state FROM orbit_worker_sessions WHERE session_id = ? FOR UPDATE;
+       SELECT COUNT(*) AS held FROM orbit_attempts WHERE session_id = ? AND state IN ('RESERVED', 'RUNNING');
+       SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
+         FROM orbit_application_resources WHERE application_id = ? FOR UPDATE;
+       SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
+         FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE`,
+      [principal.credentialId, session.sessionId, session.sessionId, principal.applicationId, ...queueIds],
+    )) as [Array<{ valid: number }>, Array<{ capacity: number; state: string }>, Array<{ held: string }>, Array<QuotaRow & { now: string }>, QueueQuotaRow[]];
+    if (identity[0]?.valid !== 1) throw new OrbitError('UNAUTHENTICATED', 'the credential, namespace or application is no longer valid');
+    const sessionRow = sessionRows[0];
+    if (!sessionRow || sessionRow.state !== 'OPEN') throw new OrbitError('STATE_CONFLICT', 'the session is closed');
+    const app = appRows[0];
+    if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
+    const nowMs = sqlToMillis(app.now);
+
+    const sessionRoom = Math.max(0, sessionRow.capacity - Number(held[0]?.held ?? 0));
+    const wanted = Math.min(params.max, sessionRoom);
+    const appRoom = roomOf(app, nowMs);
+    let budget = Math.min(wanted, appRoom);
+    if (appRoom < wanted && budget > 0) {
+      // Scarce room: take at most this node's fair share among the nodes waiting for it.
+      const [others] = await tx.rows<{ nodes: string }>(
+        `SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
+          WHERE application_id = ? AND state = 'OPEN' AND waiting_since IS NOT NULL
+            AND last_seen_at > NOW(6) - INTERVAL ${WAITING_WINDOW_SECONDS} SECOND AND node_id <> ?`,
+        [principal.applicationId, session.nodeId],
+      );
+      budget = Math.min(budget, Math.ceil(appRoom / (Number(others?.nodes ?? 0) + 1)));
+    }
+    const queueRoom = new Map<string, number>();
+    const keyConcurrency = new Map<string, number>();
+    for (const q of queueRows) {
+      queueRoom.set(hex(q.queue_id), q.paused ? 0 : roomOf(q, nowMs));
+      keyConcurrency.set(hex(q.queue_id), q.key_concurrency);
+    }
+
+    const chosen: CandidateRow[] = [];
+    if (budget > 0) await pick(tx, { budget, queueRoom, keyConcurrency, nowSql: app.now, applicationId: principal.applicationId, chosen });
+
+    const nameOf = new Map(session.queues.map((q) => [hex(q.queueId), q.name]));
+    const leaseMs = params.leaseSeconds * 1000;
+    const claimed: ClaimedAttemptInfo[] = chosen.map((row) => {
+      const deadlineAtMs = sqlToMillis(row.deadline_at);
+      return {
+        attemptId: newId(nowMs),
+        taskId: row.task_id,
+        queueId: row.queue_id,
+        queueName: nameOf.get(hex(row.queue_id)) as string,
+        payload: JSON.parse(row.payload) as Record<string, unknown>,
+        priority: row.priority,
+        resourceKey: row.resource_key,
+        attemptNumber: row.attempts + 1,
+        leaseExpiresAtMs: Math.min(nowMs + leaseMs, deadlineAtMs),
+        deadlineAtMs,
+      };
+    });
+    await writeClaims(tx, { session, claimed, now: app.now, waiting: claimed.length < wanted });
+    return claimed;
+  });
+}
+
+async function pick(
+  tx: Queryable,
+  ctx: {
+    budget: number;
+    queueRoom: Map<string, number>;
+    keyConcurrency: Map<string, number>;
+    nowSql: string;
+    applicationId: IdBytes;
+    chosen: CandidateRow[];
+  },
+): Promise<void> {
+  const taken = new Set<string>();
+  const fullKeys = new Set<string>();
+  const permitHolders = new Map<string, number>();
+  for (let round = 0; round < MAX_PICK_ROUNDS && ctx.chosen.length < ctx.budget; round++) {
+    const left = ctx.budget - ctx.chosen.length;
+    const queues = [...ctx.queueRoom].filter(([, room]) => room > 0);
+    if (queues.length === 0) return;
+    const excluded = [...fullKeys];
+    const statements: string[] = [];
+    const args: unknown[] = [];
+    for (const [queueHex, room] of queues) {
+      const queueKeys = excluded.filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1));
+      statements.push(
+        `SELECT task_id, queue_id, priority, resource_key, payload, attempts, deadline_at, available_at
+           FROM orbit_tasks FORCE INDEX (ix_orbit_tasks_claim)
+          WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? AND deadline_at > ?
+            ${queueKeys.length > 0 ? `AND (resource_key IS NULL OR resource_key NOT IN (${queueKeys.map(() => '?').join(', ')}))` : ''}
+            ${taken.size > 0 ? `AND task_id NOT IN (${[...taken].map(() => '?').join(', ')})` : ''}
+          ORDER BY priority DESC, available_at, task_id
+          LIMIT ? FOR UPDATE SKIP LOCKED`,
+      );
+      args.push(Buffer.from(queueHex, 'hex'), ctx.nowSql, ctx.nowSql, ...queueKeys, ...[...taken].map((t) => Buffer.from(t, 'hex')), Math.min(left, room));
+    }
+    // One statement alone comes back as plain rows, several as a list of row sets.
+    const results = statements.length === 1 ? [await tx.rows<CandidateRow>(statements[0] as string, args)] : ((await tx.batch(statements.join(';\n'), args)) as CandidateRow[][]);
+    const candidates = results.flat().sort(
+      (a, b) => b.priority - a.priority || a.available_at.localeCompare(b.available_at) || Buffer.compare(a.task_id, b.task_id),
+    );
+    for (const c of candidates) taken.add(hex(c.task_id));
+    // Permit rows for keys not seen yet: created on demand, then locked (last in the lock order).
+    const newKeys = [...new Set(candidates.filter((c) => c.resource_key !== null).map((c) => permitKey(c.queue_id, c.resource_key as string)))].filter(
+      (k) => !permitHolders.has(k),
+    );
+    if (newKeys.length > 0) await lockPermits(tx, ctx.applicationId, newKeys, permitHolders);
+    let passedOver = false;
+    for (const c of candidates) {
+      const queueHex = hex(c.queue_id);
+      const room = ctx.queueRoom.get(queueHex) ?? 0;
+      if (ctx.chosen.length >= ctx.budget || room <= 0) continue;
+      if (c.resource_key !== null) {
+        const key = permitKey(c.queue_id, c.resource_key);
+        const holders = permitHolders.get(key) ?? 0;
+        if (holders >= (ctx.keyConcurrency.get(queueHex) ?? 1)) {
+          fullKeys.add(key);
+          passedOver = true;
+          continue;
+        }
+        permitHolders.set(key, holders + 1);
+      }
+      ctx.queueRoom.set(queueHex, room - 1);
+      ctx.chosen.push(c);
+    }
+    if (!passedOver) return;
+  }
+}
+
+async function lockPermits(tx: Queryable, applicationId: IdBytes, keys: string[], holders: Map<string, number>): Promise<void> {
+  keys.sort();
+  const pairs = keys.map((k) => {
+    const slash = k.indexOf('/');
+    return [Buffer.from(k.slice(0, slash), 'hex'), k.slice(slash + 1)] as const;
+  });
+  const [, rows] = (await tx.batch(
+    `INSERT IGNORE INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at)
+       VALUES ${pairs.map(() => '(?, ?, ?, 0, NOW(6))').join(', ')};
+     SELECT queue_id, resource_key, holders FROM orbit_key_permits
+      WHERE (queue_id, resource_key) IN (${pairs.map(() => '(?, ?)').join(', ')})
+      ORDER BY queue_id, resource_key FOR UPDATE`,
+    [...pairs.flatMap(([q, k]) => [q, k, applicationId]), ...pairs.flatMap(([q, k]) => [q, k])],
+  )) as [unknown, Array<{ queue_id: Buffer; resource_key: string; holders: number }>];
+  for (const row of rows) holders.set(permitKey(row.queue_id, row.resource_key), row.holders);
+}
+
+async function writeClaims(tx: Queryable, params: { session: SessionInfo; claimed: ClaimedAttemptInfo[]; now: string; waiting: boolean }): Promise<void> {
+  const { session, claimed } = params;
+  const principal = session.principal;
+  const statements: string[] = [
+    `UPDATE orbit_worker_sessions SET waiting_since = ${params.waiting ? 'COALESCE(waiting_since, ?)' : 'NULL'}, last_seen_at = ? WHERE session_id = ?`,
+  ];
+  const args: unknown[] = [...(params.waiting ? [params.now] : []), params.now, session.sessionId];
+  if (claimed.length > 0) {
+    statements.push(
+      `INSERT INTO orbit_attempts
+         (attempt_id, application_id, namespace_id, queue_id, task_id, session_id, attempt_number, state, resource_key,
+          claimed_at, lease_expires_at, deadline_at)
+       VALUES ${claimed.map(() => "(?, ?, ?, ?, ?, ?, ?, 'RESERVED', ?, ?, ?, ?)").join(', ')}`,
+    );
+    for (const c of claimed) {
+      args.push(
+        c.attemptId, principal.applicationId, principal.namespaceId, c.queueId, c.taskId, session.sessionId, c.attemptNumber, c.resourceKey,
+        params.now, millisToSql(c.leaseExpiresAtMs), millisToSql(c.deadlineAtMs),
+      );
+    }
+    statements.push(
+      `UPDATE orbit_tasks SET state = 'LEASED', updated_at = ?,
+              current_attempt_id = CASE task_id ${claimed.map(() => 'WHEN ? THEN ?').join(' ')} END
+        WHERE task_id IN (${claimed.map(() => '?').join(', ')})`,
+    );
+    args.push(params.now, ...claimed.flatMap((c) => [c.taskId, c.attemptId]), ...claimed.map((c) => c.taskId));
+    statements.push('UPDATE orbit_application_resources SET active_attempts = active_attempts + ?, pending_starts = pending_starts + ? WHERE application_id = ?');
+    args.push(claimed.length, claimed.length, principal.applicationId);
+    const perQueue = new Map<string, number>();
+    const perKey = new Map<string, number>();
+    for (const c of claimed) {
+      perQueue.set(hex(c.queueId), (perQueue.get(hex(c.queueId)) ?? 0) + 1);
+      if (c.resourceKey !== null) perKey.set(permitKey(c.queueId, c.resourceKey), (perKey.get(permitKey(c.queueId, c.resourceKey)) ?? 0) + 1);
+    }
+    for (const [queueHex, n] of perQueue) {
+      statements.push('UPDATE orbit_queues SET active_attempts = active_attempts + ?, pending_starts = pending_starts + ? WHERE queue_id = ?');
+      args.push(n, n, Buffer.from(queueHex, 'hex'));
+    }
+    for (const [key, n] of perKey) {
+      const slash = key.indexOf('/');
+      statements.push('UPDATE orbit_key_permits SET holders = holders + ?, updated_at = ? WHERE queue_id = ? AND resource_key = ?');
+      args.push(n, params.now, Buffer.from(key.slice(0, slash), 'hex'), key.slice(slash + 1));
+    }
+  }
+  if (statements.length === 1) await tx.exec(statements[0] as string, args);
+  else await tx.batch(statements.join(';\n'), args);
+}

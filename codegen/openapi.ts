@@ -65,7 +65,9 @@ function readOperations(doc: JsonObject): Operation[] {
       }
       const raw = op['x-orbit-raw'] === true;
       const action = typeof op['x-orbit-action'] === 'string' ? op['x-orbit-action'] : null;
-      if (!raw && action === null) throw new Error(`${operationId}: x-orbit-action is required`);
+      const unauthenticated = Array.isArray(op.security) && op.security.length === 0;
+      if (!unauthenticated && action === null) throw new Error(`${operationId}: x-orbit-action is required unless security is []`);
+      if (unauthenticated && action !== null) throw new Error(`${operationId}: an operation with security [] has no action`);
       operations.push({ operationId, method, path, action, raw, params, body });
     }
   }
@@ -145,9 +147,9 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   lines.push(`  readonly queryParams: Readonly<Record<string, 'integer' | 'string'>>;`);
   lines.push(`  readonly headerParams: readonly string[];`);
   lines.push(`  readonly hasBody: boolean;`);
-  lines.push(`  /** The credential action required, or null for unauthenticated raw endpoints. */`);
+  lines.push(`  /** The credential action required, or null for operations without authentication (\`security: []\`). */`);
   lines.push(`  readonly action: OperationAction | null;`);
-  lines.push(`  /** Raw endpoints answer without the JSON envelope and without authentication. */`);
+  lines.push(`  /** Raw endpoints answer with their own Response instead of the JSON envelope. */`);
   lines.push(`  readonly raw: boolean;`);
   lines.push(`  readonly validate: {`);
   lines.push(`    readonly path: ValidateFunction;`);
@@ -196,7 +198,7 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   lines.push(`}`);
   lines.push('');
   const rawIds = operations.filter((op) => op.raw).map((op) => quote(op.operationId));
-  lines.push(`/** Operations answered without the envelope (health, spec, metrics). */`);
+  lines.push(`/** Operations answered without the envelope (health, spec, metrics, the WebSocket upgrade). */`);
   lines.push(`export type RawOperationId = ${rawIds.length > 0 ? rawIds.join(' | ') : 'never'};`);
   lines.push(`/** What an enveloped handler returns as \`data\`; raw handlers return a Response. */`);
   lines.push(`export type OperationOutput<Id extends OperationId> = Id extends RawOperationId ? Response : SuccessData<operations[Id]>;`);

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
+import { createNodeWebSocket } from '@hono/node-ws';
 import type { ServerConfig } from './config.ts';
 import { createLogger, type Logger } from './log.ts';
 import { createMetrics } from './metrics.ts';
@@ -16,12 +17,16 @@ import { KeyedBatcher } from './domain/batcher.ts';
 import { taskSubmitBatch } from './store/admission.ts';
 import { createApp } from './http/app.ts';
 import type { AppDeps } from './http/deps.ts';
+import { WorkerGateway } from './worker/gateway.ts';
+import { MAX_FRAME_BYTES } from './worker/frames.ts';
+import { RecoveryLoop } from './loops/recovery.ts';
 
 export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
 
 export interface RunningServer {
   url: string;
   deps: AppDeps;
+  recovery: RecoveryLoop;
   close(): Promise<void>;
 }
 
@@ -42,6 +47,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   }
   const metrics = createMetrics();
   const admissionClock = clock;
+  const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds });
   const deps: AppDeps = {
     db,
     clock,
@@ -52,15 +58,22 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
       return taskSubmitBatch(db, admissionClock, items).finally(end);
     }, { maxBatch: 64, maxInFlight: 2 }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
+    workers,
     async ready() {
       const missing = await pendingMigrations((sql) => db.rows(sql));
       return missing.length === 0 ? { ok: true } : { ok: false, detail: `pending migrations: ${missing.join(', ')}` };
     },
   };
   const app = createApp(deps);
+  const nodeWs = createNodeWebSocket({ app });
+  nodeWs.wss.options.maxPayload = MAX_FRAME_BYTES;
+  workers.attach(nodeWs.upgradeWebSocket as never);
   const server: ServerType = await new Promise((resolve) => {
     const s = serve({ fetch: app.fetch, hostname: config.listenHost, port: config.listenPort }, () => resolve(s));
   });
+  nodeWs.injectWebSocket(server as never);
+  const recovery = new RecoveryLoop({ db, log, metrics, intervalMs: config.recoveryIntervalMs, leaseSeconds: config.leaseSeconds });
+  recovery.start();
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -68,8 +81,15 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   return {
     url,
     deps,
+    recovery,
     async close() {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      // Stop accepting, close worker sockets (their unstarted reservations go back), then stop the loops.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const client of nodeWs.wss.clients) client.close(1001, 'server shutting down');
+      await recovery.stop();
+      await workers.close();
+      (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+      await closed;
       dbClock?.stop();
       await db.close();
     },

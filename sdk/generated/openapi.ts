@@ -69,6 +69,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/workers/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Open a worker session - a WebSocket upgrade; the frames are described in asyncapi.yaml. */
+        get: operations["connectWorker"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/application/resources": {
         parameters: {
             query?: never;
@@ -586,6 +603,25 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+        };
+    };
+    connectWorker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching Protocols - the connection now speaks the worker protocol of asyncapi.yaml. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
         };
     };
     getApplicationResources: {

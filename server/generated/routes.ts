@@ -19,6 +19,7 @@ export type OperationId =
   | "getReadiness"
   | "getOpenApiDocument"
   | "getMetrics"
+  | "connectWorker"
   | "getApplicationResources"
   | "configureApplicationResources"
   | "listQueues"
@@ -43,7 +44,8 @@ export type OperationAction =
   | "tasks:cancel"
   | "tasks:read"
   | "tasks:review"
-  | "tasks:submit";
+  | "tasks:submit"
+  | "workers:consume";
 
 export interface RouteSpec {
   readonly operationId: OperationId;
@@ -57,9 +59,9 @@ export interface RouteSpec {
   readonly queryParams: Readonly<Record<string, 'integer' | 'string'>>;
   readonly headerParams: readonly string[];
   readonly hasBody: boolean;
-  /** The credential action required, or null for unauthenticated raw endpoints. */
+  /** The credential action required, or null for operations without authentication (`security: []`). */
   readonly action: OperationAction | null;
-  /** Raw endpoints answer without the JSON envelope and without authentication. */
+  /** Raw endpoints answer with their own Response instead of the JSON envelope. */
   readonly raw: boolean;
   readonly validate: {
     readonly path: ValidateFunction;
@@ -139,6 +141,24 @@ export const routes: readonly RouteSpec[] = [
       path: validators.getMetrics_path,
       query: validators.getMetrics_query,
       headers: validators.getMetrics_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "connectWorker",
+    method: "GET",
+    path: "/v1/workers/connect",
+    honoPath: "/v1/workers/connect",
+    pathSuffixes: {},
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    action: "workers:consume",
+    raw: true,
+    validate: {
+      path: validators.connectWorker_path,
+      query: validators.connectWorker_query,
+      headers: validators.connectWorker_headers,
       body: null,
     },
   },
@@ -390,8 +410,8 @@ export interface OperationInput<Id extends OperationId> {
   body: JsonBody<operations[Id]>;
 }
 
-/** Operations answered without the envelope (health, spec, metrics). */
-export type RawOperationId = "getHealth" | "getReadiness" | "getOpenApiDocument" | "getMetrics";
+/** Operations answered without the envelope (health, spec, metrics, the WebSocket upgrade). */
+export type RawOperationId = "getHealth" | "getReadiness" | "getOpenApiDocument" | "getMetrics" | "connectWorker";
 /** What an enveloped handler returns as `data`; raw handlers return a Response. */
 export type OperationOutput<Id extends OperationId> = Id extends RawOperationId ? Response : SuccessData<operations[Id]>;
 

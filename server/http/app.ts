@@ -16,6 +16,7 @@ import { applicationResourcesHandlers } from './handlers/application-resources.t
 import { queueHandlers } from './handlers/queues.ts';
 import { taskHandlers } from './handlers/tasks.ts';
 import { feedHandlers } from './handlers/feeds.ts';
+import { workerHandlers } from './handlers/workers.ts';
 
 export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
   return {
@@ -24,6 +25,7 @@ export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
     ...queueHandlers(deps),
     ...taskHandlers(deps),
     ...feedHandlers(deps),
+    ...workerHandlers(deps),
   };
 }
 

@@ -5,6 +5,8 @@ import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import type { KeyedBatcher } from '../domain/batcher.ts';
 import type { SubmitItem, SubmitOutcome } from '../store/admission.ts';
+import type { Context } from 'hono';
+import type { Principal } from '../domain/principal.ts';
 
 export interface AppDeps {
   db: Database;
@@ -15,6 +17,8 @@ export interface AppDeps {
   admission: KeyedBatcher<SubmitItem, SubmitOutcome>;
   /** The OpenAPI document served at /openapi.yaml. */
   openApiDocument: string;
+  /** Worker sessions (the WebSocket side); null where only HTTP is served (tests of the HTTP API). */
+  workers: { connect(c: Context, principal: Principal): Promise<Response> } | null;
   /** Readiness: the database answers and no migration is pending. */
   ready(): Promise<{ ok: boolean; detail?: string }>;
 }

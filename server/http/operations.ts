@@ -16,7 +16,7 @@ import type { AppEnv } from './env.ts';
 /** What every handler gets besides its validated input. */
 export interface RequestContext {
   readonly requestId: string;
-  /** The authenticated caller; only raw (unauthenticated) operations must not ask. */
+  /** The authenticated caller; operations without authentication must not ask. */
   principal(): Principal;
   /** The raw Hono context, for raw operations that build their own Response. */
   readonly hono: Context<AppEnv>;
@@ -89,9 +89,9 @@ export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestCon
     app.on(route.method, route.honoPath, async (c) => {
       const requestId = c.get('requestId');
       let principal: Principal | null = null;
-      if (!route.raw) {
+      if (route.action !== null) {
         principal = await authenticate(c.req.header('Authorization'));
-        if (route.action !== null && !principal.actions.has(route.action)) {
+        if (!principal.actions.has(route.action)) {
           throw new OrbitError('PERMISSION_DENIED', `the credential lacks the action ${route.action}`, { details: { action: route.action } });
         }
       }

@@ -36,6 +36,7 @@ export async function testApp(db: Database) {
     metrics: createMetrics(),
     admission: new KeyedBatcher((_key, items) => taskSubmitBatch(db, clock, items), { maxBatch: 64, maxInFlight: 2 }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
+    workers: null,
     ready: async () => ({ ok: true }),
   };
   const app = createApp(deps);

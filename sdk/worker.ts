@@ -1,0 +1,368 @@
+/**
+ * The worker SDK: one WebSocket session (asyncapi.yaml) that claims attempts, starts them
+ * under the server's rate limits, runs a handler, renews leases while it runs, and reports the
+ * authoritative result.
+ *
+ * - RATE_LIMITED on Start: back off for `retry_after_ms` and Start again with the same attempt
+ *   id, only while the reservation's lease is valid; after that the attempt is dropped (the
+ *   server's recovery gives it back).
+ * - Leases are renewed automatically; LEASE_LOST or a lost connection aborts the handler's
+ *   AbortSignal (its result could no longer be reported).
+ * - `cancel_requested` aborts the handler's signal with reason "cancelled"; a handler that then
+ *   throws reports the outcome `cancelled`.
+ * - `stop()` stops claiming, gives back reservations not started yet, waits for running
+ *   handlers (up to a timeout), then closes the session.
+ */
+import WebSocket from 'ws';
+import type { ClaimedAttempt, ServerFrame, WorkerFrame } from './generated/frames.ts';
+import * as serverFrameValidators from './generated/frame-validators.js';
+import { SERVER_FRAME_TYPES } from './generated/frames.ts';
+
+export interface TaskContext {
+  taskId: string;
+  attemptId: string;
+  attemptNumber: number;
+  queue: string;
+  payload: Record<string, unknown>;
+  priority: number;
+  resourceKey: string | undefined;
+  /** Aborted on cancellation (reason "cancelled"), a lost lease or a lost connection. */
+  signal: AbortSignal;
+}
+
+/** Throw this (or any error with `retryable: false`) for a failure that must not be retried. */
+export class NonRetryableError extends Error {
+  readonly retryable = false;
+}
+
+export type TaskHandler = (task: TaskContext) => Promise<unknown>;
+
+export interface OrbitWorkerOptions {
+  baseUrl: string;
+  token: string;
+  nodeId: string;
+  queues: string[];
+  /** Most attempts held (reserved or running) at once. */
+  capacity: number;
+  handler: TaskHandler;
+  /** Longest wait between claims when there is nothing to do (default 1000 ms). */
+  maxPollIntervalMs?: number;
+  /** Problems the worker handled itself (a dropped attempt, a reconnect); default: ignored. */
+  onEvent?: (event: WorkerEvent) => void;
+}
+
+export type WorkerEvent =
+  | { type: 'connected'; sessionId: string }
+  | { type: 'disconnected'; reason: string }
+  | { type: 'rate_limited'; attemptId: string; retryAfterMs: number }
+  | { type: 'attempt_dropped'; attemptId: string; reason: string }
+  | { type: 'completed'; attemptId: string; taskState: string }
+  | { type: 'protocol_error'; message: string };
+
+interface Waiter {
+  resolve: (frame: ServerFrame) => void;
+  reject: (error: Error) => void;
+}
+
+class SessionLost extends Error {}
+
+export class OrbitWorker {
+  private readonly options: Required<Omit<OrbitWorkerOptions, 'onEvent'>> & Pick<OrbitWorkerOptions, 'onEvent'>;
+  private socket: WebSocket | null = null;
+  private leaseSeconds = 30;
+  private running = false;
+  private stopping = false;
+  /** One outstanding request per key: `claim:<id>` or `attempt:<id>`; answers and errors carry the id. */
+  private readonly waiters = new Map<string, Waiter>();
+  /** Per attempt, operations run one after another, so an error frame maps to exactly one request. */
+  private readonly attemptChains = new Map<string, Promise<unknown>>();
+  private readonly aborts = new Map<string, AbortController>();
+  private readonly unstarted = new Set<string>();
+  private held = 0;
+  private claimCounter = 0;
+  private loop: Promise<void> | null = null;
+  private readonly inFlight = new Set<Promise<void>>();
+  private wake: (() => void) | null = null;
+
+  constructor(options: OrbitWorkerOptions) {
+    if (!/^https?:\/\//.test(options.baseUrl)) throw new Error('baseUrl must be an http(s) URL');
+    if (options.capacity < 1) throw new Error('capacity must be at least 1');
+    this.options = { maxPollIntervalMs: 1000, ...options };
+  }
+
+  /** Connects and starts claiming; resolves once the session is open. */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    await this.connect();
+    this.loop = this.claimLoop();
+  }
+
+  private emit(event: WorkerEvent): void {
+    this.options.onEvent?.(event);
+  }
+
+  private async connect(): Promise<void> {
+    const url = `${this.options.baseUrl.replace(/\/+$/, '').replace(/^http/, 'ws')}/v1/workers/connect`;
+    const socket = new WebSocket(url, { headers: { Authorization: `Bearer ${this.options.token}` } });
+    this.socket = socket;
+    await new Promise<void>((resolve, reject) => {
+      socket.once('open', () => resolve());
+      socket.once('unexpected-response', (_req, res) => reject(new Error(`worker connect refused: HTTP ${res.statusCode}`)));
+      socket.once('error', reject);
+    });
+    socket.on('message', (data, isBinary) => this.onFrame(isBinary ? '' : data.toString('utf8')));
+    socket.on('close', (code, reason) => this.onSocketClosed(`closed ${code} ${reason.toString()}`));
+    socket.on('error', () => {});
+    const welcome = await this.request('hello', {
+      type: 'hello',
+      node_id: this.options.nodeId,
+      queues: this.options.queues,
+      capacity: this.options.capacity,
+    });
+    if (welcome.type !== 'welcome') throw new Error(`expected welcome, got ${welcome.type}`);
+    this.leaseSeconds = welcome.lease_seconds;
+    this.emit({ type: 'connected', sessionId: welcome.session_id });
+  }
+
+  private send(frame: WorkerFrame): void {
+    if (!this.socket || this.socket.readyState !== WebSocket.OPEN) throw new SessionLost('the session is not connected');
+    this.socket.send(JSON.stringify(frame));
+  }
+
+  private request(key: string, frame: WorkerFrame): Promise<ServerFrame> {
+    return new Promise<ServerFrame>((resolve, reject) => {
+      this.waiters.set(key, { resolve, reject });
+      try {
+        this.send(frame);
+      } catch (error) {
+        this.waiters.delete(key);
+        reject(error as Error);
+      }
+    });
+  }
+
+  private onFrame(text: string): void {
+    let frame: ServerFrame;
+    try {
+      frame = JSON.parse(text) as ServerFrame;
+      const validate = serverFrameValidators[frame.type as (typeof SERVER_FRAME_TYPES)[number]];
+      if (!validate || !validate(frame)) throw new Error(`unexpected frame from the server: ${text.slice(0, 200)}`);
+    } catch (error) {
+      this.emit({ type: 'protocol_error', message: (error as Error).message });
+      return;
+    }
+    if (frame.type === 'cancel_requested') {
+      this.aborts.get(frame.attempt_id)?.abort('cancelled');
+      return;
+    }
+    let key: string | null = null;
+    if (frame.type === 'welcome') key = 'hello';
+    else if (frame.type === 'claimed') key = `claim:${frame.claim_id}`;
+    else if ('attempt_id' in frame && frame.attempt_id !== undefined) key = `attempt:${frame.attempt_id}`;
+    else if (frame.type === 'error' && frame.claim_id !== undefined) key = `claim:${frame.claim_id}`;
+    else if (frame.type === 'error' && this.waiters.has('hello')) key = 'hello';
+    const waiter = key === null ? undefined : this.waiters.get(key);
+    if (!waiter || key === null) {
+      if (frame.type === 'error') this.emit({ type: 'protocol_error', message: `${frame.code}: ${frame.message}` });
+      return;
+    }
+    this.waiters.delete(key);
+    waiter.resolve(frame);
+  }
+
+  private onSocketClosed(reason: string): void {
+    this.socket = null;
+    for (const [, waiter] of this.waiters) waiter.reject(new SessionLost(reason));
+    this.waiters.clear();
+    // Attempts of the lost session cannot be reported any more: their handlers are told.
+    for (const [, controller] of this.aborts) controller.abort('session lost');
+    this.emit({ type: 'disconnected', reason });
+    this.wake?.();
+  }
+
+  private async claimLoop(): Promise<void> {
+    let idleMs = 10;
+    while (this.running && !this.stopping) {
+      if (!this.socket) {
+        try {
+          await this.connect();
+        } catch {
+          await this.sleep(Math.min((idleMs *= 2), 5000));
+          continue;
+        }
+      }
+      const room = this.options.capacity - this.held;
+      if (room <= 0) {
+        await this.sleep(this.options.maxPollIntervalMs);
+        continue;
+      }
+      const claimId = `c${++this.claimCounter}`;
+      let frame: ServerFrame;
+      try {
+        frame = await this.request(`claim:${claimId}`, { type: 'claim', claim_id: claimId, max: room });
+      } catch {
+        continue;
+      }
+      if (frame.type !== 'claimed' || frame.attempts.length === 0) {
+        idleMs = Math.min(idleMs * 2, this.options.maxPollIntervalMs);
+        await this.sleep(idleMs);
+        continue;
+      }
+      idleMs = 10;
+      for (const attempt of frame.attempts) this.track(this.runAttempt(attempt));
+    }
+  }
+
+  /** Sleeps, but wakes early when capacity frees up or the worker stops. */
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  private track(work: Promise<void>): void {
+    this.inFlight.add(work);
+    void work.finally(() => {
+      this.inFlight.delete(work);
+      this.wake?.();
+    });
+  }
+
+  /** Runs `op` after the attempt's previous operation, so there is one outstanding frame per attempt. */
+  private serial<T>(attemptId: string, op: () => Promise<T>): Promise<T> {
+    const previous = this.attemptChains.get(attemptId) ?? Promise.resolve();
+    const next = previous.then(op, op);
+    this.attemptChains.set(
+      attemptId,
+      next.catch(() => {}),
+    );
+    return next;
+  }
+
+  private async runAttempt(attempt: ClaimedAttempt): Promise<void> {
+    const id = attempt.attempt_id;
+    this.held += 1;
+    this.unstarted.add(id);
+    let leaseExpiresAt = Date.parse(attempt.lease_expires_at);
+    try {
+      // Start, backing off on RATE_LIMITED while the reservation's lease lasts.
+      for (;;) {
+        if (this.stopping) {
+          await this.serial(id, () => this.request(`attempt:${id}`, { type: 'release', attempt_id: id })).catch(() => {});
+          return;
+        }
+        const answer = await this.serial(id, () => this.request(`attempt:${id}`, { type: 'start', attempt_id: id }));
+        if (answer.type === 'started') {
+          leaseExpiresAt = Date.parse(answer.lease_expires_at);
+          break;
+        }
+        if (answer.type === 'error' && answer.code === 'RATE_LIMITED') {
+          const wait = answer.retry_after_ms ?? 100;
+          this.emit({ type: 'rate_limited', attemptId: id, retryAfterMs: wait });
+          if (Date.now() + wait >= leaseExpiresAt) {
+            this.emit({ type: 'attempt_dropped', attemptId: id, reason: 'rate limited until the reservation expired' });
+            return;
+          }
+          await new Promise((r) => setTimeout(r, wait));
+          continue;
+        }
+        this.emit({ type: 'attempt_dropped', attemptId: id, reason: answer.type === 'error' ? `${answer.code}: ${answer.message}` : answer.type });
+        return;
+      }
+      this.unstarted.delete(id);
+      await this.runHandler(attempt, () => leaseExpiresAt, (at) => (leaseExpiresAt = at));
+    } catch (error) {
+      this.emit({ type: 'attempt_dropped', attemptId: id, reason: (error as Error).message });
+    } finally {
+      this.unstarted.delete(id);
+      this.attemptChains.delete(id);
+      this.held -= 1;
+    }
+  }
+
+  private async runHandler(attempt: ClaimedAttempt, lease: () => number, setLease: (at: number) => void): Promise<void> {
+    const id = attempt.attempt_id;
+    const controller = new AbortController();
+    this.aborts.set(id, controller);
+    // Renew at a third of the lease, so two renewals can fail before it runs out.
+    const renewEvery = Math.max(200, (this.leaseSeconds * 1000) / 3);
+    const renewer = setInterval(() => {
+      void this.serial(id, () => this.request(`attempt:${id}`, { type: 'renew', attempt_id: id }))
+        .then((answer) => {
+          if (answer.type === 'renewed') setLease(Date.parse(answer.lease_expires_at));
+          else if (answer.type === 'error' && answer.code === 'LEASE_LOST') controller.abort('lease lost');
+        })
+        .catch(() => {});
+    }, renewEvery);
+    try {
+      let frame: WorkerFrame;
+      try {
+        const result = await this.options.handler({
+          taskId: attempt.task_id,
+          attemptId: id,
+          attemptNumber: attempt.attempt_number,
+          queue: attempt.queue,
+          payload: attempt.payload,
+          priority: attempt.priority,
+          resourceKey: attempt.resource_key,
+          signal: controller.signal,
+        });
+        frame = { type: 'complete', attempt_id: id, outcome: 'succeeded', ...(result === undefined ? {} : { result }) };
+      } catch (error) {
+        const err = error as { message?: string; name?: string; retryable?: boolean };
+        const description = { message: String(err?.message ?? error), ...(err?.name ? { name: err.name } : {}) };
+        if (controller.signal.aborted && controller.signal.reason === 'cancelled') {
+          frame = { type: 'complete', attempt_id: id, outcome: 'cancelled', error: description };
+        } else {
+          frame = { type: 'complete', attempt_id: id, outcome: 'failed', error: description, retryable: err?.retryable !== false };
+        }
+      }
+      if (Date.now() >= lease()) {
+        this.emit({ type: 'attempt_dropped', attemptId: id, reason: 'the lease ran out before the result' });
+        return;
+      }
+      const answer = await this.serial(id, () => this.request(`attempt:${id}`, frame));
+      if (answer.type === 'completed') this.emit({ type: 'completed', attemptId: id, taskState: answer.task_state });
+      else this.emit({ type: 'attempt_dropped', attemptId: id, reason: answer.type === 'error' ? `${answer.code}: ${answer.message}` : answer.type });
+    } finally {
+      clearInterval(renewer);
+      this.aborts.delete(id);
+    }
+  }
+
+  /**
+   * Graceful shutdown: no more claims; reservations not started yet are released; running
+   * handlers get `timeoutMs` to finish (then their signals are aborted), and the session closes.
+   */
+  async stop({ timeoutMs = 30_000 }: { timeoutMs?: number } = {}): Promise<void> {
+    if (!this.running) return;
+    this.stopping = true;
+    this.wake?.();
+    await this.loop;
+    const all = Promise.allSettled([...this.inFlight]);
+    const timer = new Promise((r) => setTimeout(r, timeoutMs));
+    await Promise.race([all, timer]);
+    for (const [, controller] of this.aborts) controller.abort('worker stopping');
+    await Promise.race([all, new Promise((r) => setTimeout(r, 1000))]);
+    this.running = false;
+    const socket = this.socket;
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      await new Promise<void>((resolve) => {
+        socket.once('close', () => resolve());
+        socket.close(1000, 'worker stopped');
+        setTimeout(resolve, 2000);
+      });
+    }
+  }
+
+  /** Attempts held right now (reserved or running). */
+  get heldAttempts(): number {
+    return this.held;
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * The recovery loop that every server process runs: expired reservations and leases, WAITING
+ * tasks past their deadline, and sessions of servers that died. Processes do not coordinate:
+ * SKIP LOCKED and re-checks under locks make concurrent rounds safe and each release happen once.
+ */
+import type { Logger } from '../log.ts';
+import type { Metrics } from '../metrics.ts';
+import type { Database } from '../store/database.ts';
+import { expireDeadlines, recoverExpiredAttempts } from '../store/recovery.ts';
+import { sessionCloseStale } from '../store/sessions.ts';
+
+export interface RecoveryLoopOptions {
+  db: Database;
+  log: Logger;
+  metrics: Metrics;
+  intervalMs: number;
+  leaseSeconds: number;
+  batchSize?: number;
+}
+
+export class RecoveryLoop {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+  private busyAttempts = new Set<string>();
+  private busyDeadlines = new Set<string>();
+
+  constructor(private readonly options: RecoveryLoopOptions) {}
+
+  start(): void {
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    // Jitter keeps processes started together from hitting the same rows in lockstep.
+    const delay = this.options.intervalMs * (0.75 + Math.random() * 0.5);
+    this.timer = setTimeout(() => {
+      this.running = this.round().finally(() => {
+        this.running = null;
+        this.schedule();
+      });
+    }, delay);
+    this.timer.unref();
+  }
+
+  /** One round; exported for tests that want recovery now. */
+  async round(): Promise<void> {
+    const { db, log, metrics } = this.options;
+    const limit = this.options.batchSize ?? 200;
+    try {
+      const attempts = await recoverExpiredAttempts(db, { limit, waitFor: this.busyAttempts });
+      this.busyAttempts = new Set(attempts.busy);
+      const deadlines = await expireDeadlines(db, { limit, waitFor: this.busyDeadlines });
+      this.busyDeadlines = new Set(deadlines.busy);
+      const sessions = await sessionCloseStale(db, this.options.leaseSeconds * 3);
+      if (attempts.expired_reservation) metrics.recoveries.inc({ kind: 'expired_reservation' }, attempts.expired_reservation);
+      if (attempts.expired_lease) metrics.recoveries.inc({ kind: 'expired_lease' }, attempts.expired_lease);
+      if (deadlines.deadline) metrics.recoveries.inc({ kind: 'deadline' }, deadlines.deadline);
+      if (sessions) metrics.recoveries.inc({ kind: 'stale_session' }, sessions);
+      if (attempts.expired_reservation + attempts.expired_lease + deadlines.deadline + sessions > 0) {
+        log.info({ ...attempts, deadline: deadlines.deadline, stale_sessions: sessions, busy: undefined }, 'recovered');
+      }
+    } catch (error) {
+      log.warn({ err: error }, 'recovery round failed; retrying next round');
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+}

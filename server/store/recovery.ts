@@ -1,0 +1,103 @@
+/**
+ * What the recovery loop does, one batch at a time. Candidates are found with plain reads
+ * (no lock), grouped by application, and settled in one transaction per application that takes
+ * the locks in lock order and re-checks every condition under them. A busy application row is
+ * passed over with SKIP LOCKED (the next round tries again, then waits for it), so recovery
+ * never queues up behind a hot application. Nothing here looks at credentials or `enabled`:
+ * disabled applications are recovered like any other.
+ */
+import { idToHex, type IdBytes } from '../ids.ts';
+import { attemptExpireBatch, type ExpiryKind } from './attempt-results.ts';
+import type { AttemptRef } from './attempts.ts';
+import { counterAdjustSql } from './counters.ts';
+import type { Database } from './database.ts';
+
+function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const row of rows) {
+    const key = idToHex(row.application_id);
+    groups.set(key, [...(groups.get(key) ?? []), row]);
+  }
+  return groups;
+}
+
+export interface RecoveryCounts {
+  expired_reservation: number;
+  expired_lease: number;
+  deadline: number;
+  /** Applications whose row was busy this round. */
+  busy: string[];
+}
+
+/**
+ * @param waitFor applications skipped as busy last round: this round waits for their row
+ * instead of skipping it again, so a constantly busy application is still recovered.
+ */
+export async function recoverExpiredAttempts(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
+  const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
+  const rows = await db.rows<{ application_id: Buffer; attempt_id: Buffer; task_id: Buffer; queue_id: Buffer }>(
+    `SELECT application_id, attempt_id, task_id, queue_id FROM orbit_attempts
+      WHERE state IN ('RESERVED', 'RUNNING') AND lease_expires_at <= NOW(6)
+      ORDER BY lease_expires_at LIMIT ?`,
+    [params.limit],
+  );
+  for (const [applicationHex, group] of groupByApplication(rows)) {
+    const refs: AttemptRef[] = group.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id }));
+    const result = await attemptExpireBatch(db, {
+      applicationId: Buffer.from(applicationHex, 'hex'),
+      refs,
+      skipLockedApplication: !params.waitFor.has(applicationHex),
+    });
+    if (!result) {
+      counts.busy.push(applicationHex);
+      continue;
+    }
+    for (const answer of result.answers) if (answer) counts[answer as ExpiryKind] += 1;
+  }
+  return counts;
+}
+
+/** WAITING tasks past their deadline → EXPIRED (one unfinished slot back at both levels). */
+export async function expireDeadlines(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
+  const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
+  const rows = await db.rows<{ application_id: Buffer; queue_id: Buffer; task_id: Buffer }>(
+    "SELECT application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ?",
+    [params.limit],
+  );
+  for (const [applicationHex, group] of groupByApplication(rows)) {
+    const applicationId: IdBytes = Buffer.from(applicationHex, 'hex');
+    const skip = !params.waitFor.has(applicationHex);
+    const expired = await db.transaction(async (tx) => {
+      const queueIds = [...new Map(group.map((r) => [idToHex(r.queue_id), r.queue_id])).values()].sort(Buffer.compare);
+      const taskIds = group.map((r) => r.task_id).sort(Buffer.compare);
+      const [app, , tasks] = (await tx.batch(
+        `SELECT NOW(6) AS now FROM orbit_application_resources WHERE application_id = ? FOR UPDATE${skip ? ' SKIP LOCKED' : ''};
+         SELECT queue_id FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE;
+         SELECT task_id, queue_id FROM orbit_tasks
+          WHERE task_id IN (${taskIds.map(() => '?').join(', ')}) AND state = 'WAITING' AND deadline_at <= NOW(6)
+          ORDER BY task_id FOR UPDATE`,
+        [applicationId, ...queueIds, ...taskIds],
+      )) as [Array<{ now: string }>, unknown, Array<{ task_id: Buffer; queue_id: Buffer }>];
+      if (!app[0]) return null;
+      if (tasks.length === 0) return 0;
+      const statements = [
+        `UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ?, updated_at = ?, error = COALESCE(error, ?)
+          WHERE task_id IN (${tasks.map(() => '?').join(', ')})`,
+      ];
+      const args: unknown[] = [app[0].now, app[0].now, JSON.stringify({ code: 'DEADLINE_EXCEEDED', message: 'the task reached its deadline before it finished' }), ...tasks.map((t) => t.task_id)];
+      const perQueue = new Map<string, number>();
+      for (const t of tasks) perQueue.set(idToHex(t.queue_id), (perQueue.get(idToHex(t.queue_id)) ?? 0) + 1);
+      for (const [queueHex, n] of perQueue) {
+        // counterAdjustSql covers the application row too; one call per queue, application once in total.
+        const { sql, params } = counterAdjustSql(applicationId, Buffer.from(queueHex, 'hex'), { unfinished: -n });
+        statements.push(sql);
+        args.push(...params);
+      }
+      await tx.batch(statements.join(';\n'), args);
+      return tasks.length;
+    });
+    if (expired === null) counts.busy.push(applicationHex);
+    else counts.deadline += expired;
+  }
+  return counts;
+}

@@ -1,0 +1,157 @@
+/**
+ * Worker sessions of this server process: the WebSocket upgrade, group commit of Starts and
+ * results per application, the heartbeat that keeps this process's sessions alive in the
+ * database, and `cancel_requested` notifications for running attempts whose task was cancelled
+ * (the cancel may have arrived at any server process; the database tells).
+ */
+import type { Context } from 'hono';
+import type { UpgradeWebSocket } from 'hono/ws';
+import { OrbitError, invalidArgument } from '../errors.ts';
+import { idToHex, type IdBytes } from '../ids.ts';
+import type { Principal } from '../domain/principal.ts';
+import { KeyedBatcher } from '../domain/batcher.ts';
+import type { Logger } from '../log.ts';
+import type { Metrics } from '../metrics.ts';
+import type { Database } from '../store/database.ts';
+import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts.ts';
+import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempt-results.ts';
+import { sessionHeartbeat, sessionMarkClosed } from '../store/sessions.ts';
+import { WorkerSession } from './session.ts';
+
+export interface WorkerGatewayOptions {
+  db: Database;
+  log: Logger;
+  metrics: Metrics;
+  leaseSeconds: number;
+  /** How often running attempts of this process's sessions are checked for a cancel intent. */
+  cancelPollMs?: number;
+}
+
+export class WorkerGateway {
+  readonly db: Database;
+  readonly log: Logger;
+  readonly metrics: Metrics;
+  readonly leaseSeconds: number;
+  private upgradeWebSocket: UpgradeWebSocket<unknown> | null = null;
+  private readonly sessions = new Map<string, WorkerSession>();
+  private readonly starts: KeyedBatcher<StartItem, StartAnswer>;
+  private readonly completes: KeyedBatcher<CompleteItem, CompleteAnswer>;
+  private readonly timers: NodeJS.Timeout[] = [];
+  private readonly closing = new Set<Promise<void>>();
+
+  constructor(options: WorkerGatewayOptions) {
+    this.db = options.db;
+    this.log = options.log;
+    this.metrics = options.metrics;
+    this.leaseSeconds = options.leaseSeconds;
+    const timed = <T>(operation: string, work: () => Promise<T>) => {
+      const end = this.metrics.transactionSeconds.startTimer({ operation });
+      return work().finally(end);
+    };
+    this.starts = new KeyedBatcher(
+      (applicationHex, items) => timed('start', () => attemptStartBatch(this.db, { applicationId: Buffer.from(applicationHex, 'hex'), items, leaseSeconds: this.leaseSeconds })),
+      { maxBatch: 128, maxInFlight: 1 },
+    );
+    this.completes = new KeyedBatcher(
+      (applicationHex, items) => timed('complete', async () => (await attemptCompleteBatch(this.db, { applicationId: Buffer.from(applicationHex, 'hex'), items })).answers),
+      { maxBatch: 128, maxInFlight: 1 },
+    );
+    const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));
+    const cancels = setInterval(() => void this.notifyCancellations(), options.cancelPollMs ?? 250);
+    heartbeat.unref();
+    cancels.unref();
+    this.timers.push(heartbeat, cancels);
+  }
+
+  /** Set once the Node WebSocket adapter exists (it needs the Hono app, which needs this gateway). */
+  attach(upgradeWebSocket: UpgradeWebSocket<unknown>): void {
+    this.upgradeWebSocket = upgradeWebSocket;
+  }
+
+  /** The handler of `GET /v1/workers/connect`, after authentication and the `workers:consume` check. */
+  async connect(c: Context, principal: Principal): Promise<Response> {
+    if (c.req.header('Upgrade')?.toLowerCase() !== 'websocket') throw invalidArgument('Upgrade', 'must be websocket: this is the worker WebSocket endpoint (see asyncapi.yaml)', 'header');
+    if (!this.upgradeWebSocket) throw new OrbitError('UNAVAILABLE', 'worker sessions are not served by this process');
+    let session: WorkerSession | null = null;
+    const middleware = this.upgradeWebSocket(() => ({
+      onOpen: (_event, ws) => {
+        session = new WorkerSession(this, principal, ws);
+      },
+      onMessage: (event) => {
+        void session?.onMessage(event.data);
+      },
+      onClose: () => {
+        const closing = session?.onClose();
+        if (closing) {
+          this.closing.add(closing);
+          void closing.finally(() => this.closing.delete(closing));
+        }
+      },
+    }));
+    const response = await middleware(c, async () => {});
+    return response ?? new Response(null, { status: 500 });
+  }
+
+  register(session: WorkerSession): void {
+    const key = session.sessionHex;
+    if (key) this.sessions.set(key, session);
+    this.metrics.workerSessions.set(this.sessions.size);
+  }
+
+  /** Called when a session's socket closed: give back its unstarted reservations and close its row. */
+  async unregister(session: WorkerSession): Promise<void> {
+    const info = session.info;
+    if (!info) return;
+    this.sessions.delete(idToHex(info.sessionId));
+    this.metrics.workerSessions.set(this.sessions.size);
+    try {
+      const released = await sessionReleaseReservations(this.db, { applicationId: info.principal.applicationId, sessionId: info.sessionId });
+      if (released > 0) this.metrics.releases.inc(released);
+      await sessionMarkClosed(this.db, info.sessionId);
+    } catch (error) {
+      // Recovery gives the reservations back when their leases run out.
+      this.log.warn({ err: error, session: idToHex(info.sessionId) }, 'closing a session failed; recovery will release its reservations');
+    }
+  }
+
+  start(applicationId: IdBytes, item: StartItem): Promise<StartAnswer> {
+    return this.starts.submit(idToHex(applicationId), item);
+  }
+
+  complete(applicationId: IdBytes, item: CompleteItem): Promise<CompleteAnswer> {
+    return this.completes.submit(idToHex(applicationId), item);
+  }
+
+  private async heartbeat(): Promise<void> {
+    const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
+    await sessionHeartbeat(this.db, ids).catch((error: unknown) => this.log.warn({ err: error }, 'session heartbeat failed'));
+  }
+
+  private notifying = false;
+
+  private async notifyCancellations(): Promise<void> {
+    if (this.notifying || this.sessions.size === 0) return;
+    this.notifying = true;
+    try {
+      const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
+      const rows = await this.db.rows<{ attempt_id: Buffer; session_id: Buffer }>(
+        `SELECT a.attempt_id, a.session_id FROM orbit_attempts a JOIN orbit_tasks t ON t.task_id = a.task_id
+          WHERE a.session_id IN (${ids.map(() => '?').join(', ')}) AND a.state = 'RUNNING' AND a.cancel_notified = 0 AND t.cancel_requested = 1`,
+        ids,
+      );
+      if (rows.length === 0) return;
+      await this.db.exec(`UPDATE orbit_attempts SET cancel_notified = 1 WHERE attempt_id IN (${rows.map(() => '?').join(', ')})`, rows.map((r) => r.attempt_id));
+      for (const row of rows) this.sessions.get(idToHex(row.session_id))?.send({ type: 'cancel_requested', attempt_id: idToHex(row.attempt_id) });
+    } catch (error) {
+      this.log.warn({ err: error }, 'cancel notification round failed');
+    } finally {
+      this.notifying = false;
+    }
+  }
+
+  /** Stops the loops and waits for sessions that are closing to give back their reservations. */
+  async close(): Promise<void> {
+    for (const timer of this.timers) clearInterval(timer);
+    await Promise.allSettled([...this.closing]);
+  }
+}

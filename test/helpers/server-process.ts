@@ -1,0 +1,80 @@
+/**
+ * Real `orbit-server` processes (bin/orbit-server.mjs) on a test database, for tests that must
+ * prove behaviour across processes. Each listens on a free port and reports its URL in its
+ * "listening" log line.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { createInterface } from 'node:readline';
+
+const BIN = fileURLToPath(new URL('../../bin/orbit-server.mjs', import.meta.url));
+
+export interface ServerProcess {
+  url: string;
+  child: ChildProcess;
+  /** Log lines seen so far (JSON objects). */
+  logs: Array<Record<string, unknown>>;
+  /** SIGTERM and wait for the exit. */
+  stop(): Promise<void>;
+  /** SIGKILL: no shutdown work at all, like a crash. */
+  kill(): Promise<void>;
+}
+
+export async function startServerProcess(databaseUrl: string, env: Record<string, string> = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [BIN], {
+    env: { ...process.env, ORBIT_DATABASE_URL: databaseUrl, ORBIT_LISTEN: '127.0.0.1:0', ORBIT_LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: Array<Record<string, unknown>> = [];
+  const stderr: string[] = [];
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`orbit-server did not start in 30 s: ${stderr.join('')}`)), 30_000);
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      let entry: Record<string, unknown>;
+      try {
+        entry = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        return;
+      }
+      logs.push(entry);
+      if (entry.msg === 'listening' && typeof entry.url === 'string') {
+        clearTimeout(timer);
+        resolve(entry.url);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`orbit-server exited with ${code}: ${stderr.join('')}`));
+    });
+  });
+  return {
+    url,
+    child,
+    logs,
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+    async kill() {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+/** A small HTTP client for raw requests against a server process. */
+export async function call(
+  url: string,
+  method: string,
+  path: string,
+  options: { token: string; key?: string; body?: unknown },
+): Promise<{ status: number; body: any; headers: Headers }> {
+  const headers: Record<string, string> = { Authorization: `Bearer ${options.token}` };
+  if (options.key !== undefined) headers['Idempotency-Key'] = options.key;
+  if (options.body !== undefined) headers['Content-Type'] = 'application/json';
+  const response = await fetch(`${url}${path}`, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined, headers: response.headers };
+}

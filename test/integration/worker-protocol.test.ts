@@ -1,0 +1,427 @@
+/**
+ * The worker protocol with raw WebSocket frames against a real server: every frame, strict
+ * validation, windows, leases, results, cancellation and recovery.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { call } from '../helpers/server-process.ts';
+import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
+import { startServer, type RunningServer } from '../../server/server.ts';
+import { loadConfig } from '../../server/config.ts';
+import { silentLogger } from '../../server/log.ts';
+
+const LEASE_SECONDS = 2;
+
+describe('worker protocol', () => {
+  let t: TestDatabase;
+  let server: RunningServer;
+  let tenant: TestTenant;
+  let keyCounter = 0;
+
+  before(async () => {
+    t = await freshDatabase('worker');
+    tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio'], resourceAccess: true });
+    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
+  });
+  after(async () => {
+    await server.close();
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  const http = (method: string, path: string, body?: unknown) =>
+    call(server.url, method, path, { token: tenant.token, key: method === 'POST' ? `k-${++keyCounter}` : undefined, body });
+  async function submit(queue: string, body: Record<string, unknown> = {}) {
+    const r = await http('POST', `/v1/queues/${queue}/tasks`, { payload: { n: keyCounter }, ...body });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.data.task;
+  }
+  const task = async (id: string) => (await http('GET', `/v1/tasks/${id}`)).body.data;
+  const resources = async () => (await http('GET', '/v1/application/resources')).body.data;
+  const queue = async (name: string) => (await http('GET', `/v1/queues/${name}`)).body.data;
+  async function configureQueue(name: string, patch: Record<string, unknown>) {
+    const q = await queue(name);
+    const r = await http('POST', `/v1/queues/${name}:configure`, {
+      expected_revision: q.revision,
+      reason: 'test',
+      max_unfinished_tasks: q.max_unfinished_tasks,
+      max_concurrency: q.max_concurrency,
+      rate_per_second: q.rate_per_second,
+      key_concurrency: q.key_concurrency,
+      paused: q.paused,
+      ...patch,
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  }
+  async function open(queues: string[], capacity = 10, nodeId = 'node-1'): Promise<RawSession> {
+    const s = await connectRaw(server.url, tenant.token);
+    const welcome = await s.request({ type: 'hello', node_id: nodeId, queues, capacity });
+    assert.equal(welcome.type, 'welcome', JSON.stringify(welcome));
+    assert.equal(welcome.lease_seconds, LEASE_SECONDS);
+    return s;
+  }
+  let claimCounter = 0;
+  const claim = async (s: RawSession, max: number) => {
+    const answer = await s.request({ type: 'claim', claim_id: `c${++claimCounter}`, max });
+    assert.equal(answer.type, 'claimed', JSON.stringify(answer));
+    return answer.attempts as any[];
+  };
+
+  test('the upgrade is authenticated like HTTP', async () => {
+    await assert.rejects(connectRaw(server.url, null), (e: any) => e.status === 401);
+    await assert.rejects(connectRaw(server.url, 'orbit_nope'), (e: any) => e.status === 401);
+    const noConsume = await createCredential(t.db, tenant, ['tasks:read']);
+    await assert.rejects(connectRaw(server.url, noConsume), (e: any) => e.status === 403);
+    const plain = await fetch(`${server.url}/v1/workers/connect`, { headers: { Authorization: `Bearer ${tenant.token}` } });
+    assert.equal(plain.status, 400);
+    assert.equal((await plain.json()).error.details.field, 'Upgrade');
+  });
+
+  test('bad frames get an error frame naming the field, and the session stays open', async () => {
+    const s = await connectRaw(server.url, tenant.token);
+    const cases: Array<[string, string]> = [
+      ['not json', 'frame'],
+      ['[]', 'frame'],
+      ['{"node_id":"x"}', 'type'],
+      ['{"type":"bogus"}', 'type'],
+      ['{"type":"hello","node_id":"n","queues":["jobs"],"capacity":1,"extra":1}', 'extra'],
+      ['{"type":"hello","node_id":"n","queues":["jobs"],"Capacity":1}', 'Capacity'],
+      ['{"type":"hello","node_id":"n","queues":["jobs"],"capacity":null}', 'capacity'],
+      ['{"type":"hello","node_id":"n","queues":["jobs"],"capacity":0}', 'capacity'],
+      ['{"type":"hello","node_id":"n","queues":["jobs"],"capacity":1,"capacity":2}', 'capacity'],
+      ['{"type":"hello","node_id":"n","queues":["Jobs"],"capacity":1}', 'queues[0]'],
+      ['{"type":"claim","claim_id":"c","max":1}', 'STATE_CONFLICT'],
+      ['{"type":"hello","node_id":"n","queues":["missing"],"capacity":1}', 'queues[0]'],
+    ];
+    for (const [text, field] of cases) {
+      s.sendText(text);
+      const frame = await s.next();
+      assert.equal(frame.type, 'error', text);
+      if (field === 'STATE_CONFLICT') assert.equal(frame.code, 'STATE_CONFLICT', text);
+      else {
+        assert.ok(frame.code === 'INVALID_ARGUMENT' || frame.code === 'NOT_FOUND', `${text}: ${JSON.stringify(frame)}`);
+        assert.equal(frame.details?.field, field, `${text}: ${JSON.stringify(frame)}`);
+      }
+    }
+    const welcome = await s.request({ type: 'hello', node_id: 'n', queues: ['jobs'], capacity: 1 });
+    assert.equal(welcome.type, 'welcome');
+    const again = await s.request({ type: 'hello', node_id: 'n', queues: ['jobs'], capacity: 1 });
+    assert.equal(again.code, 'STATE_CONFLICT');
+    const unknownAttempt = await s.request({ type: 'start', attempt_id: '0'.repeat(32) });
+    assert.equal(unknownAttempt.code, 'LEASE_LOST');
+    assert.equal(unknownAttempt.attempt_id, '0'.repeat(32));
+    await s.close();
+  });
+
+  test('claim → start → renew → complete, with counters at both levels', async () => {
+    const submitted = await submit('jobs', { payload: { hello: 'world' } });
+    const s = await open(['jobs']);
+    const [attempt, ...rest] = await claim(s, 5);
+    assert.equal(rest.length, 0);
+    assert.equal(attempt.task_id, submitted.task_id);
+    assert.deepEqual(attempt.payload, { hello: 'world' });
+    assert.equal(attempt.attempt_number, 1);
+    assert.equal((await task(submitted.task_id)).state, 'LEASED');
+    assert.equal((await task(submitted.task_id)).attempts, 0, 'a reservation is not an attempt');
+    let r = await resources();
+    assert.deepEqual([r.active_attempts, r.pending_starts], ['1', '1']);
+    let q = await queue('jobs');
+    assert.deepEqual([q.active_attempts, q.pending_starts], ['1', '1']);
+
+    const started = await s.request({ type: 'start', attempt_id: attempt.attempt_id });
+    assert.equal(started.type, 'started');
+    const [windowBefore] = await t.db.rows<{ window_starts: number }>('SELECT window_starts FROM orbit_application_resources');
+    const duplicate = await s.request({ type: 'start', attempt_id: attempt.attempt_id });
+    assert.equal(duplicate.type, 'started', 'a repeated Start answers again');
+    assert.equal(duplicate.lease_expires_at, started.lease_expires_at);
+    const [windowAfter] = await t.db.rows<{ window_starts: number }>('SELECT window_starts FROM orbit_application_resources');
+    assert.equal(windowAfter?.window_starts, windowBefore?.window_starts, 'and is not counted');
+    assert.equal((await task(submitted.task_id)).state, 'RUNNING');
+    assert.equal((await task(submitted.task_id)).attempts, 1);
+    r = await resources();
+    assert.deepEqual([r.active_attempts, r.pending_starts], ['1', '0']);
+
+    await new Promise((res) => setTimeout(res, 50));
+    const renewed = await s.request({ type: 'renew', attempt_id: attempt.attempt_id });
+    assert.equal(renewed.type, 'renewed');
+    assert.ok(Date.parse(renewed.lease_expires_at) > Date.parse(started.lease_expires_at));
+
+    const completed = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'succeeded', result: { answer: 42, nested: { n: null } } });
+    assert.deepEqual(completed, { type: 'completed', attempt_id: attempt.attempt_id, task_state: 'SUCCEEDED' });
+    const done = await task(submitted.task_id);
+    assert.equal(done.state, 'SUCCEEDED');
+    assert.deepEqual(done.result, { answer: 42, nested: { n: null } });
+    assert.ok(done.finished_at);
+    r = await resources();
+    assert.deepEqual([r.unfinished_tasks, r.active_attempts, r.pending_starts], ['0', '0', '0']);
+    q = await queue('jobs');
+    assert.deepEqual([q.unfinished_tasks, q.active_attempts, q.pending_starts], ['0', '0', '0']);
+    const again = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'succeeded' });
+    assert.equal(again.code, 'LEASE_LOST', 'the attempt is no longer held');
+    await s.close();
+    await assertCountersMatchRecount(t.db);
+  });
+
+  test('complete before start is refused; release gives the reservation back without counting an attempt', async () => {
+    const submitted = await submit('jobs');
+    const s = await open(['jobs']);
+    const [attempt] = await claim(s, 1);
+    const early = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'succeeded' });
+    assert.equal(early.code, 'STATE_CONFLICT');
+    const released = await s.request({ type: 'release', attempt_id: attempt.attempt_id });
+    assert.deepEqual(released, { type: 'released', attempt_id: attempt.attempt_id });
+    const back = await task(submitted.task_id);
+    assert.equal(back.state, 'WAITING');
+    assert.equal(back.attempts, 0);
+    const [again] = await claim(s, 1);
+    assert.equal(again.task_id, submitted.task_id);
+    assert.equal(again.attempt_number, 1, 'the released reservation was not an attempt');
+    await s.request({ type: 'start', attempt_id: again.attempt_id });
+    const lateRelease = await s.request({ type: 'release', attempt_id: again.attempt_id });
+    assert.equal(lateRelease.code, 'STATE_CONFLICT');
+    await s.request({ type: 'complete', attempt_id: again.attempt_id, outcome: 'succeeded' });
+    await s.close();
+  });
+
+  test('a retryable failure waits with backoff and runs again; a non-retryable one fails', async () => {
+    const retried = await submit('jobs', { max_attempts: 2 });
+    const s = await open(['jobs']);
+    const [first] = await claim(s, 1);
+    await s.request({ type: 'start', attempt_id: first.attempt_id });
+    const failed = await s.request({ type: 'complete', attempt_id: first.attempt_id, outcome: 'failed', error: { message: 'boom' }, retryable: true });
+    assert.equal(failed.task_state, 'WAITING');
+    const waiting = await task(retried.task_id);
+    assert.equal(waiting.attempts, 1);
+    assert.deepEqual(waiting.error, { message: 'boom' });
+    assert.ok(Date.parse(waiting.available_at) >= Date.now() + 500, 'exponential backoff: the first retry waits about a second');
+    assert.deepEqual(await claim(s, 1), [], 'not claimable during backoff');
+    await new Promise((res) => setTimeout(res, Date.parse(waiting.available_at) - Date.now() + 50));
+    const [second] = await claim(s, 1);
+    assert.equal(second.task_id, retried.task_id);
+    assert.equal(second.attempt_number, 2);
+    await s.request({ type: 'start', attempt_id: second.attempt_id });
+    const last = await s.request({ type: 'complete', attempt_id: second.attempt_id, outcome: 'failed', retryable: true });
+    assert.equal(last.task_state, 'FAILED', 'no attempts left');
+    const r = await resources();
+    assert.deepEqual([r.unfinished_tasks, r.active_attempts], ['0', '0']);
+    await s.close();
+  });
+
+  test('cancellation: WAITING and LEASED at once; RUNNING records the intent, tells the worker, and releases on the result', async () => {
+    const s = await open(['jobs']);
+    const waiting = await submit('jobs', { delay_seconds: 60 });
+    const c1 = await http('POST', `/v1/tasks/${waiting.task_id}:cancel`, { reason: 'not needed' });
+    assert.equal(c1.body.data.task.state, 'CANCELLED');
+
+    const leased = await submit('jobs');
+    const [reservation] = await claim(s, 1);
+    assert.equal(reservation.task_id, leased.task_id);
+    const c2 = await http('POST', `/v1/tasks/${leased.task_id}:cancel`, { reason: 'not needed' });
+    assert.equal(c2.body.data.task.state, 'CANCELLED');
+    const lost = await s.request({ type: 'start', attempt_id: reservation.attempt_id });
+    assert.equal(lost.code, 'LEASE_LOST');
+    let r = await resources();
+    assert.deepEqual([r.active_attempts, r.pending_starts], ['0', '0']);
+
+    const running = await submit('jobs');
+    const [attempt] = await claim(s, 1);
+    await s.request({ type: 'start', attempt_id: attempt.attempt_id });
+    const c3 = await http('POST', `/v1/tasks/${running.task_id}:cancel`, { reason: 'stop it' });
+    assert.equal(c3.body.data.task.state, 'RUNNING');
+    assert.equal(c3.body.data.task.cancel_requested, true);
+    const notice = await s.next((f) => f.type === 'cancel_requested');
+    assert.equal(notice.attempt_id, attempt.attempt_id);
+    r = await resources();
+    assert.equal(r.active_attempts, '1', 'concurrency is held until the authoritative result');
+    const done = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'cancelled', error: { message: 'stopped' } });
+    assert.equal(done.task_state, 'CANCELLED');
+    r = await resources();
+    assert.deepEqual([r.unfinished_tasks, r.active_attempts, r.pending_starts], ['0', '0', '0']);
+    const terminal = await http('POST', `/v1/tasks/${running.task_id}:cancel`, { reason: 'again' });
+    assert.equal(terminal.status, 409);
+    assert.equal(terminal.body.error.code, 'STATE_CONFLICT');
+    await s.close();
+  });
+
+  test('lease expiry of a running attempt with a cancel intent → NEEDS_REVIEW (still unfinished) → resolve', async () => {
+    const submitted = await submit('jobs');
+    const s = await open(['jobs']);
+    const [attempt] = await claim(s, 1);
+    await s.request({ type: 'start', attempt_id: attempt.attempt_id });
+    await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'stop it' });
+    assert.equal((await s.next((f) => f.type === 'cancel_requested')).attempt_id, attempt.attempt_id);
+    // The worker goes silent: no renew, no result.
+    const review = await waitFor(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'NEEDS_REVIEW' ? current : null;
+    }, (LEASE_SECONDS + 3) * 1000);
+    assert.equal(review.cancel_requested, true);
+    const r = await resources();
+    assert.deepEqual([r.unfinished_tasks, r.active_attempts], ['1', '0'], 'review keeps its unfinished slot; the attempt is released');
+    const late = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'succeeded' });
+    assert.equal(late.code, 'LEASE_LOST');
+    const resolved = await http('POST', `/v1/tasks/${submitted.task_id}:resolve`, { outcome: 'succeeded', reason: 'checked by hand', result: { verified: true } });
+    assert.equal(resolved.status, 200, JSON.stringify(resolved.body));
+    assert.equal(resolved.body.data.task.state, 'SUCCEEDED');
+    assert.equal((await resources()).unfinished_tasks, '0');
+    await s.close();
+  });
+
+  test('lease expiry of a running attempt with on_unknown_outcome=retry waits again; an expired reservation is not an attempt', async () => {
+    const submitted = await submit('jobs');
+    const s = await open(['jobs']);
+    const [attempt] = await claim(s, 1);
+    // Reservation expires unstarted.
+    const back = await waitFor(async () => ((await task(submitted.task_id)).state === 'WAITING' ? true : null), (LEASE_SECONDS + 3) * 1000);
+    assert.equal(back, true);
+    assert.equal((await task(submitted.task_id)).attempts, 0);
+    assert.equal((await s.request({ type: 'start', attempt_id: attempt.attempt_id })).code, 'LEASE_LOST');
+    const [second] = await claim(s, 1);
+    assert.equal(second.attempt_number, 1);
+    await s.request({ type: 'start', attempt_id: second.attempt_id });
+    const retried = await waitFor(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'WAITING' ? current : null;
+    }, (LEASE_SECONDS + 3) * 1000);
+    assert.equal(retried.attempts, 1);
+    assert.equal(retried.error.code, 'LEASE_EXPIRED');
+    await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'cleanup' });
+    await s.close();
+  });
+
+  test('deadlines: a WAITING task past its deadline expires', async () => {
+    const submitted = await submit('other', { deadline_seconds: 1 });
+    const expired = await waitFor(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'EXPIRED' ? current : null;
+    }, 5000);
+    assert.equal(expired.error.code, 'DEADLINE_EXCEEDED');
+    assert.equal((await queue('other')).unfinished_tasks, '0');
+  });
+
+  test('start windows: after lowering the rate, a reservation gets RATE_LIMITED with retry_after_ms, then starts in a later window', async () => {
+    await configureQueue('rated', { rate_per_second: 2 });
+    await submit('rated');
+    await submit('rated');
+    await submit('rated');
+    const s = await open(['rated']);
+    const attempts = await claim(s, 3);
+    assert.equal(attempts.length, 2, 'pending starts hold window room: a claim reserves at most the rate');
+    assert.equal((await s.request({ type: 'start', attempt_id: attempts[0].attempt_id })).type, 'started');
+    await configureQueue('rated', { rate_per_second: 1 });
+    const limited = await s.request({ type: 'start', attempt_id: attempts[1].attempt_id });
+    assert.equal(limited.type, 'error');
+    assert.equal(limited.code, 'RATE_LIMITED');
+    assert.equal(limited.attempt_id, attempts[1].attempt_id);
+    assert.ok(limited.retry_after_ms > 0 && limited.retry_after_ms <= 1000);
+    assert.equal((await queue('rated')).pending_starts, '1', 'the reservation stays');
+    await new Promise((res) => setTimeout(res, limited.retry_after_ms + 20));
+    assert.equal((await s.request({ type: 'start', attempt_id: attempts[1].attempt_id })).type, 'started');
+    for (const a of attempts) await s.request({ type: 'complete', attempt_id: a.attempt_id, outcome: 'succeeded' });
+    const [third] = await waitFor(async () => {
+      const got = await claim(s, 3);
+      return got.length > 0 ? got : null;
+    }, 3000);
+    await s.request({ type: 'start', attempt_id: third.attempt_id });
+    await s.request({ type: 'complete', attempt_id: third.attempt_id, outcome: 'succeeded' });
+    await s.close();
+  });
+
+  test('claims respect session capacity, queue concurrency, pause, keyed permits and priority', async () => {
+    for (let i = 0; i < 4; i++) await submit('prio', { priority: i * 3 > 9 ? 9 : i * 3 });
+    const s = await open(['prio'], 2);
+    const firstTwo = await claim(s, 10);
+    assert.equal(firstTwo.length, 2, 'session capacity');
+    assert.deepEqual(firstTwo.map((a) => a.priority), [9, 6], 'highest priority first');
+    assert.deepEqual(await claim(s, 10), [], 'capacity used up');
+    for (const a of firstTwo) await s.request({ type: 'release', attempt_id: a.attempt_id });
+
+    await configureQueue('prio', { max_concurrency: 1 });
+    const s2 = await open(['prio'], 10);
+    assert.equal((await claim(s2, 10)).length, 1, 'queue max_concurrency');
+    await configureQueue('prio', { paused: true, max_concurrency: 10 });
+    assert.deepEqual(await claim(s2, 10), [], 'a paused queue gives nothing');
+    const accepted = await http('POST', '/v1/queues/prio/tasks', { payload: {} });
+    assert.equal(accepted.status, 200, 'a paused queue still accepts submissions');
+    await configureQueue('prio', { paused: false });
+    await s2.close();
+    await s.close();
+    // Closing the sessions gave their reservations back.
+    await waitFor(async () => ((await queue('prio')).active_attempts === '0' ? true : null), 3000);
+
+    await submit('keyed', { resource_key: 'customer-1' });
+    await submit('keyed', { resource_key: 'customer-1' });
+    await submit('keyed', { resource_key: 'customer-2' });
+    await submit('keyed');
+    const k = await open(['keyed'], 10);
+    const keyed = await claim(k, 10);
+    assert.equal(keyed.length, 3, 'one of the two customer-1 tasks waits for the permit');
+    assert.equal(keyed.filter((a) => a.resource_key === 'customer-1').length, 1);
+    const holder = keyed.find((a) => a.resource_key === 'customer-1');
+    await k.request({ type: 'start', attempt_id: holder.attempt_id });
+    await k.request({ type: 'complete', attempt_id: holder.attempt_id, outcome: 'succeeded' });
+    const next = await claim(k, 10);
+    assert.equal(next.length, 1);
+    assert.equal(next[0].resource_key, 'customer-1');
+    await k.close();
+  });
+
+  test('lowering concurrency below usage stops new claims; running attempts keep their lease', async () => {
+    for (let i = 0; i < 3; i++) await submit('other');
+    const s = await open(['other'], 10);
+    const attempts = await claim(s, 2);
+    for (const a of attempts) await s.request({ type: 'start', attempt_id: a.attempt_id });
+    const before = await resources();
+    const lowered = await http('POST', '/v1/application/resources:configure', {
+      expected_revision: before.revision,
+      reason: 'lower below usage',
+      max_unfinished_tasks: before.max_unfinished_tasks,
+      max_concurrency: 1,
+      rate_per_second: before.rate_per_second,
+    });
+    assert.equal(lowered.status, 200);
+    assert.deepEqual(await claim(s, 5), [], 'no new claims while active attempts exceed the limit');
+    for (const a of attempts) assert.equal((await s.request({ type: 'renew', attempt_id: a.attempt_id })).type, 'renewed');
+    for (const a of attempts) await s.request({ type: 'complete', attempt_id: a.attempt_id, outcome: 'succeeded' });
+    const drained = await claim(s, 5);
+    assert.equal(drained.length, 1, 'claims resume once usage drained below the new limit');
+    await s.request({ type: 'release', attempt_id: drained[0].attempt_id });
+    const restored = await resources();
+    await http('POST', '/v1/application/resources:configure', {
+      expected_revision: restored.revision,
+      reason: 'restore',
+      max_unfinished_tasks: restored.max_unfinished_tasks,
+      max_concurrency: 10000,
+      rate_per_second: restored.rate_per_second,
+    });
+    const leftovers = await http('GET', '/v1/queues/other/tasks?state=WAITING');
+    for (const w of leftovers.body.data.tasks) await http('POST', `/v1/tasks/${w.task_id}:cancel`, { reason: 'cleanup' });
+    await s.close();
+  });
+
+  test('a revoked credential ends the session at its next claim', async () => {
+    const token = await createCredential(t.db, tenant, ['workers:consume']);
+    const s = await connectRaw(server.url, token);
+    await s.request({ type: 'hello', node_id: 'doomed', queues: ['jobs'], capacity: 1 });
+    await submit('jobs');
+    await t.db.exec('UPDATE orbit_credentials SET revoked_at = NOW(6) WHERE credential_id = ?', [Buffer.from(token.slice(6, 38), 'hex')]);
+    const answer = await s.request({ type: 'claim', claim_id: 'x', max: 1 });
+    assert.equal(answer.code, 'UNAUTHENTICATED');
+    assert.equal((await s.closed).code, 4401);
+    const leftovers = await http('GET', '/v1/queues/jobs/tasks?state=WAITING');
+    for (const w of leftovers.body.data.tasks) await http('POST', `/v1/tasks/${w.task_id}:cancel`, { reason: 'cleanup' });
+  });
+});
+
+async function waitFor<T>(probe: () => Promise<T | null>, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== null) return value;
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -105,22 +105,29 @@ export class OrbitWorker {
   private async connect(): Promise<void> {
     const url = `${this.options.baseUrl.replace(/\/+$/, '').replace(/^http/, 'ws')}/v1/workers/connect`;
     const socket = new WebSocket(url, { headers: { Authorization: `Bearer ${this.options.token}` } });
-    this.socket = socket;
+    socket.on('error', () => {});
     await new Promise<void>((resolve, reject) => {
       socket.once('open', () => resolve());
       socket.once('unexpected-response', (_req, res) => reject(new Error(`worker connect refused: HTTP ${res.statusCode}`)));
       socket.once('error', reject);
     });
+    // Only an open socket becomes the session's: a failed attempt leaves `socket` null, so the
+    // claim loop keeps reconnecting instead of sending into a dead socket.
+    this.socket = socket;
     socket.on('message', (data, isBinary) => this.onFrame(isBinary ? '' : data.toString('utf8')));
     socket.on('close', (code, reason) => this.onSocketClosed(`closed ${code} ${reason.toString()}`));
-    socket.on('error', () => {});
     const welcome = await this.request('hello', {
       type: 'hello',
       node_id: this.options.nodeId,
       queues: this.options.queues,
       capacity: this.options.capacity,
-    });
-    if (welcome.type !== 'welcome') throw new Error(`expected welcome, got ${welcome.type}`);
+    }).catch((error: Error) => ({ type: 'error', message: error.message }) as const);
+    if (welcome.type !== 'welcome') {
+      // Without a session the socket is of no use: drop it so the next attempt starts afresh.
+      this.socket = null;
+      socket.terminate();
+      throw new Error(`the session did not open: ${'message' in welcome ? welcome.message : welcome.type}`);
+    }
     this.leaseSeconds = welcome.lease_seconds;
     this.emit({ type: 'connected', sessionId: welcome.session_id });
   }
@@ -187,6 +194,7 @@ export class OrbitWorker {
       if (!this.socket) {
         try {
           await this.connect();
+          idleMs = 10;
         } catch {
           await this.sleep(Math.min((idleMs *= 2), 5000));
           continue;
@@ -202,6 +210,8 @@ export class OrbitWorker {
       try {
         frame = await this.request(`claim:${claimId}`, { type: 'claim', claim_id: claimId, max: room });
       } catch {
+        // The session was lost while claiming; the loop reconnects (after a pause, never spinning).
+        await this.sleep(Math.min((idleMs *= 2), 5000));
         continue;
       }
       if (frame.type !== 'claimed' || frame.attempts.length === 0) {

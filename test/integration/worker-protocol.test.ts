@@ -77,7 +77,7 @@ describe('worker protocol', () => {
     await assert.rejects(connectRaw(server.url, noConsume), (e: any) => e.status === 403);
     const plain = await fetch(`${server.url}/v1/workers/connect`, { headers: { Authorization: `Bearer ${tenant.token}` } });
     assert.equal(plain.status, 400);
-    assert.equal((await plain.json()).error.details.field, 'Upgrade');
+    assert.equal(((await plain.json()) as any).error.details.field, 'Upgrade');
   });
 
   test('bad frames get an error frame naming the field, and the session stays open', async () => {

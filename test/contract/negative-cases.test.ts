@@ -1,0 +1,547 @@
+/**
+ * Strict input, generated from openapi.yaml (DESIGN.md §2). For every operation with a request
+ * body, starting from one valid example body (written below), the request body schema
+ * (`$ref`s resolved) is walked and cases are generated:
+ *
+ *   per field:     null; removed (when required); name in the wrong case; a duplicate key (raw
+ *                  JSON text); wrong type; integers min-1 / max+1; strings maxLength+1; a value
+ *                  outside an enum or pattern (picked from candidates and checked with Ajv)
+ *   per object:    an unknown field
+ *   per operation: non-JSON body, `null` / array body, wrong / missing Content-Type, an
+ *                  undeclared query parameter, a missing Idempotency-Key, one of 129 characters
+ *                  and one containing a space
+ *
+ * Every case must answer 400 INVALID_ARGUMENT naming the offending field (or header / query
+ * parameter) in `error.details.field`, match the spec's error schema, and change nothing: the
+ * row count of every orbit_ table and the application's resources row are compared before and
+ * after all of them. Then the accepted side: integers exactly at min and max, strings exactly at
+ * maxLength are never 400 (200, or 409 for a business reason), and nulls and unknown keys inside
+ * user data (`payload`, `result`, `error`) are accepted and come back unchanged.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { testApp, type TestResponse } from '../helpers/app.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { ALL_ACTIONS } from '../../server/domain/actions.ts';
+import { assertMatchesSpec, operations, type JsonSchema, type SpecOperation } from './spec-validator.ts';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type JsonObject = { [key: string]: Json };
+
+// ---------------------------------------------------------------------------------------------
+// One valid example per operation with a body. `{task_id}` / `{queue}` are filled in at run time.
+// Every optional field is present, so every field gets its cases.
+// ---------------------------------------------------------------------------------------------
+
+const NEG_QUEUE = 'neg';
+
+const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject }> = {
+  configureApplicationResources: {
+    path: '/v1/application/resources:configure',
+    body: { expected_revision: '1', reason: '负例测试基线', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
+  },
+  createQueue: {
+    path: '/v1/queues',
+    body: { name: 'created-by-negative', reason: '负例测试建队列', max_unfinished_tasks: 1000, max_concurrency: 10, rate_per_second: 100, key_concurrency: 2, paused: false },
+  },
+  configureQueue: {
+    path: `/v1/queues/{queue}:configure`,
+    body: {
+      expected_revision: '1',
+      reason: '负例测试调整队列',
+      max_unfinished_tasks: 100000,
+      max_concurrency: 1000,
+      rate_per_second: 10000,
+      key_concurrency: 1,
+      paused: false,
+    },
+  },
+  submitTask: {
+    path: `/v1/queues/{queue}/tasks`,
+    body: {
+      payload: { order: 1, lines: [{ sku: 'A-1', qty: 2 }] },
+      priority: 5,
+      resource_key: 'customer-1',
+      max_attempts: 3,
+      deadline_seconds: 86400,
+      delay_seconds: 0,
+      on_unknown_outcome: 'retry',
+    },
+  },
+  cancelTask: { path: '/v1/tasks/{task_id}:cancel', body: { reason: '负例测试取消' } },
+  resolveTask: {
+    path: '/v1/tasks/{task_id}:resolve',
+    body: { outcome: 'succeeded', reason: '负例测试核查', result: { ok: true }, error: { note: 'none' } },
+  },
+};
+
+/**
+ * Rules the spec states in words rather than keywords: a body breaking one is still 400 on the
+ * accepted side. Returns the field the server must name, or null.
+ */
+function crossFieldViolation(operationId: string, body: JsonObject): string | null {
+  if (operationId === 'submitTask') {
+    // "delay_seconds … must be less than deadline_seconds"
+    const delay = (body.delay_seconds as number | undefined) ?? 0;
+    const deadline = (body.deadline_seconds as number | undefined) ?? 86400;
+    if (delay >= deadline) return 'delay_seconds';
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON helpers
+// ---------------------------------------------------------------------------------------------
+
+type FieldPath = string[];
+const show = (path: FieldPath) => path.join('.');
+const clone = <T>(value: T): T => structuredClone(value);
+
+function parentOf(root: JsonObject, path: FieldPath): JsonObject {
+  let node: Json = root;
+  for (const part of path.slice(0, -1)) node = (node as JsonObject)[part] as Json;
+  return node as JsonObject;
+}
+function getAt(root: JsonObject, path: FieldPath): Json | undefined {
+  return parentOf(root, path)[path.at(-1) as string];
+}
+function withValue(root: JsonObject, path: FieldPath, value: Json): JsonObject {
+  const copy = clone(root);
+  parentOf(copy, path)[path.at(-1) as string] = value;
+  return copy;
+}
+function without(root: JsonObject, path: FieldPath): JsonObject {
+  const copy = clone(root);
+  delete parentOf(copy, path)[path.at(-1) as string];
+  return copy;
+}
+/** The same object with one key renamed, keeping its position. */
+function renamed(root: JsonObject, path: FieldPath, name: string): JsonObject {
+  const copy = clone(root);
+  const parent = parentOf(copy, path);
+  const entries = Object.entries(parent).map(([k, v]): [string, Json] => [k === path.at(-1) ? name : k, v]);
+  for (const k of Object.keys(parent)) delete parent[k];
+  for (const [k, v] of entries) parent[k] = v;
+  return copy;
+}
+/** JSON text in which the member at `path` appears twice (JSON.stringify cannot write this). */
+function withDuplicateKey(value: Json, path: FieldPath): string {
+  if (path.length === 0 || value === null || typeof value !== 'object' || Array.isArray(value)) return JSON.stringify(value);
+  const [head, ...rest] = path as [string, ...string[]];
+  const members = Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}:${k === head ? withDuplicateKey(v, rest) : JSON.stringify(v)}`);
+  if (rest.length === 0) members.push(`${JSON.stringify(head)}:${JSON.stringify(value[head])}`);
+  return `{${members.join(',')}}`;
+}
+
+function upperFirst(name: string): string {
+  return name.charAt(0).toUpperCase() + name.slice(1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Case generation
+// ---------------------------------------------------------------------------------------------
+
+interface Field {
+  path: FieldPath;
+  schema: JsonSchema;
+  required: boolean;
+}
+
+/** Orbit's own fields: every declared property, recursively; free JSON (no `type`) is user data and not entered. */
+function fieldsOf(schema: JsonSchema, path: FieldPath = []): Field[] {
+  const properties = (schema.properties ?? {}) as Record<string, JsonSchema>;
+  const required = new Set((schema.required ?? []) as string[]);
+  const out: Field[] = [];
+  for (const [name, property] of Object.entries(properties)) {
+    const field = { path: [...path, name], schema: property, required: required.has(name) };
+    out.push(field);
+    if (property.type === 'object' && property.properties) out.push(...fieldsOf(property, field.path));
+  }
+  return out;
+}
+/** Objects of Orbit's own schema (where an unknown field is refused). */
+function objectsOf(schema: JsonSchema, path: FieldPath = []): FieldPath[] {
+  const out: FieldPath[] = [path];
+  for (const [name, property] of Object.entries((schema.properties ?? {}) as Record<string, JsonSchema>)) {
+    if (property.type === 'object' && property.properties) out.push(...objectsOf(property, [...path, name]));
+  }
+  return out;
+}
+
+/** openapi.yaml's own keyword: the largest UTF-8 size of the value serialised as compact JSON. */
+const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajv.addKeyword({
+  keyword: MAX_JSON_BYTES,
+  schemaType: 'number',
+  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data), 'utf8') <= max,
+});
+const validatorCache = new Map<JsonSchema, ReturnType<typeof ajv.compile>>();
+function specAccepts(schema: JsonSchema, value: unknown): boolean {
+  let validate = validatorCache.get(schema);
+  if (!validate) {
+    validate = ajv.compile(stripExtensions(schema) as JsonSchema);
+    validatorCache.set(schema, validate);
+  }
+  return validate(value) as boolean;
+}
+function stripExtensions(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(stripExtensions);
+  if (schema === null || typeof schema !== 'object') return schema;
+  return Object.fromEntries(
+    Object.entries(schema as Record<string, unknown>)
+      .filter(([k]) => !k.startsWith('x-') || k === MAX_JSON_BYTES)
+      .map(([k, v]) => [k, k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, stripExtensions(s)])) : stripExtensions(v)]),
+  );
+}
+
+interface RequestShape {
+  /** Query string appended to the path ('' for none). */
+  query: string;
+  /** The raw body text. */
+  text: string;
+  /** Content-Type header; null to send none. */
+  contentType: string | null;
+  /** Idempotency-Key; null to send none; undefined for a fresh valid key. */
+  key?: string | null;
+}
+
+interface NegativeCase extends RequestShape {
+  operationId: string;
+  name: string;
+  /** What `error.details.field` must say. */
+  field: string;
+  /** For body cases: the body as a value, to confirm the spec itself refuses it (null: not expressible, e.g. duplicate keys). */
+  value: unknown;
+}
+
+interface AcceptedCase {
+  operationId: string;
+  name: string;
+  body: JsonObject;
+}
+
+function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: AcceptedCase[] } {
+  const example = VALID_EXAMPLES[op.operationId];
+  assert.ok(example, `openapi.yaml has a request body for ${op.operationId} but this test has no valid example: add one to VALID_EXAMPLES`);
+  const schema = op.requestSchema as JsonSchema;
+  const base = example.body;
+  const negative: NegativeCase[] = [];
+  const accepted: AcceptedCase[] = [];
+  const json = (name: string, field: string, value: JsonObject | Json) =>
+    negative.push({ operationId: op.operationId, name, field, value, query: '', text: JSON.stringify(value), contentType: 'application/json' });
+
+  for (const field of fieldsOf(schema)) {
+    const where = show(field.path);
+    const present = getAt(base, field.path) !== undefined;
+    assert.ok(present, `${op.operationId}: the valid example lacks ${where}; add it so the field gets its cases`);
+    const type = field.schema.type as string | undefined;
+    const userData = type === undefined; // JsonValue: any JSON, null included
+
+    if (!userData) json(`${where} = null`, where, withValue(base, field.path, null));
+    if (field.required) json(`${where} removed`, where, without(base, field.path));
+    const name = field.path.at(-1) as string;
+    for (const wrongCase of new Set([upperFirst(name), name.toUpperCase()])) {
+      json(`${where} spelled ${wrongCase}`, show([...field.path.slice(0, -1), wrongCase]), renamed(base, field.path, wrongCase));
+    }
+    negative.push({
+      operationId: op.operationId,
+      name: `${where} duplicated`,
+      field: where,
+      value: null,
+      query: '',
+      text: withDuplicateKey(base, field.path),
+      contentType: 'application/json',
+    });
+
+    // Wrong types.
+    const wrongTypes: Record<string, Json[]> = {
+      integer: ['1', 1.5, true],
+      number: ['1'],
+      string: [5, true, ['x']],
+      boolean: ['true', 1],
+      object: ['{}', [], 1],
+      array: ['[]', {}],
+    };
+    for (const wrong of type ? (wrongTypes[type] ?? []) : []) json(`${where} = ${JSON.stringify(wrong)} (not ${type})`, where, withValue(base, field.path, wrong));
+
+    // Integer ranges.
+    if (type === 'integer') {
+      const min = field.schema.minimum as number | undefined;
+      const max = field.schema.maximum as number | undefined;
+      if (min !== undefined) {
+        json(`${where} = min-1 (${min - 1})`, where, withValue(base, field.path, min - 1));
+        accepted.push({ operationId: op.operationId, name: `${where} = min (${min})`, body: withValue(base, field.path, min) });
+      }
+      if (max !== undefined) {
+        json(`${where} = max+1 (${max + 1})`, where, withValue(base, field.path, max + 1));
+        accepted.push({ operationId: op.operationId, name: `${where} = max (${max})`, body: withValue(base, field.path, max) });
+      }
+    }
+
+    // Serialised size (bytes, not characters: two-byte characters make the difference visible).
+    const maxBytes = field.schema[MAX_JSON_BYTES] as number | undefined;
+    if (maxBytes !== undefined) {
+      const sized = (bytes: number): JsonObject => {
+        const content = bytes - Buffer.byteLength('{"s":""}');
+        const twoByte = Math.floor(content / 2);
+        return { s: 'é'.repeat(twoByte) + 'x'.repeat(content - 2 * twoByte) };
+      };
+      json(`${where} of ${maxBytes + 1} bytes as JSON`, where, withValue(base, field.path, sized(maxBytes + 1)));
+      accepted.push({ operationId: op.operationId, name: `${where} of exactly ${maxBytes} bytes as JSON`, body: withValue(base, field.path, sized(maxBytes)) });
+    }
+
+    // String lengths, enums, patterns.
+    if (type === 'string') {
+      const maxLength = field.schema.maxLength as number | undefined;
+      const minLength = field.schema.minLength as number | undefined;
+      if (maxLength !== undefined) {
+        json(`${where} of maxLength+1 (${maxLength + 1}) characters`, where, withValue(base, field.path, 'x'.repeat(maxLength + 1)));
+        accepted.push({ operationId: op.operationId, name: `${where} of maxLength (${maxLength}) characters`, body: withValue(base, field.path, 'x'.repeat(maxLength)) });
+      }
+      if (minLength !== undefined && minLength > 0) json(`${where} of minLength-1 (${minLength - 1}) characters`, where, withValue(base, field.path, 'x'.repeat(minLength - 1)));
+      if (Array.isArray(field.schema.enum)) json(`${where} outside its enum`, where, withValue(base, field.path, 'not-a-member'));
+      if (typeof field.schema.pattern === 'string') {
+        // Every candidate the field's pattern refuses (checked with Ajv, so the case is really invalid).
+        const candidates = ['0', '01', '-1', 'UPPER', 'a b', ' ', '\t', '\u3000'].filter(
+          (c) => c.length >= (minLength ?? 0) && (maxLength === undefined || c.length <= maxLength) && !specAccepts(schema, withValue(base, field.path, c)),
+        );
+        for (const candidate of candidates) json(`${where} = ${JSON.stringify(candidate)} (against its pattern)`, where, withValue(base, field.path, candidate));
+      }
+    }
+  }
+
+  for (const objectPath of objectsOf(schema)) {
+    const unknown = [...objectPath, 'unknown_field'];
+    json(`unknown field ${show(unknown)}`, show(unknown), withValue(base, unknown, 1));
+  }
+
+  // Per operation: the body as a whole, the headers and the query.
+  const raw = (name: string, field: string, shape: Partial<RequestShape>) =>
+    negative.push({ operationId: op.operationId, name, field, value: null, query: '', text: JSON.stringify(base), contentType: 'application/json', ...shape });
+  raw('non-JSON body', 'body', { text: '{"reason": "unterminated' });
+  raw('empty body', 'body', { text: '' });
+  raw('body is null', 'body', { text: 'null' });
+  raw('body is an array', 'body', { text: JSON.stringify([base]) });
+  raw('Content-Type text/plain', 'Content-Type', { contentType: 'text/plain' });
+  raw('Content-Type application/x-www-form-urlencoded', 'Content-Type', { contentType: 'application/x-www-form-urlencoded' });
+  raw('no Content-Type', 'Content-Type', { contentType: null });
+  raw('undeclared query parameter', 'dry_run', { query: '?dry_run=1' });
+  const idempotency = op.parameters.find((p) => p.in === 'header' && p.name.toLowerCase() === 'idempotency-key');
+  assert.ok(idempotency?.required, `${op.operationId} has a body but no required Idempotency-Key header in openapi.yaml`);
+  raw('no Idempotency-Key', idempotency.name, { key: null });
+  raw('Idempotency-Key of 129 characters', idempotency.name, { key: 'k'.repeat(129) });
+  raw('Idempotency-Key with a space', idempotency.name, { key: 'has space' });
+  raw('Idempotency-Key with a non-ASCII character', idempotency.name, { key: 'clé' });
+
+  return { negative, accepted };
+}
+
+/** Operations in the order their accepted cases run: submissions before anything that lowers limits. */
+const ORDER = ['submitTask', 'cancelTask', 'resolveTask', 'createQueue', 'configureQueue', 'configureApplicationResources'];
+const bodyOperations = operations
+  .filter((op) => op.requestSchema !== null)
+  .sort((a, b) => (ORDER.indexOf(a.operationId) + 1 || 99) - (ORDER.indexOf(b.operationId) + 1 || 99));
+const generated = bodyOperations.map((op) => ({ op, ...generate(op) }));
+const negativeCount = generated.reduce((n, g) => n + g.negative.length, 0);
+const acceptedCount = generated.reduce((n, g) => n + g.accepted.length, 0);
+
+// ---------------------------------------------------------------------------------------------
+
+describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acceptedCount} boundary cases from openapi.yaml`, () => {
+  let t: TestDatabase;
+  let api: Awaited<ReturnType<typeof testApp>>;
+  let tenant: TestTenant;
+  let token: string;
+  let keyCounter = 0;
+  const freshKey = () => `neg-${++keyCounter}-${randomBytes(3).toString('hex')}`;
+  let snapshotBefore: unknown;
+  /** A task in a state the operation can act on. */
+  let waitingTask: string;
+  let reviewTask: string;
+
+  async function submit(payload: JsonObject = { n: ++keyCounter }): Promise<string> {
+    const r = await api.request('POST', `/v1/queues/${NEG_QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
+    assert.equal(r.status, 200, r.text);
+    return r.body.data.task.task_id as string;
+  }
+  async function needsReview(): Promise<string> {
+    const id = await submit();
+    await t.db.exec("UPDATE orbit_tasks SET state = 'NEEDS_REVIEW' WHERE task_id = UNHEX(?)", [id]);
+    return id;
+  }
+
+  function pathFor(operationId: string, taskId = operationId === 'resolveTask' ? reviewTask : waitingTask): string {
+    return (VALID_EXAMPLES[operationId] as { path: string }).path.replace('{queue}', NEG_QUEUE).replace('{task_id}', taskId);
+  }
+
+  /** Every orbit_ table's row count, and the application's and the queues' rows. */
+  async function snapshot(): Promise<unknown> {
+    const tables = await t.db.rows<{ TABLE_NAME: string }>(
+      "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME LIKE 'orbit\\_%' ORDER BY TABLE_NAME",
+      [t.name],
+    );
+    assert.ok(tables.length >= 13);
+    const counts: Record<string, string> = {};
+    for (const { TABLE_NAME } of tables) counts[TABLE_NAME] = String((await t.db.rows<{ n: number }>(`SELECT COUNT(*) AS n FROM \`${TABLE_NAME}\``))[0]?.n);
+    const resources = await t.db.rows('SELECT * FROM orbit_application_resources WHERE application_id = UNHEX(?)', [tenant.applicationId]);
+    const queues = await t.db.rows('SELECT * FROM orbit_queues WHERE application_id = UNHEX(?) ORDER BY name', [tenant.applicationId]);
+    const tasks = await t.db.rows('SELECT HEX(task_id) AS id, state, updated_at, cancel_requested FROM orbit_tasks ORDER BY task_id');
+    return JSON.parse(JSON.stringify({ counts, resources, queues, tasks }));
+  }
+
+  /**
+   * Exactly these headers and bytes. (A string body would make fetch add
+   * `Content-Type: text/plain;charset=UTF-8` by itself; bytes get no Content-Type.)
+   */
+  async function send(method: string, path: string, headers: Record<string, string>, text: string): Promise<TestResponse> {
+    const raw = await api.app.request(path, { method, headers, body: new TextEncoder().encode(text) });
+    const responseText = await raw.text();
+    let body: unknown;
+    try {
+      body = JSON.parse(responseText);
+    } catch {
+      body = undefined;
+    }
+    return { status: raw.status, headers: raw.headers, text: responseText, body };
+  }
+
+  function checkError(c: NegativeCase, response: TestResponse): void {
+    const where = `${c.operationId}: ${c.name}`;
+    assert.equal(response.status, 400, `${where}: expected 400, got ${response.status}: ${response.text.slice(0, 300)}`);
+    assert.equal(response.body?.error?.code, 'INVALID_ARGUMENT', `${where}: ${response.text.slice(0, 300)}`);
+    assert.equal(response.body.error.details?.field, c.field, `${where}: error.details.field must name ${c.field}: ${response.text.slice(0, 300)}`);
+    // openapi.yaml (Error.details): `location` says where the field is.
+    const location = c.query !== '' ? 'query' : c.field === 'Content-Type' || c.field.toLowerCase() === 'idempotency-key' ? 'header' : 'body';
+    assert.equal(response.body.error.details.location, location, `${where}: error.details.location: ${response.text.slice(0, 300)}`);
+    assertMatchesSpec(c.operationId, 400, response.body);
+    assert.equal(response.headers.get('x-request-id'), response.body.request_id, `${where}: X-Request-Id`);
+  }
+
+  before(async () => {
+    t = await freshDatabase('negative');
+    api = await testApp(t.db);
+    tenant = await createTenant(t.db, { namespace: 'negative', queues: [NEG_QUEUE], resourceAccess: true });
+    token = await createCredential(t.db, tenant, [...ALL_ACTIONS], ['*']);
+    waitingTask = await submit();
+    reviewTask = await needsReview();
+  });
+
+  after(async () => {
+    if (!t) return;
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  test('the generator covers every operation with a body, and every example is valid per the spec', () => {
+    assert.deepEqual(
+      bodyOperations.map((op) => op.operationId).sort(),
+      Object.keys(VALID_EXAMPLES).sort(),
+      'VALID_EXAMPLES must have exactly one example per operation with a request body',
+    );
+    for (const { op } of generated) {
+      assert.ok(specAccepts(op.requestSchema as JsonSchema, VALID_EXAMPLES[op.operationId]?.body), `${op.operationId}: the valid example does not match openapi.yaml`);
+    }
+    // Body cases expressible as a value must be refused by the spec itself, or the case is wrong.
+    for (const { op, negative } of generated) {
+      for (const c of negative) {
+        if (c.value !== null && c.contentType === 'application/json' && c.query === '' && c.key === undefined) {
+          assert.equal(specAccepts(op.requestSchema as JsonSchema, c.value), false, `${op.operationId}: ${c.name} is valid per openapi.yaml; the generator is wrong`);
+        }
+      }
+    }
+    for (const { op, accepted } of generated) {
+      for (const c of accepted) assert.ok(specAccepts(op.requestSchema as JsonSchema, c.body), `${op.operationId}: ${c.name} should be valid per openapi.yaml`);
+    }
+    assert.ok(negativeCount > 100, `only ${negativeCount} cases generated`);
+  });
+
+  test('snapshot before the refused cases', async () => {
+    snapshotBefore = await snapshot();
+  });
+
+  for (const { op, negative } of generated) {
+    describe(`${op.operationId} (${op.method} ${op.path}): ${negative.length} cases answer 400 naming the field`, () => {
+      for (const c of negative) {
+        test(c.name, async () => {
+          const headers: Record<string, string> = {};
+          if (c.contentType !== null) headers['Content-Type'] = c.contentType;
+          const key = c.key === undefined ? freshKey() : c.key;
+          headers.Authorization = `Bearer ${token}`;
+          if (key !== null) headers['Idempotency-Key'] = key;
+          checkError(c, await send(op.method, `${pathFor(op.operationId)}${c.query}`, headers, c.text));
+        });
+      }
+    });
+  }
+
+  test('the refused cases changed nothing: row counts, resources, queues and tasks are as before', async () => {
+    assert.deepEqual(await snapshot(), snapshotBefore);
+  });
+
+  test('user data may hold nulls, unknown and any-case keys: payload is accepted and returned unchanged', async () => {
+    const payload = { x: null, Y: { z: [null] }, unknown_field: 1, Payload: 'same name, other case' };
+    const response = await api.request('POST', `/v1/queues/${NEG_QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
+    assert.equal(response.status, 200, response.text);
+    assertMatchesSpec('submitTask', 200, response.body);
+    assert.deepEqual(response.body.data.task.payload, payload);
+    const fetched = await api.request('GET', `/v1/tasks/${response.body.data.task.task_id}`, { token });
+    assert.deepEqual(fetched.body.data.payload, payload);
+  });
+
+  test('user data in resolve (result, error) may be null or hold nulls', async () => {
+    const first = await needsReview();
+    const result = { x: null, Y: { z: [null] } };
+    const resolved = await api.request('POST', `/v1/tasks/${first}:resolve`, { token, key: freshKey(), body: { outcome: 'succeeded', reason: '核查', result, error: null } });
+    assert.equal(resolved.status, 200, resolved.text);
+    assertMatchesSpec('resolveTask', 200, resolved.body);
+    assert.deepEqual(resolved.body.data.task.result, result);
+  });
+
+  test('duplicate keys inside user data are refused too (ambiguous), naming the path', async () => {
+    const before = await snapshot();
+    const response = await api.request('POST', `/v1/queues/${NEG_QUEUE}/tasks`, {
+      token,
+      key: freshKey(),
+      rawBody: '{"payload":{"items":[{"sku":"a","sku":"b"}]}}',
+      headers: { 'Content-Type': 'application/json' },
+    });
+    checkError({ operationId: 'submitTask', name: 'duplicate key in payload', field: 'payload.items[0].sku', value: null, query: '', text: '', contentType: null }, response);
+    assert.deepEqual(await snapshot(), before);
+  });
+
+  for (const { op, accepted } of generated) {
+    describe(`${op.operationId}: ${accepted.length} boundary values are accepted (never 400)`, () => {
+      for (const c of accepted) {
+        test(c.name, async () => {
+          // Fresh targets so a success is possible: a new queue name, the current revision, a task in the right state.
+          const body = clone(c.body);
+          let path = pathFor(op.operationId);
+          if (op.operationId === 'createQueue') body.name = `nb-${keyCounter + 1}`;
+          if (op.operationId === 'configureQueue') {
+            body.expected_revision = (await api.request('GET', `/v1/queues/${NEG_QUEUE}`, { token })).body.data.revision;
+          }
+          if (op.operationId === 'configureApplicationResources') {
+            body.expected_revision = (await api.request('GET', '/v1/application/resources', { token })).body.data.revision;
+          }
+          if (op.operationId === 'cancelTask') path = pathFor(op.operationId, await submit());
+          if (op.operationId === 'resolveTask') path = pathFor(op.operationId, await needsReview());
+          const crossField = crossFieldViolation(op.operationId, body);
+          const response = await api.request(op.method, path, { token, key: freshKey(), body });
+          if (crossField !== null) {
+            // Reachable only through a rule the spec states in words (see crossFieldViolation).
+            checkError({ operationId: op.operationId, name: c.name, field: crossField, value: null, query: '', text: '', contentType: null }, response);
+            return;
+          }
+          assert.notEqual(response.status, 400, `${op.operationId}: ${c.name} is valid per openapi.yaml but was refused: ${response.text.slice(0, 300)}`);
+          assert.ok([200, 409].includes(response.status), `${op.operationId}: ${c.name}: expected 200 or 409, got ${response.status}: ${response.text.slice(0, 300)}`);
+          assertMatchesSpec(op.operationId, response.status, response.body);
+        });
+      }
+    });
+  }
+});

@@ -1,0 +1,502 @@
+/**
+ * Contract: every HTTP operation of openapi.yaml, driven through realistic success and error
+ * paths, and EVERY response body validated against the spec (the declared status, else
+ * `default`). Also: `X-Request-Id` equals `request_id`, declared response headers are present
+ * (`Retry-After: 1` on 429), and the set of operations exercised equals the spec's — a new
+ * operation without contract coverage fails here, as does a declared status code never seen.
+ *
+ * The HTTP operations run through `app.request()` (test/helpers/app.ts); the WebSocket upgrade
+ * (`connectWorker`, 101) needs a real socket, so a real server is started for it.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { testApp, type TestResponse } from '../helpers/app.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { connectRaw } from '../helpers/ws-session.ts';
+import { ALL_ACTIONS, NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
+import { createApp } from '../../server/http/app.ts';
+import { startServer, type RunningServer } from '../../server/server.ts';
+import { loadConfig } from '../../server/config.ts';
+import { silentLogger } from '../../server/log.ts';
+import {
+  OPENAPI_FILE,
+  assertErrorEnvelope,
+  assertHeadersMatchSpec,
+  assertMatchesSpec,
+  declaredContentType,
+  declaredResponse,
+  declaredStatuses,
+  findOperation,
+  operationIds,
+  operations,
+  type SpecOperation,
+} from './spec-validator.ts';
+
+const HEX32 = /^[0-9a-f]{32}$/;
+
+/** Free JSON owned by the user (or free-form details): nulls and any keys are allowed inside. */
+const USER_DATA_KEYS = new Set(['payload', 'result', 'before', 'after', 'details']);
+const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+/**
+ * What the spec says in words about Orbit's own values: absent values are omitted, never `null`
+ * (DESIGN.md §6), and times are "RFC 3339, UTC, millisecond precision" (`Timestamp`).
+ */
+function assertOrbitValues(value: unknown, where: string, path = ''): void {
+  if (Array.isArray(value)) {
+    value.forEach((item, i) => assertOrbitValues(item, where, `${path}[${i}]`));
+    return;
+  }
+  if (value === null || typeof value !== 'object') return;
+  const object = value as Record<string, unknown>;
+  const isTask = 'task_id' in object && 'state' in object;
+  const isEvent = 'event_id' in object && 'sequence' in object;
+  for (const [key, member] of Object.entries(object)) {
+    const at = path === '' ? key : `${path}.${key}`;
+    if (USER_DATA_KEYS.has(key) || (isTask && key === 'error') || (isEvent && key === 'data')) continue;
+    assert.notEqual(member, null, `${where}: ${at} is null; absent values are omitted`);
+    if (key.endsWith('_at')) assert.match(String(member), TIMESTAMP, `${where}: ${at} is not RFC 3339 UTC with milliseconds`);
+    assertOrbitValues(member, where, at);
+  }
+}
+
+describe('contract: every operation answers what openapi.yaml says', () => {
+  let t: TestDatabase;
+  let api: Awaited<ReturnType<typeof testApp>>;
+  let owner: TestTenant;
+  let other: TestTenant;
+  /** All actions, every queue. */
+  let admin: string;
+  /** Namespace actions, queue scope ["default"] only. */
+  let scoped: string;
+  let onlyEvents: string;
+  let onlyAudit: string;
+  let server: RunningServer | null = null;
+  let keyCounter = 0;
+  const key = (label = 'k') => `${label}-${++keyCounter}-${randomBytes(3).toString('hex')}`;
+
+  /** operationId → statuses seen. */
+  const seen = new Map<string, Set<number>>();
+
+  /** The checks every response gets; returns the spec operation it answered. */
+  function check(method: string, path: string, response: TestResponse): SpecOperation {
+    const op = findOperation(method, path);
+    assert.ok(op, `${method} ${path} is no operation of openapi.yaml`);
+    const where = `${op.operationId} ${method} ${path} → ${response.status}`;
+    const contentType = declaredContentType(op.operationId, response.status);
+    const isJson = contentType === 'application/json';
+    if (isJson) {
+      assert.match(response.headers.get('content-type') ?? '', /^application\/json\b/, `${where}: Content-Type`);
+      assert.ok(response.body !== undefined, `${where}: the body is not JSON: ${response.text.slice(0, 200)}`);
+    }
+    assertMatchesSpec(op.operationId, response.status, isJson ? response.body : response.text);
+    assertHeadersMatchSpec(op.operationId, response.status, response.headers);
+    // Raw operations answer with their own bodies, except errors, which use the `default` envelope.
+    const isEnvelope = isJson && (!op.raw || declaredResponse(op.operationId, response.status).declaredAs === 'default');
+    if (isEnvelope) {
+      // The envelope: the request id is in the body and in the header.
+      assert.match(response.body.request_id, HEX32, `${where}: request_id`);
+      assert.equal(response.headers.get('x-request-id'), response.body.request_id, `${where}: X-Request-Id must equal body.request_id`);
+    }
+    if (response.status === 429) assert.equal(response.headers.get('retry-after'), '1', `${where}: Retry-After`);
+    if (isJson) assertOrbitValues(response.body, where);
+    if (response.status >= 400 && isEnvelope) {
+      const code = response.body.error.code as string;
+      const expectedStatus: Record<string, number> = {
+        INVALID_ARGUMENT: 400,
+        UNAUTHENTICATED: 401,
+        PERMISSION_DENIED: 403,
+        NOT_FOUND: 404,
+        STATE_CONFLICT: 409,
+        IDEMPOTENCY_CONFLICT: 409,
+        APPLICATION_FULL: 429,
+        QUEUE_FULL: 429,
+        UNAVAILABLE: 503,
+        INTERNAL: 500,
+      };
+      assert.equal(response.status, expectedStatus[code], `${where}: ${code} is HTTP ${expectedStatus[code]}`);
+    }
+    if (!seen.has(op.operationId)) seen.set(op.operationId, new Set());
+    seen.get(op.operationId)?.add(response.status);
+    return op;
+  }
+
+  interface CallOptions {
+    token?: string;
+    body?: unknown;
+    key?: string;
+    headers?: Record<string, string>;
+  }
+
+  /** One request through the app, checked against the spec; `status` is what this call expects. */
+  async function call(method: string, path: string, options: CallOptions, status: number, code?: string): Promise<TestResponse> {
+    const response = await api.request(method, path, options);
+    check(method, path, response);
+    assert.equal(response.status, status, `${method} ${path}: expected ${status}${code ? ` ${code}` : ''}, got ${response.status}: ${response.text.slice(0, 500)}`);
+    if (code !== undefined) assert.equal(response.body?.error?.code, code, `${method} ${path}: ${response.text.slice(0, 500)}`);
+    return response;
+  }
+
+  const get = (path: string, status = 200, token = admin, code?: string) => call('GET', path, token === '' ? {} : { token }, status, code);
+  const post = (path: string, body: unknown, status = 200, options: { token?: string; key?: string; code?: string } = {}) =>
+    call('POST', path, { token: options.token ?? admin, key: options.key ?? key(), body }, status, options.code);
+
+  async function resources() {
+    return (await get('/v1/application/resources')).body.data;
+  }
+  async function queue(name: string) {
+    return (await get(`/v1/queues/${name}`)).body.data;
+  }
+  async function submit(queueName = 'default', body: Record<string, unknown> = {}) {
+    return (await post(`/v1/queues/${queueName}/tasks`, { payload: { order: keyCounter }, ...body })).body.data.task;
+  }
+
+  before(async () => {
+    t = await freshDatabase('contract');
+    api = await testApp(t.db);
+    owner = await createTenant(t.db, { namespace: 'contract', queues: ['default', 'orders'], resourceAccess: true });
+    other = await createTenant(t.db, { namespace: 'elsewhere', queues: ['default'], resourceAccess: true });
+    admin = await createCredential(t.db, owner, [...ALL_ACTIONS], ['*']);
+    scoped = await createCredential(t.db, owner, [...NAMESPACE_ACTIONS], ['default']);
+    onlyEvents = await createCredential(t.db, owner, ['events:read']);
+    onlyAudit = await createCredential(t.db, owner, ['audit:read']);
+  });
+
+  after(async () => {
+    if (server) await server.close();
+    if (!t) return;
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  test('system endpoints: health, readiness (ready and not), the spec, metrics', async () => {
+    assert.deepEqual((await get('/healthz', 200, '')).body, { status: 'ok' });
+    assert.deepEqual((await get('/readyz', 200, '')).body, { status: 'ok' });
+    const spec = await get('/openapi.yaml', 200, '');
+    assert.equal(spec.text, readFileSync(OPENAPI_FILE, 'utf8'));
+    assert.match(spec.headers.get('content-type') ?? '', /^application\/yaml/);
+    const metrics = await get('/metrics', 200, '');
+    assert.match(metrics.headers.get('content-type') ?? '', /^text\/plain/);
+    assert.match(metrics.text, /^# (HELP|TYPE) /m);
+
+    // Not ready: the same app with a failing readiness probe answers 503 with the Health shape.
+    const notReady = createApp({ ...api.deps, ready: async () => ({ ok: false, detail: 'pending migrations: 0099_next' }) });
+    const raw = await notReady.request('/readyz');
+    const text = await raw.text();
+    const response: TestResponse = { status: raw.status, headers: raw.headers, text, body: JSON.parse(text) };
+    check('GET', '/readyz', response);
+    assert.equal(response.status, 503);
+    assert.deepEqual(response.body, { status: 'unavailable', detail: 'pending migrations: 0099_next' });
+  });
+
+  test('application resources: get, configure, replay, conflicts, bad input', async () => {
+    const before = await resources();
+    assert.equal(before.application_id, owner.applicationId);
+    const body = { expected_revision: before.revision, reason: '合同测试：调整预算', max_unfinished_tasks: 500000, max_concurrency: 5000, rate_per_second: 50000 };
+    const changed = await post('/v1/application/resources:configure', body, 200, { key: 'app-config-1' });
+    assert.equal(changed.body.data.deduplicated, false);
+    assert.equal(changed.body.data.resources.revision, String(BigInt(before.revision) + 1n));
+    const replay = await post('/v1/application/resources:configure', body, 200, { key: 'app-config-1' });
+    assert.equal(replay.body.data.deduplicated, true);
+    await post('/v1/application/resources:configure', { ...body, rate_per_second: 1 }, 409, { key: 'app-config-1', code: 'IDEMPOTENCY_CONFLICT' });
+    const stale = await post('/v1/application/resources:configure', body, 409, { code: 'STATE_CONFLICT' });
+    assert.ok(stale.body.error.details, 'a STATE_CONFLICT names the current revision');
+    const bad = await post('/v1/application/resources:configure', { ...body, max_concurrency: 0 }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.equal(bad.body.error.details.field, 'max_concurrency');
+    const query = await get('/v1/application/resources?verbose=1', 400, admin, 'INVALID_ARGUMENT');
+    assert.deepEqual([query.body.error.details.field, query.body.error.details.location], ['verbose', 'query']);
+    const twice = await get('/v1/queues?limit=1&limit=2', 400, admin, 'INVALID_ARGUMENT');
+    assert.deepEqual([twice.body.error.details.field, twice.body.error.details.location], ['limit', 'query']);
+  });
+
+  test('queues: create, replay, get, list with pages, configure, and their errors', async () => {
+    for (const name of ['q-a', 'q-b', 'q-c']) {
+      const created = await post('/v1/queues', { name, reason: '新建队列', max_concurrency: 50, key_concurrency: 2 }, 200, { key: `create-${name}` });
+      assert.equal(created.body.data.queue.queue, name);
+      assert.equal(created.body.data.queue.namespace, owner.namespace);
+      assert.equal(created.body.data.queue.revision, '1');
+    }
+    const replay = await post('/v1/queues', { name: 'q-a', reason: '新建队列', max_concurrency: 50, key_concurrency: 2 }, 200, { key: 'create-q-a' });
+    assert.equal(replay.body.data.deduplicated, true);
+    await post('/v1/queues', { name: 'q-a', reason: 'again' }, 409, { code: 'STATE_CONFLICT' });
+    await post('/v1/queues', { name: 'Not A Name', reason: 'x' }, 400, { code: 'INVALID_ARGUMENT' });
+
+    const q = await queue('q-b');
+    assert.equal(q.max_concurrency, 50);
+    await get('/v1/queues/no-such-queue', 404, admin, 'NOT_FOUND');
+    await get('/v1/queues/orders', 404, scoped, 'NOT_FOUND'); // outside the credential's queue scope
+    const badName = await get('/v1/queues/Bad!Name', 400, admin, 'INVALID_ARGUMENT');
+    assert.deepEqual([badName.body.error.details.field, badName.body.error.details.location], ['queue', 'path']);
+
+    // Pages of two, followed to the end: every queue exactly once, by name.
+    const names: string[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const r = await get(`/v1/queues?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      names.push(...r.body.data.queues.map((x: { queue: string }) => x.queue));
+      cursor = r.body.data.next_cursor;
+      if (!cursor) break;
+    }
+    assert.deepEqual(names, ['default', 'orders', 'q-a', 'q-b', 'q-c']);
+    await get('/v1/queues?cursor=not!a!cursor', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues?limit=0', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues?limit=101', 400, admin, 'INVALID_ARGUMENT');
+
+    const configure = {
+      expected_revision: q.revision,
+      reason: '调整队列',
+      max_unfinished_tasks: q.max_unfinished_tasks,
+      max_concurrency: 60,
+      rate_per_second: q.rate_per_second,
+      key_concurrency: q.key_concurrency,
+      paused: true,
+    };
+    const configured = await post('/v1/queues/q-b:configure', configure, 200);
+    assert.equal(configured.body.data.queue.revision, '2');
+    assert.equal(configured.body.data.queue.paused, true);
+    await post('/v1/queues/q-b:configure', configure, 409, { code: 'STATE_CONFLICT' });
+    await post('/v1/queues/no-such-queue:configure', configure, 404, { code: 'NOT_FOUND' });
+    await post('/v1/queues/q-b:configure', { ...configure, paused: 'yes' }, 400, { code: 'INVALID_ARGUMENT' });
+  });
+
+  test('tasks: submit, replay, get, list with pages and state, cancel, and their errors', async () => {
+    const full = {
+      payload: { order: 42, lines: [{ sku: 'A-1', qty: 2 }], note: null },
+      priority: 7,
+      resource_key: 'customer-42',
+      max_attempts: 5,
+      deadline_seconds: 3600,
+      delay_seconds: 10,
+      on_unknown_outcome: 'review',
+    };
+    const submitted = await post('/v1/queues/orders/tasks', full, 200, { key: 'order-42' });
+    const task = submitted.body.data.task;
+    assert.equal(submitted.body.data.deduplicated, false);
+    assert.equal(task.state, 'WAITING');
+    assert.deepEqual(task.payload, full.payload);
+    assert.equal(task.resource_key, 'customer-42');
+    assert.equal(task.namespace, owner.namespace);
+    const replay = await post('/v1/queues/orders/tasks', full, 200, { key: 'order-42' });
+    assert.equal(replay.body.data.deduplicated, true);
+    assert.equal(replay.body.data.task.task_id, task.task_id);
+    await post('/v1/queues/orders/tasks', { ...full, priority: 1 }, 409, { key: 'order-42', code: 'IDEMPOTENCY_CONFLICT' });
+    await post('/v1/queues/no-such-queue/tasks', { payload: {} }, 404, { code: 'NOT_FOUND' });
+    await post('/v1/queues/orders/tasks', { payload: {} }, 404, { token: scoped, code: 'NOT_FOUND' });
+    const delay = await post('/v1/queues/orders/tasks', { payload: {}, deadline_seconds: 10, delay_seconds: 10 }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.equal(delay.body.error.details.field, 'delay_seconds');
+
+    const fetched = await get(`/v1/tasks/${task.task_id}`);
+    assert.deepEqual(fetched.body.data, task);
+    await get(`/v1/tasks/${'0'.repeat(32)}`, 404, admin, 'NOT_FOUND');
+    await get(`/v1/tasks/${task.task_id}`, 404, scoped, 'NOT_FOUND'); // its queue is outside the scope
+    const badId = await get(`/v1/tasks/${task.task_id.toUpperCase()}`, 400, admin, 'INVALID_ARGUMENT');
+    assert.deepEqual([badId.body.error.details.field, badId.body.error.details.location], ['task_id', 'path']);
+    const foreign = (await api.request('POST', '/v1/queues/default/tasks', { token: other.token, key: 'foreign', body: { payload: {} } })).body.data.task;
+    await get(`/v1/tasks/${foreign.task_id}`, 404, admin, 'NOT_FOUND'); // another application's task
+
+    const more = [await submit('orders'), await submit('orders'), await submit('orders')];
+    const ids: string[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const r = await get(`/v1/queues/orders/tasks?state=WAITING&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      ids.push(...r.body.data.tasks.map((x: { task_id: string }) => x.task_id));
+      cursor = r.body.data.next_cursor;
+      if (!cursor) break;
+    }
+    assert.deepEqual(ids, [task.task_id, ...more.map((m) => m.task_id)]);
+    await get('/v1/queues/orders/tasks?state=DONE', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues/orders/tasks?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues/no-such-queue/tasks', 404, admin, 'NOT_FOUND');
+
+    const cancelled = await post(`/v1/tasks/${more[0]?.task_id}:cancel`, { reason: '客户撤单' }, 200, { key: 'cancel-1' });
+    assert.equal(cancelled.body.data.task.state, 'CANCELLED');
+    assert.ok(cancelled.body.data.task.finished_at);
+    const cancelReplay = await post(`/v1/tasks/${more[0]?.task_id}:cancel`, { reason: '客户撤单' }, 200, { key: 'cancel-1' });
+    assert.equal(cancelReplay.body.data.deduplicated, true);
+    const terminal = await post(`/v1/tasks/${more[0]?.task_id}:cancel`, { reason: 'again' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(terminal.body.error.details.state, 'CANCELLED');
+    await post(`/v1/tasks/${'0'.repeat(32)}:cancel`, { reason: 'x' }, 404, { code: 'NOT_FOUND' });
+    await post(`/v1/tasks/${more[1]?.task_id}:cancel`, { reason: '   ' }, 400, { code: 'INVALID_ARGUMENT' });
+  });
+
+  test('resolve: NEEDS_REVIEW → SUCCEEDED / back to WAITING; anything else is 409', async () => {
+    const a = await submit('orders', { on_unknown_outcome: 'review' });
+    const b = await submit('orders', { on_unknown_outcome: 'review' });
+    // A running attempt whose lease expired is how a task reaches NEEDS_REVIEW; the worker path
+    // is tested elsewhere, so the state is set directly (both states count as unfinished).
+    await t.db.exec("UPDATE orbit_tasks SET state = 'NEEDS_REVIEW' WHERE task_id IN (UNHEX(?), UNHEX(?))", [a.task_id, b.task_id]);
+    const resolved = await post(`/v1/tasks/${a.task_id}:resolve`, { outcome: 'succeeded', reason: '人工核实已完成', result: { invoice: 'INV-1', extra: null } }, 200, {
+      key: 'resolve-a',
+    });
+    assert.equal(resolved.body.data.task.state, 'SUCCEEDED');
+    assert.deepEqual(resolved.body.data.task.result, { invoice: 'INV-1', extra: null });
+    const replay = await post(`/v1/tasks/${a.task_id}:resolve`, { outcome: 'succeeded', reason: '人工核实已完成', result: { invoice: 'INV-1', extra: null } }, 200, {
+      key: 'resolve-a',
+    });
+    assert.equal(replay.body.data.deduplicated, true);
+    const retried = await post(`/v1/tasks/${b.task_id}:resolve`, { outcome: 'retry', reason: '重试一次' }, 200);
+    assert.equal(retried.body.data.task.state, 'WAITING');
+    const conflict = await post(`/v1/tasks/${b.task_id}:resolve`, { outcome: 'failed', reason: '不再需要' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(conflict.body.error.details.state, 'WAITING');
+    await post(`/v1/tasks/${a.task_id}:resolve`, { outcome: 'failed', reason: '已终结' }, 409, { code: 'STATE_CONFLICT' });
+    await post(`/v1/tasks/${'0'.repeat(32)}:resolve`, { outcome: 'failed', reason: 'x' }, 404, { code: 'NOT_FOUND' });
+    await post(`/v1/tasks/${b.task_id}:resolve`, { outcome: 'done', reason: 'x' }, 400, { code: 'INVALID_ARGUMENT' });
+  });
+
+  test('429: QUEUE_FULL and APPLICATION_FULL, with Retry-After: 1, and nothing written', async () => {
+    await post('/v1/queues', { name: 'tiny', reason: '容量为一的队列', max_unfinished_tasks: 1 }, 200);
+    await submit('tiny');
+    const countBefore = (await t.db.rows<{ n: number }>('SELECT COUNT(*) AS n FROM orbit_tasks'))[0]?.n;
+    const queueFull = await post('/v1/queues/tiny/tasks', { payload: { n: 2 } }, 429, { key: 'tiny-2', code: 'QUEUE_FULL' });
+    assert.equal(queueFull.headers.get('retry-after'), '1');
+
+    const current = await resources();
+    const limits = { max_unfinished_tasks: current.max_unfinished_tasks, max_concurrency: current.max_concurrency, rate_per_second: current.rate_per_second };
+    const tightened = await post('/v1/application/resources:configure', {
+      expected_revision: current.revision,
+      reason: '压满应用额度',
+      ...limits,
+      max_unfinished_tasks: Number(current.unfinished_tasks),
+    });
+    try {
+      const appFull = await post('/v1/queues/default/tasks', { payload: { n: 3 } }, 429, { code: 'APPLICATION_FULL' });
+      assert.equal(appFull.headers.get('retry-after'), '1');
+      // Both full: APPLICATION_FULL is reported.
+      const both = await post('/v1/queues/tiny/tasks', { payload: { n: 4 } }, 429, { code: 'APPLICATION_FULL' });
+      assert.equal(both.headers.get('retry-after'), '1');
+    } finally {
+      await post('/v1/application/resources:configure', { expected_revision: tightened.body.data.resources.revision, reason: '恢复应用额度', ...limits });
+    }
+    const countAfter = (await t.db.rows<{ n: number }>('SELECT COUNT(*) AS n FROM orbit_tasks'))[0]?.n;
+    assert.equal(countAfter, countBefore, 'a refused submission writes no task');
+  });
+
+  test('audit events and events: pages, cursors, and bad queries', async () => {
+    const pages: unknown[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 50; page++) {
+      const r = await get(`/v1/audit-events?limit=3${cursor ? `&cursor=${cursor}` : ''}`);
+      pages.push(...r.body.data.audit_events);
+      cursor = r.body.data.next_cursor;
+      if (!cursor) break;
+    }
+    const all = (await get('/v1/audit-events?limit=100')).body.data.audit_events;
+    assert.deepEqual(pages, all);
+    assert.ok(all.length >= 8, `audit records of the changes made so far, got ${all.length}`);
+    assert.ok(all.some((e: { action: string }) => e.action === 'application.resources.configure'));
+    assert.ok(all.some((e: { action: string }) => e.action === 'task.cancel'));
+    assert.ok(all.some((e: { action: string }) => e.action === 'task.resolve'));
+    await get('/v1/audit-events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/audit-events?limit=abc', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/audit-events?after=0', 400, admin, 'INVALID_ARGUMENT');
+
+    const first = await get('/v1/events?limit=2');
+    assert.equal(first.body.data.events.length, 2);
+    const rest = await get(`/v1/events?after=${first.body.data.next_after}&limit=100`);
+    const sequences = [...first.body.data.events, ...rest.body.data.events].map((e: { sequence: string }) => BigInt(e.sequence));
+    assert.deepEqual(sequences, [...sequences].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0)), 'events in sequence order');
+    const empty = await get(`/v1/events?after=${rest.body.data.next_after}`);
+    assert.deepEqual(empty.body.data.events, []);
+    assert.equal(empty.body.data.next_after, rest.body.data.next_after);
+    await get('/v1/events?after=abc', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/events?after=-1', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
+  });
+
+  /** One plausible request per operation, for the authentication and permission sweeps. */
+  function sampleRequest(op: SpecOperation, taskId: string): { path: string; body?: unknown } {
+    const path = op.path.replace('{queue}', 'default').replace('{task_id}', taskId);
+    const bodies: Record<string, unknown> = {
+      configureApplicationResources: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1 },
+      createQueue: { name: 'never', reason: 'x' },
+      configureQueue: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1, key_concurrency: 1, paused: false },
+      submitTask: { payload: {} },
+      cancelTask: { reason: 'x' },
+      resolveTask: { outcome: 'failed', reason: 'x' },
+    };
+    if (op.requestSchema === null) return { path };
+    const body = bodies[op.operationId];
+    assert.ok(body !== undefined, `no sample body for ${op.operationId}: add one here`);
+    return { path, body };
+  }
+
+  test('401 UNAUTHENTICATED on every authenticated operation: no token, a malformed one, a wrong secret', async () => {
+    const task = await submit('default');
+    const wrongSecret = `${admin.slice(0, -4)}${admin.endsWith('AAAA') ? 'BBBB' : 'AAAA'}`;
+    for (const op of operations.filter((o) => o.authenticated)) {
+      const { path, body } = sampleRequest(op, task.task_id);
+      for (const headers of [{}, { Authorization: 'Basic dXNlcjpwYXNz' }, { Authorization: `Bearer ${wrongSecret}` }] as Array<Record<string, string>>) {
+        const response = await api.request(op.method, path, { headers, key: op.method === 'POST' ? key() : undefined, body });
+        check(op.method, path, response);
+        assert.equal(response.status, 401, `${op.operationId} with ${JSON.stringify(headers)}: ${response.text}`);
+        assert.equal(response.body.error.code, 'UNAUTHENTICATED');
+      }
+    }
+  });
+
+  test('403 PERMISSION_DENIED on every operation with an action, naming it', async () => {
+    const task = await submit('default');
+    for (const op of operations.filter((o) => o.action !== null)) {
+      const { path, body } = sampleRequest(op, task.task_id);
+      const token = op.action === 'events:read' ? onlyAudit : onlyEvents;
+      const response = await api.request(op.method, path, { token, key: op.method === 'POST' ? key() : undefined, body });
+      check(op.method, path, response);
+      assert.equal(response.status, 403, `${op.operationId}: ${response.text}`);
+      assert.equal(response.body.error.code, 'PERMISSION_DENIED');
+      assert.equal(response.body.error.details.action, op.action);
+    }
+  });
+
+  test('an unknown route is 404 NOT_FOUND in the error envelope', async () => {
+    const response = await api.request('GET', '/v1/nothing-here', { token: admin });
+    assert.equal(response.status, 404);
+    assertErrorEnvelope(response.body);
+    assert.equal(response.body.error.code, 'NOT_FOUND');
+    assert.equal(response.headers.get('x-request-id'), response.body.request_id);
+  });
+
+  test('connectWorker over a real socket: 101 and hello/welcome; 400 without an upgrade; 401; 403', async () => {
+    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0 }, { log: silentLogger() });
+    const base = server.url;
+    const fetchChecked = async (token: string | null, status: number) => {
+      const raw = await fetch(`${base}/v1/workers/connect`, { headers: token === null ? {} : { Authorization: `Bearer ${token}` } });
+      const text = await raw.text();
+      const response: TestResponse = { status: raw.status, headers: raw.headers, text, body: JSON.parse(text) };
+      check('GET', '/v1/workers/connect', response);
+      assert.equal(response.status, status, text);
+      return response;
+    };
+    const plain = await fetchChecked(admin, 400);
+    assert.equal(plain.body.error.details.field, 'Upgrade');
+    await fetchChecked(null, 401);
+    await fetchChecked(onlyEvents, 403);
+
+    const session = await connectRaw(base, admin);
+    // The upgrade answered 101 Switching Protocols (the spec's only success).
+    check('GET', '/v1/workers/connect', { status: 101, headers: new Headers(), text: '', body: undefined });
+    const welcome = await session.request({ type: 'hello', node_id: 'contract-node', queues: ['default'], capacity: 1 });
+    assert.equal(welcome.type, 'welcome', JSON.stringify(welcome));
+    assert.match(welcome.session_id, HEX32);
+    await session.close();
+    await assert.rejects(connectRaw(base, onlyEvents), (e: { status?: number }) => e.status === 403);
+  });
+
+  test('coverage: every operation of openapi.yaml was exercised, with every status it declares', () => {
+    const exercised = new Set(seen.keys());
+    const missing = [...operationIds].filter((id) => !exercised.has(id));
+    const unknown = [...exercised].filter((id) => !operationIds.has(id));
+    assert.deepEqual({ missing, unknown }, { missing: [], unknown: [] }, 'operations without contract coverage (add them to this file)');
+    const statusGaps: string[] = [];
+    for (const id of operationIds) {
+      for (const status of declaredStatuses(id)) {
+        if (!seen.get(id)?.has(status)) statusGaps.push(`${id} ${status}`);
+      }
+    }
+    assert.deepEqual(statusGaps, [], 'declared status codes never observed');
+  });
+});

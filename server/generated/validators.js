@@ -2926,7 +2926,7 @@ return errors === 0;
 validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema90 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
-const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144},"priority":{"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."},"resource_key":{"type":"string","minLength":1,"maxLength":128,"description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once."},"max_attempts":{"type":"integer","minimum":1,"maximum":100,"description":"Default 3."},"deadline_seconds":{"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."},"delay_seconds":{"type":"integer","minimum":0,"maximum":31536000,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144},"priority":{"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."},"resource_key":{"type":"string","minLength":1,"maxLength":128,"description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once."},"max_attempts":{"type":"integer","minimum":1,"maximum":100,"description":"Default 3."},"deadline_seconds":{"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."},"delay_seconds":{"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
 const schema92 = {"type":"string","enum":["retry","review"]};
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3138,8 +3138,8 @@ vErrors.push(err16);
 errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 31536000 || isNaN(data5)){
-const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema91.properties.delay_seconds,data:data5};
+if(data5 > 31535999 || isNaN(data5)){
+const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema91.properties.delay_seconds,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }

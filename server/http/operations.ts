@@ -49,7 +49,7 @@ function readQuery(c: Context, route: RouteSpec): Record<string, unknown> {
     const value = values[0] as string;
     // Integers are converted only when they look like integers; anything else stays a string
     // and the validator reports the type.
-    out[name] = type === 'integer' && /^-?\d{1,15}$/.test(value) ? Number(value) : value;
+    out[name] = type === 'integer' && /^-?(0|[1-9]\d{0,14})$/.test(value) ? Number(value) : value;
   }
   return out;
 }

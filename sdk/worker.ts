@@ -201,7 +201,9 @@ export class OrbitWorker {
         }
       }
       const room = this.options.capacity - this.held;
-      if (room <= 0) {
+      // Claim in batches: while busy, wait until a quarter of the capacity is free (a completion
+      // wakes the loop early), so one claim transaction serves several attempts.
+      if (room <= 0 || (this.held > 0 && room < Math.ceil(this.options.capacity / 4))) {
         await this.sleep(this.options.maxPollIntervalMs);
         continue;
       }

@@ -8,6 +8,8 @@ export interface ServerConfig {
   /** How often each process's recovery loop looks for expired leases and deadlines. */
   recoveryIntervalMs: number;
   databasePoolSize: number;
+  /** How long this process reuses a successful authentication (writes re-check in their transaction anyway). */
+  authCacheMs: number;
   logLevel: string;
 }
 
@@ -38,6 +40,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     leaseSeconds: intFromEnv(env, 'ORBIT_LEASE_SECONDS', 30, 1, 3600),
     recoveryIntervalMs: intFromEnv(env, 'ORBIT_RECOVERY_INTERVAL_MS', 500, 10, 60_000),
     databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
+    authCacheMs: intFromEnv(env, 'ORBIT_AUTH_CACHE_MS', 1000, 0, 60_000),
     logLevel: env.ORBIT_LOG_LEVEL || 'info',
   };
 }

@@ -58,6 +58,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
       return taskSubmitBatch(db, admissionClock, items).finally(end);
     }, { maxBatch: 64, maxInFlight: 2 }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
+    authCacheMs: config.authCacheMs,
     workers,
     async ready() {
       const missing = await pendingMigrations((sql) => db.rows(sql));

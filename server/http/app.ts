@@ -8,6 +8,7 @@ import { OrbitError } from '../errors.ts';
 import { credentialAuthenticate } from '../store/credentials.ts';
 import type { Handlers } from '../generated/routes.ts';
 import { mountOperations, type RequestContext } from './operations.ts';
+import { PrincipalCache } from './principal-cache.ts';
 import { renderError, toOrbitError } from './envelope.ts';
 import type { AppEnv } from './env.ts';
 import type { AppDeps } from './deps.ts';
@@ -31,10 +32,16 @@ export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
 
 /** `Authorization: Bearer <token>` → the principal, or 401. */
 export function bearerAuthenticator(deps: AppDeps) {
+  const cache = new PrincipalCache(deps.authCacheMs);
   return async (authorization: string | undefined) => {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
     if (!match) throw new OrbitError('UNAUTHENTICATED', 'an Authorization: Bearer <token> header is required');
-    return credentialAuthenticate(deps.db, match[1] as string);
+    const token = match[1] as string;
+    const cached = cache.get(token);
+    if (cached) return cached;
+    const principal = await credentialAuthenticate(deps.db, token);
+    cache.set(token, principal);
+    return principal;
   };
 }
 

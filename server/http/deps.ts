@@ -17,6 +17,8 @@ export interface AppDeps {
   admission: KeyedBatcher<SubmitItem, SubmitOutcome>;
   /** The OpenAPI document served at /openapi.yaml. */
   openApiDocument: string;
+  /** How long a successful authentication is reused by this process (0: never). */
+  authCacheMs: number;
   /** Worker sessions (the WebSocket side); null where only HTTP is served (tests of the HTTP API). */
   workers: { connect(c: Context, principal: Principal): Promise<Response> } | null;
   /** Readiness: the database answers and no migration is pending. */

@@ -2,18 +2,21 @@
  * Task admission: the application's and the queue's `max_unfinished_tasks`, enforced in the
  * transaction that inserts the task.
  *
- * Fast path - one round trip, then COMMIT:
+ * Fast path - the whole transaction in ONE round trip (DESIGN.md §8):
+ *     START TRANSACTION;
  *     INSERT receipts; INSERT tasks;
- *     UPDATE application row  SET unfinished += n WHERE unfinished + n <= max;
- *     UPDATE each queue row   SET unfinished += k WHERE unfinished + k <= max;   (ascending queue_id)
+ *     UPDATE application row SET unfinished = IF(unfinished + n <= max, unfinished + n, NULL);
+ *     UPDATE each queue row  SET unfinished = IF(unfinished + k <= max, unfinished + k, NULL);  (ascending queue_id)
+ *     COMMIT
  * New rows first (they conflict with nobody but a duplicate key), the hot rows last, so the
- * application row is locked for the rest of one round trip plus the commit (DESIGN.md §8). All
- * updates matched → COMMIT. Any update matched nothing, or a receipt key already existed →
- * ROLLBACK: nothing was written, and
- * Careful path - lock the application row, then the queue rows (FOR UPDATE), look up the
- * receipts, and decide item by item in order: replay, APPLICATION_FULL (checked first, so it
- * wins when both are full), QUEUE_FULL, or accept; then insert and update by exact amounts.
- * A batch of one decides directly from the fast path's row counts when only room was missing.
+ * application row is locked only while the server runs the last statements and the commit -
+ * never across a round trip to this process. A row without room is "guarded": setting the NOT
+ * NULL counter to NULL fails the statement (ER_BAD_NULL_ERROR), the server runs nothing after
+ * it (no COMMIT), and the transaction is rolled back: nothing was written.
+ * Careful path - after a guard or a duplicate receipt key: lock the application row, then the
+ * queue rows (FOR UPDATE), look up the receipts, and decide item by item in order: replay,
+ * APPLICATION_FULL (checked first, so it wins when both are full), QUEUE_FULL, or accept; then
+ * insert and update by exact amounts.
  *
  * A refused submission writes nothing at all - no task, no counter change, no receipt - so the
  * same key can succeed later. A replay of an accepted submission returns its original receipt
@@ -24,11 +27,11 @@ import { idToHex, newId, type IdBytes } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { millisToSql } from '../time.ts';
 import type { Clock } from './clock.ts';
-import { isDuplicateKeyError, type Database, type Queryable, type Row } from './database.ts';
+import { isDuplicateKeyError, isGuardError, type Database, type Queryable, type Row } from './database.ts';
 import { byIdAscending } from './lock-order.ts';
 import { receiptReplay, type ReceiptIdentity } from './receipts.ts';
+import { credentialsStillValid, noLongerValid } from './credentials.ts';
 import type { Task } from './tasks.ts';
-import type { ResultSetHeader } from 'mysql2';
 
 export interface SubmitRequest {
   payload: Record<string, unknown>;
@@ -95,8 +98,20 @@ function withPayload(stored: StoredTask, payload: Record<string, unknown>): Task
   return { ...stored, payload } as Task;
 }
 
+/**
+ * Receipts are inserted from a SELECT over the submitter's identity rows: when the credential
+ * was revoked or expired, or its namespace or application disabled, since the request was
+ * authenticated (possibly from the per-process cache), `application_id` comes out NULL and the
+ * statement fails like a full quota does - so no write happens for a credential that may no
+ * longer act, without an extra round trip.
+ */
 const RECEIPT_INSERT = `INSERT INTO orbit_idempotency_receipts
-  (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at) VALUES `;
+  (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at) `;
+const RECEIPT_ROW = `SELECT ?, ?, IF(a.application_id IS NULL, NULL, ?), ?, ?, ?, ?, ?
+  FROM (SELECT 1 AS one) AS one
+  LEFT JOIN orbit_credentials c ON c.credential_id = ? AND c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6))
+  LEFT JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id AND n.enabled = 1
+  LEFT JOIN orbit_applications a ON a.application_id = n.application_id AND a.enabled = 1`;
 const TASK_INSERT = `INSERT INTO orbit_tasks
   (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
    on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at) VALUES `;
@@ -105,8 +120,8 @@ function insertStatements(prepared: Prepared[]): { sql: string[]; params: unknow
   const params: unknown[] = [];
   const receiptRows = prepared.map((p) => {
     const id = p.item.receipt;
-    params.push(id.namespaceId, id.key, id.applicationId, id.operation, id.requestSha256, p.taskId, JSON.stringify(p.snapshot), p.times.created);
-    return '(?, ?, ?, ?, ?, ?, ?, ?)';
+    params.push(id.namespaceId, id.key, id.applicationId, id.operation, id.requestSha256, p.taskId, JSON.stringify(p.snapshot), p.times.created, id.credentialId);
+    return RECEIPT_ROW;
   });
   const taskRows = prepared.map((p) => {
     const r = p.item.request;
@@ -116,7 +131,7 @@ function insertStatements(prepared: Prepared[]): { sql: string[]; params: unknow
     );
     return "(?, ?, ?, ?, 'WAITING', ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?)";
   });
-  return { sql: [RECEIPT_INSERT + receiptRows.join(', '), TASK_INSERT + taskRows.join(', ')], params };
+  return { sql: [RECEIPT_INSERT + receiptRows.join('\n  UNION ALL '), TASK_INSERT + taskRows.join(', ')], params };
 }
 
 /** Tasks per queue, in lock order. */
@@ -131,26 +146,24 @@ function countByQueue(prepared: Prepared[]): Array<{ queueId: IdBytes; count: nu
   return [...counts.values()].sort((a, b) => byIdAscending(a.queueId, b.queueId));
 }
 
-function counterUpdates(applicationId: IdBytes, total: number, perQueue: Array<{ queueId: IdBytes; count: number }>): { sql: string[]; params: unknown[] } {
+function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: Array<{ queueId: IdBytes; count: number }>): { sql: string[]; params: unknown[] } {
   const sql = [
-    `UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ?
-      WHERE application_id = ? AND unfinished_tasks + ? <= max_unfinished_tasks`,
+    `UPDATE orbit_application_resources
+        SET unfinished_tasks = IF(unfinished_tasks + ? <= max_unfinished_tasks, unfinished_tasks + ?, NULL)
+      WHERE application_id = ?`,
     ...perQueue.map(
-      () => `UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ?
-              WHERE queue_id = ? AND unfinished_tasks + ? <= max_unfinished_tasks`,
+      () => `UPDATE orbit_queues
+                SET unfinished_tasks = IF(unfinished_tasks + ? <= max_unfinished_tasks, unfinished_tasks + ?, NULL)
+              WHERE queue_id = ?`,
     ),
   ];
-  const params: unknown[] = [total, applicationId, total];
-  for (const q of perQueue) params.push(q.count, q.queueId, q.count);
+  const params: unknown[] = [total, total, applicationId];
+  for (const q of perQueue) params.push(q.count, q.count, q.queueId);
   return { sql, params };
 }
 
 const applicationFull = () => new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same Idempotency-Key");
 const queueFull = (queue: string) => new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same Idempotency-Key`);
-
-class RoomMissing {
-  constructor(readonly applicationFull: boolean) {}
-}
 
 /** All items belong to one application (the batcher groups them so). */
 export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitItem[]): Promise<SubmitOutcome[]> {
@@ -160,20 +173,14 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
   const prepared = items.map((item) => prepare(item, nowMs));
   const perQueue = countByQueue(prepared);
   try {
-    await db.transaction(async (tx) => {
-      const inserts = insertStatements(prepared);
-      const updates = counterUpdates(applicationId, prepared.length, perQueue);
-      const results = await tx.batch([...inserts.sql, ...updates.sql].join(';\n'), [...inserts.params, ...updates.params]);
-      const matched = results.slice(2).map((r) => (r as ResultSetHeader).affectedRows);
-      if (matched.some((n) => n !== 1)) throw new RoomMissing(matched[0] !== 1);
-    });
+    const inserts = insertStatements(prepared);
+    const updates = guardedCounterUpdates(applicationId, prepared.length, perQueue);
+    await db.oneShot([...inserts.sql, ...updates.sql].join(';\n'), [...inserts.params, ...updates.params]);
     return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
   } catch (error) {
-    if (error instanceof RoomMissing && prepared.length === 1) {
-      const only = prepared[0] as Prepared;
-      return [{ ok: false, error: error.applicationFull ? applicationFull() : queueFull(only.item.queueName) }];
-    }
-    if (!(error instanceof RoomMissing) && !isDuplicateKeyError(error)) throw error;
+    // No room somewhere, a credential that may no longer act, or a key already used: nothing
+    // was written; decide item by item.
+    if (!isGuardError(error) && !isDuplicateKeyError(error)) throw error;
   }
   return careful(db, applicationId, prepared, perQueue);
 }
@@ -190,7 +197,8 @@ interface ReceiptRow extends Row {
 async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[], perQueue: Array<{ queueId: IdBytes; count: number }>): Promise<SubmitOutcome[]> {
   const replayedTaskIds: IdBytes[] = [];
   const outcomes = await db.transaction(async (tx) => {
-    // Lock order: application row, then queue rows by ascending id.
+    // Lock order: identity rows (shared), application row, then queue rows by ascending id.
+    const valid = await credentialsStillValid(tx, prepared.map((p) => p.item.receipt.credentialId));
     const [app] = await tx.rows<{ unfinished_tasks: string; max_unfinished_tasks: number }>(
       'SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ? FOR UPDATE',
       [applicationId],
@@ -214,6 +222,7 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
     const result: SubmitOutcome[] = prepared.map((p) => {
       const keyId = `${p.item.receipt.namespaceId.toString('hex')}/${p.item.receipt.key}`;
       try {
+        if (!valid.has(idToHex(p.item.receipt.credentialId))) return { ok: false, error: noLongerValid() };
         const receipt = receiptOf.get(keyId);
         if (receipt) {
           const stored = receiptReplay<StoredTask>(receipt, p.item.receipt);

@@ -14,7 +14,7 @@ import type { IdBytes } from '../ids.ts';
 import { tryStart, type WindowState } from '../domain/start-window.ts';
 import { isTerminal, type TaskState } from '../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../time.ts';
-import type { Database, Queryable, Row } from './database.ts';
+import type { Database, Queryable, Row, Transaction } from './database.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -202,7 +202,8 @@ class SettlementWrites {
     }
   }
 
-  async flush(tx: Queryable): Promise<void> {
+  /** The writes and the COMMIT, in one round trip. */
+  async flush(tx: Transaction): Promise<void> {
     if (this.statements.length === 0) return;
     const s = this.statements;
     const a = this.args;
@@ -225,7 +226,7 @@ class SettlementWrites {
       s.push('UPDATE orbit_key_permits SET holders = holders - ?, updated_at = ? WHERE queue_id = ? AND resource_key = ?');
       a.push(n, this.nowSql, Buffer.from(key.slice(0, slash), 'hex'), key.slice(slash + 1));
     }
-    await tx.batch(s.join(';\n'), a);
+    await tx.finish(s.join(';\n'), a);
   }
 }
 
@@ -303,7 +304,7 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
       statements.push("UPDATE orbit_attempts SET state = 'RUNNING', started_at = ?, lease_expires_at = ? WHERE attempt_id = ?");
       args.push(nowSql, millisToSql(g.leaseExpiresAtMs), g.attempt.attempt_id);
     }
-    await tx.batch(statements.join(';\n'), args);
+    await tx.finish(statements.join(';\n'), args);
     return answers;
   });
 }

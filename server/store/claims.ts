@@ -20,8 +20,9 @@ import { OrbitError } from '../errors.ts';
 import { newId, type IdBytes } from '../ids.ts';
 import { claimRoomUnderRate, type WindowState } from '../domain/start-window.ts';
 import { millisToSql, sqlToMillis } from '../time.ts';
-import type { Database, Queryable, Row } from './database.ts';
+import type { Database, Queryable, Row, Transaction } from './database.ts';
 import type { SessionInfo } from './sessions.ts';
+import { CREDENTIAL_JOINS, CREDENTIAL_VALID } from './credentials.ts';
 
 export interface ClaimedAttemptInfo {
   attemptId: IdBytes;
@@ -100,21 +101,42 @@ export async function attemptClaimBatch(
   );
   if (!any) return [];
 
+  // Candidates are read in the first round trip, before the room is known: at most `max` per
+  // queue, locked with SKIP LOCKED (others pass over them until this commits).
+  const candidateLimit = Math.min(params.max, session.capacity);
   return db.transaction(async (tx) => {
-    const [identity, sessionRows, held, appRows, queueRows] = (await tx.batch(
-      `SELECT c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6)) AND n.enabled = 1 AND a.enabled = 1 AS valid
-         FROM orbit_credentials c
-         JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
-         JOIN orbit_applications a ON a.application_id = n.application_id
-        WHERE c.credential_id = ? LOCK IN SHARE MODE;
+    const results = await tx.batch(
+      `SELECT ${CREDENTIAL_VALID} AS valid FROM ${CREDENTIAL_JOINS} WHERE c.credential_id = ? LOCK IN SHARE MODE;
        SELECT capacity, state FROM orbit_worker_sessions WHERE session_id = ? FOR UPDATE;
        SELECT COUNT(*) AS held FROM orbit_attempts WHERE session_id = ? AND state IN ('RESERVED', 'RUNNING');
        SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
          FROM orbit_application_resources WHERE application_id = ? FOR UPDATE;
        SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
-         FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE`,
-      [principal.credentialId, session.sessionId, session.sessionId, principal.applicationId, ...queueIds],
-    )) as [Array<{ valid: number }>, Array<{ capacity: number; state: string }>, Array<{ held: string }>, Array<QuotaRow & { now: string }>, QueueQuotaRow[]];
+         FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE;
+       SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
+        WHERE application_id = ? AND state = 'OPEN' AND waiting_since IS NOT NULL
+          AND last_seen_at > NOW(6) - INTERVAL ${WAITING_WINDOW_SECONDS} SECOND AND node_id <> ?;
+       ${queueIds.map(() => candidateSql({ excludedKeys: 0, excludedTasks: 0 })).join(';\n')}`,
+      [
+        principal.credentialId,
+        session.sessionId,
+        session.sessionId,
+        principal.applicationId,
+        ...queueIds,
+        principal.applicationId,
+        session.nodeId,
+        ...queueIds.flatMap((queueId) => [queueId, candidateLimit]),
+      ],
+    );
+    const [identity, sessionRows, held, appRows, queueRows, waitingNodes] = results as [
+      Array<{ valid: number }>,
+      Array<{ capacity: number; state: string }>,
+      Array<{ held: string }>,
+      Array<QuotaRow & { now: string }>,
+      QueueQuotaRow[],
+      Array<{ nodes: string }>,
+    ];
+    const initial = (results.slice(6) as CandidateRow[][]).flat();
     if (identity[0]?.valid !== 1) throw new OrbitError('UNAUTHENTICATED', 'the credential, namespace or application is no longer valid');
     const sessionRow = sessionRows[0];
     if (!sessionRow || sessionRow.state !== 'OPEN') throw new OrbitError('STATE_CONFLICT', 'the session is closed');
@@ -126,16 +148,8 @@ export async function attemptClaimBatch(
     const wanted = Math.min(params.max, sessionRoom);
     const appRoom = roomOf(app, nowMs);
     let budget = Math.min(wanted, appRoom);
-    if (appRoom < wanted && budget > 0) {
-      // Scarce room: take at most this node's fair share among the nodes waiting for it.
-      const [others] = await tx.rows<{ nodes: string }>(
-        `SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
-          WHERE application_id = ? AND state = 'OPEN' AND waiting_since IS NOT NULL
-            AND last_seen_at > NOW(6) - INTERVAL ${WAITING_WINDOW_SECONDS} SECOND AND node_id <> ?`,
-        [principal.applicationId, session.nodeId],
-      );
-      budget = Math.min(budget, Math.ceil(appRoom / (Number(others?.nodes ?? 0) + 1)));
-    }
+    // Scarce room: take at most this node's fair share among the nodes waiting for it.
+    if (appRoom < wanted) budget = Math.min(budget, Math.ceil(appRoom / (Number(waitingNodes[0]?.nodes ?? 0) + 1)));
     const queueRoom = new Map<string, number>();
     const keyConcurrency = new Map<string, number>();
     for (const q of queueRows) {
@@ -144,7 +158,7 @@ export async function attemptClaimBatch(
     }
 
     const chosen: CandidateRow[] = [];
-    if (budget > 0) await pick(tx, { budget, queueRoom, keyConcurrency, nowSql: app.now, applicationId: principal.applicationId, chosen });
+    if (budget > 0) await pick(tx, { budget, queueRoom, keyConcurrency, applicationId: principal.applicationId, chosen, initial });
 
     const nameOf = new Map(session.queues.map((q) => [hex(q.queueId), q.name]));
     const leaseMs = params.leaseSeconds * 1000;
@@ -168,45 +182,54 @@ export async function attemptClaimBatch(
   });
 }
 
+/**
+ * One queue's claimable tasks in claim order, locked with SKIP LOCKED. Parameters: queue_id,
+ * then the excluded keys, then the excluded task ids, then the limit.
+ */
+function candidateSql(options: { excludedKeys: number; excludedTasks: number }): string {
+  return `SELECT task_id, queue_id, priority, resource_key, payload, attempts, deadline_at, available_at
+      FROM orbit_tasks FORCE INDEX (ix_orbit_tasks_claim)
+     WHERE queue_id = ? AND state = 'WAITING' AND available_at <= NOW(6) AND deadline_at > NOW(6)
+       ${options.excludedKeys > 0 ? `AND (resource_key IS NULL OR resource_key NOT IN (${Array(options.excludedKeys).fill('?').join(', ')}))` : ''}
+       ${options.excludedTasks > 0 ? `AND task_id NOT IN (${Array(options.excludedTasks).fill('?').join(', ')})` : ''}
+     ORDER BY priority DESC, available_at, task_id
+     LIMIT ? FOR UPDATE SKIP LOCKED`;
+}
+
 async function pick(
   tx: Queryable,
   ctx: {
     budget: number;
     queueRoom: Map<string, number>;
     keyConcurrency: Map<string, number>;
-    nowSql: string;
     applicationId: IdBytes;
     chosen: CandidateRow[];
+    /** Candidates read in the first round trip. */
+    initial: CandidateRow[];
   },
 ): Promise<void> {
   const taken = new Set<string>();
   const fullKeys = new Set<string>();
   const permitHolders = new Map<string, number>();
   for (let round = 0; round < MAX_PICK_ROUNDS && ctx.chosen.length < ctx.budget; round++) {
-    const left = ctx.budget - ctx.chosen.length;
-    const queues = [...ctx.queueRoom].filter(([, room]) => room > 0);
-    if (queues.length === 0) return;
-    const excluded = [...fullKeys];
-    const statements: string[] = [];
-    const args: unknown[] = [];
-    for (const [queueHex, room] of queues) {
-      const queueKeys = excluded.filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1));
-      statements.push(
-        `SELECT task_id, queue_id, priority, resource_key, payload, attempts, deadline_at, available_at
-           FROM orbit_tasks FORCE INDEX (ix_orbit_tasks_claim)
-          WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? AND deadline_at > ?
-            ${queueKeys.length > 0 ? `AND (resource_key IS NULL OR resource_key NOT IN (${queueKeys.map(() => '?').join(', ')}))` : ''}
-            ${taken.size > 0 ? `AND task_id NOT IN (${[...taken].map(() => '?').join(', ')})` : ''}
-          ORDER BY priority DESC, available_at, task_id
-          LIMIT ? FOR UPDATE SKIP LOCKED`,
-      );
-      args.push(Buffer.from(queueHex, 'hex'), ctx.nowSql, ctx.nowSql, ...queueKeys, ...[...taken].map((t) => Buffer.from(t, 'hex')), Math.min(left, room));
+    let candidates: CandidateRow[];
+    if (round === 0) candidates = ctx.initial;
+    else {
+      // Keyed tasks were passed over because their key was full: look again without those keys.
+      const left = ctx.budget - ctx.chosen.length;
+      const queues = [...ctx.queueRoom].filter(([, room]) => room > 0);
+      if (queues.length === 0) return;
+      const statements: string[] = [];
+      const args: unknown[] = [];
+      for (const [queueHex, room] of queues) {
+        const queueKeys = [...fullKeys].filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1));
+        statements.push(candidateSql({ excludedKeys: queueKeys.length, excludedTasks: taken.size }));
+        args.push(Buffer.from(queueHex, 'hex'), ...queueKeys, ...[...taken].map((t) => Buffer.from(t, 'hex')), Math.min(left, room));
+      }
+      // One statement alone comes back as plain rows, several as a list of row sets.
+      candidates = statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as string, args) : ((await tx.batch(statements.join(';\n'), args)) as CandidateRow[][]).flat();
     }
-    // One statement alone comes back as plain rows, several as a list of row sets.
-    const results = statements.length === 1 ? [await tx.rows<CandidateRow>(statements[0] as string, args)] : ((await tx.batch(statements.join(';\n'), args)) as CandidateRow[][]);
-    const candidates = results.flat().sort(
-      (a, b) => b.priority - a.priority || a.available_at.localeCompare(b.available_at) || Buffer.compare(a.task_id, b.task_id),
-    );
+    candidates.sort((a, b) => b.priority - a.priority || a.available_at.localeCompare(b.available_at) || Buffer.compare(a.task_id, b.task_id));
     for (const c of candidates) taken.add(hex(c.task_id));
     // Permit rows for keys not seen yet: created on demand, then locked (last in the lock order).
     const newKeys = [...new Set(candidates.filter((c) => c.resource_key !== null).map((c) => permitKey(c.queue_id, c.resource_key as string)))].filter(
@@ -252,7 +275,7 @@ async function lockPermits(tx: Queryable, applicationId: IdBytes, keys: string[]
   for (const row of rows) holders.set(permitKey(row.queue_id, row.resource_key), row.holders);
 }
 
-async function writeClaims(tx: Queryable, params: { session: SessionInfo; claimed: ClaimedAttemptInfo[]; now: string; waiting: boolean }): Promise<void> {
+async function writeClaims(tx: Transaction, params: { session: SessionInfo; claimed: ClaimedAttemptInfo[]; now: string; waiting: boolean }): Promise<void> {
   const { session, claimed } = params;
   const principal = session.principal;
   const statements: string[] = [
@@ -296,6 +319,6 @@ async function writeClaims(tx: Queryable, params: { session: SessionInfo; claime
       args.push(n, params.now, Buffer.from(key.slice(0, slash), 'hex'), key.slice(slash + 1));
     }
   }
-  if (statements.length === 1) await tx.exec(statements[0] as string, args);
-  else await tx.batch(statements.join(';\n'), args);
+  // The writes and the COMMIT in one round trip: the hot rows are not held across another.
+  await tx.finish(statements.join(';\n'), args);
 }

@@ -112,3 +112,31 @@ export async function credentialRevoke(db: Queryable, credentialId: IdBytes): Pr
   const result = await db.exec('UPDATE orbit_credentials SET revoked_at = COALESCE(revoked_at, NOW(6)) WHERE credential_id = ?', [credentialId]);
   return result.affectedRows === 1;
 }
+
+/** The conditions under which a credential may act: not revoked or expired, its namespace and application enabled. */
+export const CREDENTIAL_VALID = `c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6)) AND n.enabled = 1 AND a.enabled = 1`;
+export const CREDENTIAL_JOINS = `orbit_credentials c
+  JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
+  JOIN orbit_applications a ON a.application_id = n.application_id`;
+
+/**
+ * Inside a transaction: which of these credentials may still act, re-read under shared locks
+ * on the identity rows (lock order step 1), so a write is never carried out for a credential
+ * that was revoked or whose namespace or application was disabled before it committed - even
+ * when the request was authenticated from the per-process cache.
+ */
+export async function credentialsStillValid(tx: Queryable, credentialIds: IdBytes[]): Promise<Set<string>> {
+  const unique = [...new Map(credentialIds.map((id) => [idToHex(id), id])).values()];
+  if (unique.length === 0) return new Set();
+  const rows = await tx.rows<{ credential_id: Buffer }>(
+    `SELECT c.credential_id FROM ${CREDENTIAL_JOINS}
+      WHERE c.credential_id IN (${unique.map(() => '?').join(', ')}) AND ${CREDENTIAL_VALID}
+      LOCK IN SHARE MODE`,
+    unique,
+  );
+  return new Set(rows.map((r) => idToHex(r.credential_id)));
+}
+
+export function noLongerValid(): OrbitError {
+  return new OrbitError('UNAUTHENTICATED', 'the credential was revoked or expired, or its namespace or application was disabled');
+}

@@ -25,10 +25,26 @@ export interface Queryable {
   batch(sql: string, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
 }
 
+/** A transaction in progress. */
+export interface Transaction extends Queryable {
+  /**
+   * The transaction's last statements and its COMMIT in one round trip, so the locks it holds
+   * are not kept across another round trip to this process. Results of `sql`'s statements.
+   */
+  finish(sql: string, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
+}
+
 export interface Database extends Queryable {
   readonly pool: Pool;
+  /**
+   * A whole transaction in ONE round trip: `START TRANSACTION; <statements>; COMMIT`. A
+   * statement that fails stops the server from running the rest (COMMIT included); the
+   * transaction is then rolled back and the error thrown. Returns the statements' results.
+   * Deadlocks are retried like `transaction`.
+   */
+  oneShot(sql: string, params?: unknown[], options?: { retries?: number }): Promise<Array<Row[] | ResultSetHeader>>;
   /** Runs `fn` in one transaction on a dedicated connection; retries deadlocks. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>, options?: { retries?: number }): Promise<T>;
+  transaction<T>(fn: (tx: Transaction) => Promise<T>, options?: { retries?: number }): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -42,6 +58,11 @@ export function isRetryableTransactionError(error: unknown): boolean {
 
 export function isDuplicateKeyError(error: unknown): boolean {
   return (error as { errno?: number } | null)?.errno === 1062;
+}
+
+/** ER_BAD_NULL_ERROR: what a guarded UPDATE (`SET x = IF(room, …, NULL)`) raises when there is no room. */
+export function isGuardError(error: unknown): boolean {
+  return (error as { errno?: number } | null)?.errno === 1048;
 }
 
 function queryable(conn: Pool | PoolConnection): Queryable {
@@ -65,16 +86,21 @@ function queryable(conn: Pool | PoolConnection): Queryable {
  * A transaction's queryable. `START TRANSACTION` is not sent on its own: it rides in front of
  * the transaction's first statement, which saves one round trip per transaction.
  */
-function transactionQueryable(conn: PoolConnection): Queryable {
+function transactionQueryable(conn: PoolConnection): Transaction & { readonly finished: boolean } {
   let begun = false;
+  let finished = false;
   /** The user's statements' results: one result for one statement, an array for several. */
   async function send(sql: string, params: unknown[], statements: 'one' | 'several'): Promise<unknown> {
+    if (finished) throw new Error('the transaction has already committed');
     if (begun) return (await conn.query(sql, params))[0];
     begun = true;
     const results = (await conn.query(`START TRANSACTION;\n${sql}`, params))[0] as unknown as unknown[];
     return statements === 'one' ? results[1] : results.slice(1);
   }
   return {
+    get finished() {
+      return finished;
+    },
     async rows<T>(sql: string, params: unknown[] = []) {
       return (await send(sql, params, 'one')) as T[];
     },
@@ -83,6 +109,11 @@ function transactionQueryable(conn: PoolConnection): Queryable {
     },
     async batch(sql: string, params: unknown[] = []) {
       return (await send(sql, params, 'several')) as Array<Row[] | ResultSetHeader>;
+    },
+    async finish(sql: string, params: unknown[] = []) {
+      const results = (await send(`${sql};\nCOMMIT`, params, 'several')) as Array<Row[] | ResultSetHeader>;
+      finished = true;
+      return results.slice(0, -1);
     },
   };
 }
@@ -116,14 +147,14 @@ export function createDatabase(options: DatabaseOptions): Database {
   return {
     pool,
     ...base,
-    async transaction<T>(fn: (tx: Queryable) => Promise<T>, { retries = 5 } = {}) {
+    async transaction<T>(fn: (tx: Transaction) => Promise<T>, { retries = 5 } = {}) {
       for (let attempt = 0; ; attempt++) {
         const conn = await pool.getConnection();
         let result: T;
         try {
           const tx = transactionQueryable(conn);
           result = await fn(tx);
-          await conn.query('COMMIT');
+          if (!tx.finished) await conn.query('COMMIT');
         } catch (error) {
           try {
             await conn.query('ROLLBACK');
@@ -140,6 +171,28 @@ export function createDatabase(options: DatabaseOptions): Database {
         }
         conn.release();
         return result;
+      }
+    },
+    async oneShot(sql: string, params: unknown[] = [], { retries = 5 } = {}) {
+      for (let attempt = 0; ; attempt++) {
+        const conn = await pool.getConnection();
+        try {
+          const [results] = await conn.query(`START TRANSACTION;\n${sql};\nCOMMIT`, params);
+          conn.release();
+          return (results as unknown as Array<Row[] | ResultSetHeader>).slice(1, -1);
+        } catch (error) {
+          try {
+            await conn.query('ROLLBACK');
+            conn.release();
+          } catch {
+            conn.destroy();
+          }
+          if (attempt < retries && isRetryableTransactionError(error)) {
+            await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
+            continue;
+          }
+          throw error;
+        }
       }
     },
     async close() {

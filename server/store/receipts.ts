@@ -7,10 +7,13 @@
 import { OrbitError } from '../errors.ts';
 import type { IdBytes } from '../ids.ts';
 import { isDuplicateKeyError, type Database, type Queryable } from './database.ts';
+import { credentialsStillValid, noLongerValid } from './credentials.ts';
 
 export interface ReceiptIdentity {
   applicationId: IdBytes;
   namespaceId: IdBytes;
+  /** Who asks: re-checked inside the transaction (a cached authentication may be up to a second old). */
+  credentialId: IdBytes;
   key: string;
   operation: string;
   requestSha256: Buffer;
@@ -55,8 +58,9 @@ export async function receiptInsert(db: Queryable, identity: ReceiptIdentity, re
  * Runs a management mutation under an idempotency key:
  * 1. a receipt already there → replay it (or IDEMPOTENCY_CONFLICT), even if the request would
  *    now fail (a later revision, a full quota);
- * 2. otherwise one transaction: `work` locks its rows in lock order, checks, writes (audit and
- *    event included) and returns the response snapshot; the receipt is inserted last;
+ * 2. otherwise one transaction: the credential is re-checked under shared locks (lock order
+ *    step 1), then `work` locks its rows in lock order, checks, writes (audit and event
+ *    included) and returns the response snapshot; the receipt is inserted last;
  * 3. if that fails because a concurrent request with the same key won (duplicate receipt, or a
  *    CAS that the winner's change broke), the winner's receipt decides: replay or conflict.
  */
@@ -69,6 +73,7 @@ export async function idempotentMutation<T>(
   if (existing) return { response: receiptReplay<T>(existing, identity), deduplicated: true };
   try {
     const response = await db.transaction(async (tx) => {
+      if ((await credentialsStillValid(tx, [identity.credentialId])).size === 0) throw noLongerValid();
       const { response, resourceId } = await work(tx);
       await receiptInsert(tx, identity, resourceId, response);
       return response;

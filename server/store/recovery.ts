@@ -93,7 +93,7 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
         statements.push(sql);
         args.push(...params);
       }
-      await tx.batch(statements.join(';\n'), args);
+      await tx.finish(statements.join(';\n'), args);
       return tasks.length;
     });
     if (expired === null) counts.busy.push(applicationHex);

@@ -26,7 +26,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
 }
 
-export async function testApp(db: Database) {
+/** `authCacheMs` as in production by default (1000 ms). */
+export async function testApp(db: Database, options: { authCacheMs?: number } = {}) {
   const clock = new DatabaseClock(db);
   await clock.sample();
   const deps: AppDeps = {
@@ -36,6 +37,7 @@ export async function testApp(db: Database) {
     metrics: createMetrics(),
     admission: new KeyedBatcher((_key, items) => taskSubmitBatch(db, clock, items), { maxBatch: 64, maxInFlight: 2 }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
+    authCacheMs: options.authCacheMs ?? 1000,
     workers: null,
     ready: async () => ({ ok: true }),
   };

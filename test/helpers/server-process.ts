@@ -54,8 +54,11 @@ export async function startServerProcess(databaseUrl: string, env: Record<string
     child,
     logs,
     async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM');
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      // A process that does not stop in time is killed: a test never leaves one behind.
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
       await exited;
+      clearTimeout(timer);
     },
     async kill() {
       if (child.exitCode === null) child.kill('SIGKILL');

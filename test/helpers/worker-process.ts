@@ -53,7 +53,10 @@ export function startWorkerProcess(env: { url: string; token: string; queues: st
     },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      // A process that does not stop in time is killed: a test never leaves one behind.
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
       await exited;
+      clearTimeout(timer);
     },
   };
 }

@@ -273,14 +273,27 @@ describe('application resources', () => {
     assert.equal((await api.request('GET', GET, { token: expiring })).status, 401);
 
     const other = await createTenant(t.db, { namespace: 'elsewhere', resourceAccess: true });
+    assert.equal((await api.request('GET', GET, { token: other.token })).status, 200);
+    const configureOther = async (key: string) =>
+      api.request('POST', CONFIGURE, { token: other.token, key, body: configureBody((await t.db.rows<{ revision: string }>('SELECT revision FROM orbit_application_resources WHERE application_id = ?', [Buffer.from(other.applicationId, 'hex')]))[0]!.revision) });
     await namespaceSetEnabled(t.db, Buffer.from(other.namespaceId, 'hex'), false);
+    // Writes re-check the credential in their own transaction: refused at once, even though
+    // this process still holds the authentication in its cache...
+    const write = await configureOther('after-disable');
+    assert.equal(write.status, 401, write.text);
+    assert.equal((await api.request('POST', '/v1/queues/default/tasks', { token: other.token, key: 'x', body: { payload: {} } })).status, 401);
+    // ...and reads follow once the cache entry (ORBIT_AUTH_CACHE_MS, 1 s here) has run out.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
     assert.equal((await api.request('GET', GET, { token: other.token })).status, 401);
     await namespaceSetEnabled(t.db, Buffer.from(other.namespaceId, 'hex'), true);
     assert.equal((await api.request('GET', GET, { token: other.token })).status, 200);
     await applicationSetEnabled(t.db, Buffer.from(other.applicationId, 'hex'), false);
+    assert.equal((await api.request('POST', '/v1/queues/default/tasks', { token: other.token, key: 'y', body: { payload: {} } })).status, 401);
+    assert.equal((await configureOther('after-app-disable')).status, 401);
+    await new Promise((resolve) => setTimeout(resolve, 1100));
     const disabled = await api.request('GET', GET, { token: other.token });
     assert.equal(disabled.status, 401);
     assert.equal(disabled.body.error.code, 'UNAUTHENTICATED');
-    assert.equal((await api.request('POST', '/v1/queues/default/tasks', { token: other.token, key: 'x', body: { payload: {} } })).status, 401);
+    assert.equal((await t.db.rows("SELECT 1 FROM orbit_idempotency_receipts WHERE idempotency_key IN ('after-disable', 'after-app-disable', 'x', 'y')")).length, 0);
   });
 });

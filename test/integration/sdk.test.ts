@@ -10,6 +10,7 @@ import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
+import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { createOrbitClient, isOrbitError, OrbitError, type OrbitClient } from '../../sdk/index.ts';
@@ -46,7 +47,7 @@ describe('HTTP SDK', () => {
   before(async () => {
     t = await freshDatabase('sdk');
     server = await startServer(
-      { databaseUrl: t.url, listenHost: '127.0.0.1', listenPort: 0, leaseSeconds: 30, recoveryIntervalMs: 500, databasePoolSize: 8, logLevel: 'silent' },
+      { ...loadConfig({}), databaseUrl: t.url, listenPort: 0, databasePoolSize: 8, logLevel: 'silent' },
       { log: silentLogger() },
     );
     tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['default'], resourceAccess: true });

@@ -7,6 +7,7 @@ export function receiptIdentity(principal: Principal, key: string, operation: st
   return {
     applicationId: principal.applicationId,
     namespaceId: principal.namespaceId,
+    credentialId: principal.credentialId,
     key,
     operation,
     requestSha256: requestHash(operation, target, body),

@@ -16,6 +16,7 @@ export interface Metrics {
   recoveries: Counter<'kind'>;
   leaseAgeSeconds: Histogram;
   transactionSeconds: Histogram<'operation'>;
+  fastPath: Counter<'operation' | 'result'>;
   workerSessions: Gauge;
 }
 
@@ -34,6 +35,7 @@ export function createMetrics(): Metrics {
     recoveries: new Counter({ name: 'orbit_recoveries_total', help: 'Recovery actions by kind (expired_reservation, expired_lease, deadline)', labelNames: ['kind'], registers: [registry] }),
     leaseAgeSeconds: new Histogram({ name: 'orbit_lease_age_seconds', help: 'Age of an attempt (claim to final result or recovery)', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300], registers: [registry] }),
     transactionSeconds: new Histogram({ name: 'orbit_db_transaction_seconds', help: 'Database transaction latency by operation', labelNames: ['operation'], buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [registry] }),
+    fastPath: new Counter({ name: 'orbit_fast_path_total', help: 'One-round-trip transactions by operation and result (hit, or miss: the careful path decided)', labelNames: ['operation', 'result'], registers: [registry] }),
     workerSessions: new Gauge({ name: 'orbit_worker_sessions', help: 'Worker sessions connected to this process', registers: [registry] }),
   };
 }

@@ -56,7 +56,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     admission: new KeyedBatcher((_applicationId, items) => {
       const end = metrics.transactionSeconds.startTimer({ operation: 'submit' });
       return taskSubmitBatch(db, admissionClock, items).finally(end);
-    }, { maxBatch: 64, maxInFlight: 2 }),
+    }, { maxBatch: 64, maxInFlight: Number(process.env.ORBIT_ADMISSION_IN_FLIGHT ?? 1) }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
     authCacheMs: config.authCacheMs,
     workers,

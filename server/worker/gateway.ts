@@ -15,8 +15,24 @@ import type { Metrics } from '../metrics.ts';
 import type { Database } from '../store/database.ts';
 import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts.ts';
 import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempt-results.ts';
+import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempt-fast-paths.ts';
 import { sessionHeartbeat, sessionMarkClosed } from '../store/sessions.ts';
 import { WorkerSession } from './session.ts';
+
+const OUTCOME_TASK_STATE = { succeeded: 'SUCCEEDED', failed: 'FAILED', cancelled: 'CANCELLED' } as const;
+
+/**
+ * Results whose task state does not depend on the task's other facts (a success, a
+ * cancellation, a failure not to be retried), ready for the fast path; null if any is not.
+ */
+function terminalOutcomes(items: Array<CompleteItem & KnownAttempt>) {
+  if (items.some((i) => i.outcome === 'failed' && i.retryable)) return null;
+  return items.map((i) => ({
+    ...i,
+    taskState: OUTCOME_TASK_STATE[i.outcome],
+    attemptState: OUTCOME_TASK_STATE[i.outcome],
+  }));
+}
 
 export interface WorkerGatewayOptions {
   db: Database;
@@ -34,8 +50,8 @@ export class WorkerGateway {
   readonly leaseSeconds: number;
   private upgradeWebSocket: UpgradeWebSocket<unknown> | null = null;
   private readonly sessions = new Map<string, WorkerSession>();
-  private readonly starts: KeyedBatcher<StartItem, StartAnswer>;
-  private readonly completes: KeyedBatcher<CompleteItem, CompleteAnswer>;
+  private readonly starts: KeyedBatcher<StartItem & KnownAttempt, StartAnswer>;
+  private readonly completes: KeyedBatcher<CompleteItem & KnownAttempt, CompleteAnswer>;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly closing = new Set<Promise<void>>();
 
@@ -48,12 +64,33 @@ export class WorkerGateway {
       const end = this.metrics.transactionSeconds.startTimer({ operation });
       return work().finally(end);
     };
+    // Starts and results of one application group-commit; each batch first tries the
+    // one-round-trip path and falls back to the careful one (attempt-fast-paths.ts).
     this.starts = new KeyedBatcher(
-      (applicationHex, items) => timed('start', () => attemptStartBatch(this.db, { applicationId: Buffer.from(applicationHex, 'hex'), items, leaseSeconds: this.leaseSeconds })),
+      (applicationHex, items) =>
+        timed('start', async () => {
+          const applicationId = Buffer.from(applicationHex, 'hex');
+          const nowMs = await attemptStartFast(this.db, { applicationId, items, leaseSeconds: this.leaseSeconds });
+          this.metrics.fastPath.inc({ operation: 'start', result: nowMs === null ? 'miss' : 'hit' });
+          if (nowMs !== null) {
+            return items.map((i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: Math.min(nowMs + this.leaseSeconds * 1000, i.deadlineAtMs), duplicate: false }));
+          }
+          return attemptStartBatch(this.db, { applicationId, items, leaseSeconds: this.leaseSeconds });
+        }),
       { maxBatch: 128, maxInFlight: 1 },
     );
     this.completes = new KeyedBatcher(
-      (applicationHex, items) => timed('complete', async () => (await attemptCompleteBatch(this.db, { applicationId: Buffer.from(applicationHex, 'hex'), items })).answers),
+      (applicationHex, items) =>
+        timed('complete', async () => {
+          const applicationId = Buffer.from(applicationHex, 'hex');
+          const terminal = terminalOutcomes(items);
+          const finished = terminal !== null && (await attemptFinishFast(this.db, { applicationId, items: terminal }));
+          this.metrics.fastPath.inc({ operation: 'complete', result: finished ? 'hit' : 'miss' });
+          if (terminal && finished) {
+            return terminal.map((i): CompleteAnswer => ({ kind: 'completed', taskState: i.taskState, duplicate: false }));
+          }
+          return (await attemptCompleteBatch(this.db, { applicationId, items })).answers;
+        }),
       { maxBatch: 128, maxInFlight: 1 },
     );
     const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));
@@ -114,11 +151,11 @@ export class WorkerGateway {
     }
   }
 
-  start(applicationId: IdBytes, item: StartItem): Promise<StartAnswer> {
+  start(applicationId: IdBytes, item: StartItem & KnownAttempt): Promise<StartAnswer> {
     return this.starts.submit(idToHex(applicationId), item);
   }
 
-  complete(applicationId: IdBytes, item: CompleteItem): Promise<CompleteAnswer> {
+  complete(applicationId: IdBytes, item: CompleteItem & KnownAttempt): Promise<CompleteAnswer> {
     return this.completes.submit(idToHex(applicationId), item);
   }
 

@@ -19,6 +19,8 @@ import type { WorkerGateway } from './gateway.ts';
 
 interface HeldAttempt extends AttemptRef {
   claimedAtMs: number;
+  resourceKey: string | null;
+  deadlineAtMs: number;
 }
 
 export class WorkerSession {
@@ -110,7 +112,16 @@ export class WorkerSession {
     const end = this.gateway.metrics.transactionSeconds.startTimer({ operation: 'claim' });
     const claimed = await attemptClaimBatch(this.gateway.db, { session: info, max: frame.max, leaseSeconds: this.gateway.leaseSeconds }).finally(end);
     const now = Date.now();
-    for (const c of claimed) this.held.set(idToHex(c.attemptId), { attemptId: c.attemptId, taskId: c.taskId, queueId: c.queueId, claimedAtMs: now });
+    for (const c of claimed) {
+      this.held.set(idToHex(c.attemptId), {
+        attemptId: c.attemptId,
+        taskId: c.taskId,
+        queueId: c.queueId,
+        claimedAtMs: now,
+        resourceKey: c.resourceKey,
+        deadlineAtMs: c.deadlineAtMs,
+      });
+    }
     this.gateway.metrics.claims.inc({ result: claimed.length > 0 ? 'granted' : 'empty' });
     this.gateway.metrics.claimedAttempts.inc(claimed.length);
     this.send({

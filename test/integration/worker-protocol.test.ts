@@ -402,6 +402,26 @@ describe('worker protocol', () => {
     await s.close();
   });
 
+  test('/metrics shows what happened, in Prometheus text format', async () => {
+    const response = await fetch(`${server.url}/metrics`);
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get('content-type') ?? '', /text\/plain/);
+    const text = await response.text();
+    for (const pattern of [
+      /^orbit_task_submissions_total\{result="accepted"\} [1-9]/m,
+      /^orbit_claims_total\{result="granted"\} [1-9]/m,
+      /^orbit_starts_total\{result="rate_limited"\} [1-9]/m,
+      /^orbit_starts_total\{result="started"\} [1-9]/m,
+      /^orbit_completions_total\{outcome="succeeded",task_state="SUCCEEDED"\} [1-9]/m,
+      /^orbit_recoveries_total\{kind="expired_lease"\} [1-9]/m,
+      /^orbit_lease_age_seconds_count [1-9]/m,
+      /^orbit_db_transaction_seconds_count\{operation="claim"\} [1-9]/m,
+      /^orbit_worker_sessions \d/m,
+    ]) {
+      assert.match(text, pattern);
+    }
+  });
+
   test('a revoked credential ends the session at its next claim', async () => {
     const token = await createCredential(t.db, tenant, ['workers:consume']);
     const s = await connectRaw(server.url, token);

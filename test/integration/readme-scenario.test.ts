@@ -1,0 +1,69 @@
+/**
+ * The README's scenario, run as written: the shell block after the `scenario` marker (CLI
+ * bootstrap twice, then the example) against a real server process, with only the server URL
+ * and the `.local/` directory pointed at this test's own; its output must be exactly the
+ * README's expected lines. Twice, because a user may run it again.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+function blockAfter(readme: string, marker: string): string {
+  const at = readme.indexOf(marker);
+  assert.ok(at >= 0, `README.md has no ${marker} marker`);
+  const match = /```[a-z]*\n([\s\S]*?)```/.exec(readme.slice(at));
+  assert.ok(match, `no code block after ${marker}`);
+  return match[1] as string;
+}
+
+describe('the README scenario', () => {
+  let t: TestDatabase;
+  let server: ServerProcess;
+  let dir: string;
+
+  before(async () => {
+    t = await freshDatabase('readme');
+    server = await startServerProcess(t.url);
+    dir = mkdtempSync(join(tmpdir(), 'orbit-readme-'));
+  });
+  after(async () => {
+    await server.stop();
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('prints exactly the expected lines, and again on a second run', async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const script = blockAfter(readme, '<!-- scenario:')
+      .replaceAll('.local', join(dir, '.local'))
+      .replaceAll('http://127.0.0.1:8080', server.url);
+    const expected = blockAfter(readme, '<!-- scenario-output -->');
+    for (let run = 1; run <= 2; run++) {
+      const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
+        execFile('bash', ['-euo', 'pipefail', '-c', script], { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 120_000 }, (error, stdout, stderr) =>
+          error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr }),
+        );
+      });
+      assert.equal(stdout, expected, `run ${run}; stderr:\n${stderr}`);
+      const credentials = join(dir, '.local', 'app-first.credentials.json');
+      assert.equal(statSync(credentials).mode & 0o777, 0o600);
+      const text = readFileSync(credentials, 'utf8');
+      assert.equal(text.split('\n').length, 2, 'one line of JSON');
+      assert.match(text, /^\{"application_id":"[0-9a-f]{32}",/);
+    }
+    // The example restored the limits it changed.
+    const [row] = await t.db.rows<{ max_unfinished_tasks: number; revision: string }>('SELECT max_unfinished_tasks, revision FROM orbit_application_resources');
+    assert.equal(row?.max_unfinished_tasks, 1000000);
+    assert.equal(row?.revision, '5', 'two runs, each: set the limit, restore it');
+  });
+});

@@ -4,6 +4,7 @@
  * same run for comparison.
  */
 import { randomBytes } from 'node:crypto';
+import { Agent, request } from 'node:http';
 import os from 'node:os';
 import mysql from 'mysql2/promise';
 import { migrate } from '../server/store/migrate.ts';
@@ -71,4 +72,27 @@ export async function machine(db: Database): Promise<string> {
 
 export function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+/** POSTs over keep-alive connections (at most `sockets` at once); resolves with the status. */
+export function createPoster(sockets: number) {
+  const agent = new Agent({ keepAlive: true, maxSockets: sockets });
+  return {
+    post(url: string, path: string, token: string, key: string, body: string): Promise<number> {
+      return new Promise((resolve, reject) => {
+        const req = request(`${url}${path}`, {
+          method: 'POST',
+          agent,
+          headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Idempotency-Key': key, 'Content-Length': Buffer.byteLength(body) },
+        });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        req.end(body);
+      });
+    },
+    close: () => agent.destroy(),
+  };
 }

@@ -7,8 +7,7 @@
  * Options (environment): BENCH_TASKS (default 20000), BENCH_SERVERS (2), BENCH_WORKERS (4
  * sessions), BENCH_CAPACITY (64 per session), BENCH_SUBMITTERS (32 requests in flight).
  */
-import { Agent, request } from 'node:http';
-import { benchDatabase, fmt, hotRowCeiling, machine, percentile } from './common.ts';
+import { benchDatabase, createPoster, fmt, hotRowCeiling, machine, percentile } from './common.ts';
 import { createTenant } from '../test/helpers/tenants.ts';
 import { startServerProcess } from '../test/helpers/server-process.ts';
 import { OrbitWorker } from '../sdk/worker.ts';
@@ -20,23 +19,7 @@ const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
 const CAPACITY = Number(process.env.BENCH_CAPACITY ?? 64);
 const SUBMITTERS = Number(process.env.BENCH_SUBMITTERS ?? 32);
 
-const agent = new Agent({ keepAlive: true, maxSockets: SUBMITTERS });
-
-function post(url: string, path: string, token: string, key: string, body: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${url}${path}`, {
-      method: 'POST',
-      agent,
-      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Idempotency-Key': key, 'Content-Length': Buffer.byteLength(body) },
-    });
-    req.on('response', (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const { post, close: closePoster } = createPoster(SUBMITTERS);
 
 const bench = await benchDatabase();
 try {
@@ -115,5 +98,5 @@ try {
   console.log(`database ceiling          ${fmt(ceiling).padStart(7)} single-row counter UPDATE commits/s at ${SUBMITTERS} connections`);
 } finally {
   await bench.drop();
-  agent.destroy();
+  closePoster();
 }

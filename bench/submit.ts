@@ -7,8 +7,7 @@
  * Options (environment): BENCH_SECONDS (default 8), BENCH_CONCURRENCY (default 32 requests in
  * flight), BENCH_SERVERS (default 2 server processes).
  */
-import { Agent, request } from 'node:http';
-import { benchDatabase, fmt, hotRowCeiling, machine, percentile } from './common.ts';
+import { benchDatabase, createPoster, fmt, hotRowCeiling, machine, percentile } from './common.ts';
 import { createTenant, type TestTenant } from '../test/helpers/tenants.ts';
 import { startServerProcess } from '../test/helpers/server-process.ts';
 
@@ -16,23 +15,7 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const SERVERS = Number(process.env.BENCH_SERVERS ?? 2);
 
-const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
-
-function post(url: string, path: string, token: string, key: string, body: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${url}${path}`, {
-      method: 'POST',
-      agent,
-      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Idempotency-Key': key, 'Content-Length': Buffer.byteLength(body) },
-    });
-    req.on('response', (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const { post, close: closePoster } = createPoster(CONCURRENCY);
 
 async function run(label: string, urls: string[], tenants: TestTenant[]): Promise<void> {
   const latencies: number[] = [];
@@ -86,5 +69,5 @@ try {
   console.log(`${'database ceiling'.padEnd(26)} ${fmt(ceiling).padStart(7)} single-row counter UPDATE commits/s at ${CONCURRENCY} connections`);
 } finally {
   await bench.drop();
-  agent.destroy();
+  closePoster();
 }

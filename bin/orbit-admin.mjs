@@ -1,21 +1,4 @@
 #!/usr/bin/env node
-// orbit-admin: runs the TypeScript sources through tsx (a runtime dependency), so a checkout
-// works right after `npm ci` without a build step.
-import { register } from 'tsx/esm/api';
+import { launch } from './launch.mjs';
 
-// Without ORBIT_DATABASE_URL, use the same database `npm start` and `npm test` use: MariaDB at
-// 127.0.0.1:3306 when it answers, else the private one under .local/mariadb (started if needed).
-if (!process.env.ORBIT_DATABASE_URL) {
-  const { ensureDatabase } = await import('../scripts/local-db.mjs');
-  try {
-    const { url } = await ensureDatabase({ log: (line) => process.stderr.write(`orbit: ${line}\n`) });
-    process.env.ORBIT_DATABASE_URL = `${url}/orbit`;
-  } catch (error) {
-    process.stderr.write(`orbit-admin: ${error.message}\n`);
-    process.exit(1);
-  }
-}
-
-register();
-const { main } = await import('../server/cli/orbit-admin.ts');
-process.exitCode = await main(process.argv.slice(2));
+await launch('orbit-admin', '../server/cli/orbit-admin.ts', (m) => m.main(process.argv.slice(2)));

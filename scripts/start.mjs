@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { relay } from './relay.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -78,19 +79,4 @@ const server = spawn(process.execPath, [path.join(root, 'bin', 'orbit-server.mjs
   env: process.env,
 });
 
-// Forward SIGINT/SIGTERM so the server can shut down cleanly. npm and the terminal
-// often deliver the same Ctrl-C to us twice within a few ms; forward that only once.
-let lastForward = { signal: null, at: 0 };
-for (const signal of ['SIGINT', 'SIGTERM']) {
-  process.on(signal, () => {
-    const now = Date.now();
-    if (lastForward.signal === signal && now - lastForward.at < 500) return;
-    lastForward = { signal, at: now };
-    if (server.exitCode === null && server.signalCode === null) server.kill(signal);
-  });
-}
-
-server.on('error', (err) => fail(`could not start the server: ${err.message}`));
-server.on('exit', (code, signal) => {
-  process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
-});
+relay(server, fail, 'start the server');

@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { relay } from './relay.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -83,17 +84,4 @@ const runner = spawn(
   { cwd: root, stdio: 'inherit' },
 );
 
-let lastForward = { signal: null, at: 0 };
-for (const signal of ['SIGINT', 'SIGTERM']) {
-  process.on(signal, () => {
-    const now = Date.now();
-    if (lastForward.signal === signal && now - lastForward.at < 500) return;
-    lastForward = { signal, at: now };
-    if (runner.exitCode === null && runner.signalCode === null) runner.kill(signal);
-  });
-}
-
-runner.on('error', (err) => fail(`could not run the tests: ${err.message}`));
-runner.on('exit', (code, signal) => {
-  process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
-});
+relay(runner, fail, 'run the tests');

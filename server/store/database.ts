@@ -173,27 +173,10 @@ export function createDatabase(options: DatabaseOptions): Database {
         return result;
       }
     },
-    async oneShot(sql: string, params: unknown[] = [], { retries = 5 } = {}) {
-      for (let attempt = 0; ; attempt++) {
-        const conn = await pool.getConnection();
-        try {
-          const [results] = await conn.query(`START TRANSACTION;\n${sql};\nCOMMIT`, params);
-          conn.release();
-          return (results as unknown as Array<Row[] | ResultSetHeader>).slice(1, -1);
-        } catch (error) {
-          try {
-            await conn.query('ROLLBACK');
-            conn.release();
-          } catch {
-            conn.destroy();
-          }
-          if (attempt < retries && isRetryableTransactionError(error)) {
-            await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
-            continue;
-          }
-          throw error;
-        }
-      }
+    oneShot(sql: string, params: unknown[] = [], options = {}) {
+      // With nothing sent before it, `finish` carries START TRANSACTION, the statements and
+      // COMMIT in one round trip.
+      return this.transaction((tx) => tx.finish(sql, params), options);
     },
     async close() {
       await pool.end();

@@ -38,6 +38,29 @@ async function snapshot(tx: Queryable, principal: Principal, taskId: IdBytes): P
   return toTask(row, principal.namespace);
 }
 
+/** The task after the decision, with its audit record and event (written under the application row's lock). */
+async function record(
+  tx: Queryable,
+  params: TaskDecisionParams,
+  what: { action: string; eventType: string; before: TaskState; after: (task: Task) => Record<string, unknown>; data: (task: Task) => Record<string, unknown> },
+): Promise<Task> {
+  const { principal } = params;
+  const task = await snapshot(tx, principal, params.taskId);
+  await auditInsert(tx, {
+    principal,
+    action: what.action,
+    resourceType: 'task',
+    resource: task.task_id,
+    reason: params.reason,
+    requestId: params.requestId,
+    idempotencyKey: params.receipt.key,
+    before: { state: what.before },
+    after: what.after(task),
+  });
+  await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: what.eventType, subject: task.task_id, data: what.data(task) });
+  return task;
+}
+
 export interface TaskDecisionParams {
   principal: Principal;
   requestId: string;
@@ -92,24 +115,12 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
           details: { state: locked.state },
         });
     }
-    const task = await snapshot(tx, principal, found.task_id);
-    await auditInsert(tx, {
-      principal,
+    const task = await record(tx, params, {
       action: 'task.cancel',
-      resourceType: 'task',
-      resource: task.task_id,
-      reason: params.reason,
-      requestId: params.requestId,
-      idempotencyKey: params.receipt.key,
-      before: { state: locked.state },
-      after: { state: task.state, cancel_requested: task.cancel_requested },
-    });
-    await eventInsert(tx, {
-      applicationId: principal.applicationId,
-      namespaceId: principal.namespaceId,
-      type: eventType,
-      subject: task.task_id,
-      data: { queue: task.queue, state: task.state, previous_state: locked.state },
+      eventType,
+      before: locked.state,
+      after: (t) => ({ state: t.state, cancel_requested: t.cancel_requested }),
+      data: (t) => ({ queue: t.queue, state: t.state, previous_state: locked.state }),
     });
     return { response: task, resourceId: found.task_id };
   });
@@ -149,24 +160,12 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
       );
       await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
     }
-    const task = await snapshot(tx, principal, found.task_id);
-    await auditInsert(tx, {
-      principal,
+    const task = await record(tx, params, {
       action: 'task.resolve',
-      resourceType: 'task',
-      resource: task.task_id,
-      reason: params.reason,
-      requestId: params.requestId,
-      idempotencyKey: params.receipt.key,
-      before: { state: locked.state },
-      after: { state: task.state, outcome: params.outcome },
-    });
-    await eventInsert(tx, {
-      applicationId: principal.applicationId,
-      namespaceId: principal.namespaceId,
-      type: 'task.resolved',
-      subject: task.task_id,
-      data: { queue: task.queue, state: task.state, outcome: params.outcome },
+      eventType: 'task.resolved',
+      before: locked.state,
+      after: (t) => ({ state: t.state, outcome: params.outcome }),
+      data: (t) => ({ queue: t.queue, state: t.state, outcome: params.outcome }),
     });
     return { response: task, resourceId: found.task_id };
   });

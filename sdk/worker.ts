@@ -31,6 +31,13 @@ export interface TaskContext {
 }
 
 /** Throw this (or any error with `retryable: false`) for a failure that must not be retried. */
+/** Waits for `promise`, but not longer than `ms`; leaves no timer behind. */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
 export class NonRetryableError extends Error {
   readonly retryable = false;
 }
@@ -312,6 +319,12 @@ export class OrbitWorker {
         })
         .catch(() => {});
     }, renewEvery);
+    // Renewing is pointless once the attempt is cancelled, lost or abandoned, and it must not keep
+    // a process alive on its own.
+    renewer.unref();
+    controller.signal.addEventListener('abort', () => {
+      if (controller.signal.reason !== 'cancelled') clearInterval(renewer);
+    });
     try {
       let frame: WorkerFrame;
       try {
@@ -358,18 +371,15 @@ export class OrbitWorker {
     this.wake?.();
     await this.loop;
     const all = Promise.allSettled([...this.inFlight]);
-    const timer = new Promise((r) => setTimeout(r, timeoutMs));
-    await Promise.race([all, timer]);
+    await within(all, timeoutMs);
     for (const [, controller] of this.aborts) controller.abort('worker stopping');
-    await Promise.race([all, new Promise((r) => setTimeout(r, 1000))]);
+    await within(all, 1000);
     this.running = false;
     const socket = this.socket;
     if (socket && socket.readyState === WebSocket.OPEN) {
-      await new Promise<void>((resolve) => {
-        socket.once('close', () => resolve());
-        socket.close(1000, 'worker stopped');
-        setTimeout(resolve, 2000);
-      });
+      const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      socket.close(1000, 'worker stopped');
+      await within(closed, 2000);
     }
   }
 

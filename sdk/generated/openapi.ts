@@ -411,7 +411,7 @@ export interface components {
             payload: Record<string, never>;
             /** @description Higher first; default 5. */
             priority?: number;
-            /** @description At most the queue's key_concurrency attempts with the same key are reserved or running at once. */
+            /** @description At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others. */
             resource_key?: string;
             /** @description Default 3. */
             max_attempts?: number;

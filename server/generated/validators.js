@@ -2926,8 +2926,9 @@ return errors === 0;
 validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema90 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
-const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144},"priority":{"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."},"resource_key":{"type":"string","minLength":1,"maxLength":128,"description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once."},"max_attempts":{"type":"integer","minimum":1,"maximum":100,"description":"Default 3."},"deadline_seconds":{"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."},"delay_seconds":{"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144},"priority":{"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."},"resource_key":{"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."},"max_attempts":{"type":"integer","minimum":1,"maximum":100,"description":"Default 3."},"deadline_seconds":{"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."},"delay_seconds":{"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
 const schema92 = {"type":"string","enum":["retry","review"]};
+const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3043,9 +3044,8 @@ vErrors.push(err8);
 }
 errors++;
 }
-}
-else {
-const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema91.properties.resource_key.type,parentSchema:schema91.properties.resource_key,data:data2};
+if(!pattern20.test(data2)){
+const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema91.properties.resource_key,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -3055,10 +3055,8 @@ vErrors.push(err9);
 errors++;
 }
 }
-if(data.max_attempts !== undefined){
-let data3 = data.max_attempts;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err10 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.max_attempts.type,parentSchema:schema91.properties.max_attempts,data:data3};
+else {
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema91.properties.resource_key.type,parentSchema:schema91.properties.resource_key,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -3067,9 +3065,11 @@ vErrors.push(err10);
 }
 errors++;
 }
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 100 || isNaN(data3)){
-const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema91.properties.max_attempts,data:data3};
+}
+if(data.max_attempts !== undefined){
+let data3 = data.max_attempts;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.max_attempts.type,parentSchema:schema91.properties.max_attempts,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -3078,8 +3078,9 @@ vErrors.push(err11);
 }
 errors++;
 }
-if(data3 < 1 || isNaN(data3)){
-const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema91.properties.max_attempts,data:data3};
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 100 || isNaN(data3)){
+const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema91.properties.max_attempts,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -3088,12 +3089,8 @@ vErrors.push(err12);
 }
 errors++;
 }
-}
-}
-if(data.deadline_seconds !== undefined){
-let data4 = data.deadline_seconds;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err13 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.deadline_seconds.type,parentSchema:schema91.properties.deadline_seconds,data:data4};
+if(data3 < 1 || isNaN(data3)){
+const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema91.properties.max_attempts,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3102,9 +3099,12 @@ vErrors.push(err13);
 }
 errors++;
 }
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 31536000 || isNaN(data4)){
-const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema91.properties.deadline_seconds,data:data4};
+}
+}
+if(data.deadline_seconds !== undefined){
+let data4 = data.deadline_seconds;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.deadline_seconds.type,parentSchema:schema91.properties.deadline_seconds,data:data4};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3113,8 +3113,9 @@ vErrors.push(err14);
 }
 errors++;
 }
-if(data4 < 1 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema91.properties.deadline_seconds,data:data4};
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 31536000 || isNaN(data4)){
+const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema91.properties.deadline_seconds,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3123,12 +3124,8 @@ vErrors.push(err15);
 }
 errors++;
 }
-}
-}
-if(data.delay_seconds !== undefined){
-let data5 = data.delay_seconds;
-if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err16 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.delay_seconds.type,parentSchema:schema91.properties.delay_seconds,data:data5};
+if(data4 < 1 || isNaN(data4)){
+const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema91.properties.deadline_seconds,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3137,9 +3134,12 @@ vErrors.push(err16);
 }
 errors++;
 }
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 31535999 || isNaN(data5)){
-const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema91.properties.delay_seconds,data:data5};
+}
+}
+if(data.delay_seconds !== undefined){
+let data5 = data.delay_seconds;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.delay_seconds.type,parentSchema:schema91.properties.delay_seconds,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3148,8 +3148,9 @@ vErrors.push(err17);
 }
 errors++;
 }
-if(data5 < 0 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema91.properties.delay_seconds,data:data5};
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 31535999 || isNaN(data5)){
+const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema91.properties.delay_seconds,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3158,12 +3159,8 @@ vErrors.push(err18);
 }
 errors++;
 }
-}
-}
-if(data.on_unknown_outcome !== undefined){
-let data6 = data.on_unknown_outcome;
-if(typeof data6 !== "string"){
-const err19 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema92.type,parentSchema:schema92,data:data6};
+if(data5 < 0 || isNaN(data5)){
+const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema91.properties.delay_seconds,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3172,8 +3169,12 @@ vErrors.push(err19);
 }
 errors++;
 }
-if(!((data6 === "retry") || (data6 === "review"))){
-const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema92.enum},message:"must be equal to one of the allowed values",schema:schema92.enum,parentSchema:schema92,data:data6};
+}
+}
+if(data.on_unknown_outcome !== undefined){
+let data6 = data.on_unknown_outcome;
+if(typeof data6 !== "string"){
+const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema92.type,parentSchema:schema92,data:data6};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3182,15 +3183,25 @@ vErrors.push(err20);
 }
 errors++;
 }
-}
-}
-else {
-const err21 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema91.type,parentSchema:schema91,data};
+if(!((data6 === "retry") || (data6 === "review"))){
+const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema92.enum},message:"must be equal to one of the allowed values",schema:schema92.enum,parentSchema:schema92,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
 else {
 vErrors.push(err21);
+}
+errors++;
+}
+}
+}
+else {
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema91.type,parentSchema:schema91,data};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
 }
 errors++;
 }
@@ -3221,7 +3232,7 @@ validate69.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema93 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 const schema94 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
-const pattern20 = new RegExp("^[0-9a-f]{32}$", "u");
+const pattern21 = new RegExp("^[0-9a-f]{32}$", "u");
 
 function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3259,7 +3270,7 @@ errors++;
 if(data.task_id !== undefined){
 let data0 = data.task_id;
 if(typeof data0 === "string"){
-if(!pattern20.test(data0)){
+if(!pattern21.test(data0)){
 const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema94,data:data0};
 if(vErrors === null){
 vErrors = [err2];
@@ -3413,7 +3424,7 @@ errors++;
 if(data.task_id !== undefined){
 let data0 = data.task_id;
 if(typeof data0 === "string"){
-if(!pattern20.test(data0)){
+if(!pattern21.test(data0)){
 const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema94,data:data0};
 if(vErrors === null){
 vErrors = [err2];
@@ -3721,7 +3732,7 @@ errors++;
 if(data.task_id !== undefined){
 let data0 = data.task_id;
 if(typeof data0 === "string"){
-if(!pattern20.test(data0)){
+if(!pattern21.test(data0)){
 const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema94,data:data0};
 if(vErrors === null){
 vErrors = [err2];
@@ -4245,7 +4256,7 @@ validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema118 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
 const schema119 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern28 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const pattern29 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
 
 function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4273,7 +4284,7 @@ errors++;
 if(data.after !== undefined){
 let data0 = data.after;
 if(typeof data0 === "string"){
-if(!pattern28.test(data0)){
+if(!pattern29.test(data0)){
 const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema119,data:data0};
 if(vErrors === null){
 vErrors = [err1];

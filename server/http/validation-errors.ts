@@ -65,6 +65,7 @@ function patternReason(pattern: string): string {
   if (pattern.startsWith('^(?:0|[1-9]')) return 'must be a uint64 decimal string';
   if (pattern === '^[!-~]{1,128}$') return 'must be 1-128 printable non-space ASCII characters';
   if (pattern.startsWith('^[a-z0-9][a-z0-9._-]')) return 'must match [a-z0-9][a-z0-9._-]{0,62}';
+  if (pattern === '^[^\\p{Cs}]*[^ \\p{Cs}]$') return 'must not end with a space or contain an unpaired surrogate';
   return `must match ${pattern}`;
 }
 

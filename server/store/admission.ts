@@ -182,7 +182,15 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
     // was written; decide item by item.
     if (!isGuardError(error) && !isDuplicateKeyError(error)) throw error;
   }
-  return careful(db, applicationId, prepared, perQueue);
+  // A receipt for one of these keys may commit between the careful path's read and its insert
+  // (a writer that does not hold the application row): then it decides again, seeing it.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await careful(db, applicationId, prepared, perQueue);
+    } catch (error) {
+      if (attempt >= 2 || !isDuplicateKeyError(error)) throw error;
+    }
+  }
 }
 
 interface ReceiptRow extends Row {

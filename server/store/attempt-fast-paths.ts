@@ -15,7 +15,7 @@
 import type { IdBytes } from '../ids.ts';
 import type { TaskState } from '../domain/task-transitions.ts';
 import { sqlToMillis } from '../time.ts';
-import type { Database, Row } from './database.ts';
+import { isRetryableTransactionError, type Database, type Row } from './database.ts';
 import type { AttemptRef } from './attempts.ts';
 
 export interface KnownAttempt extends AttemptRef {
@@ -168,8 +168,11 @@ export async function attemptFinishFast(db: Database, params: { applicationId: I
   }
 }
 
-/** A guard fired (ER_BAD_NULL_ERROR) or a counter would have gone below zero (ER_DATA_OUT_OF_RANGE). */
+/**
+ * A guard fired (ER_BAD_NULL_ERROR), a counter would have gone below zero
+ * (ER_DATA_OUT_OF_RANGE), or deadlocks outlasted the retries: the careful path decides.
+ */
 function isFastPathMiss(error: unknown): boolean {
   const errno = (error as { errno?: number } | null)?.errno;
-  return errno === 1048 || errno === 1690;
+  return errno === 1048 || errno === 1690 || isRetryableTransactionError(error);
 }

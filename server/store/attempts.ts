@@ -74,20 +74,33 @@ async function lockForAttempts(tx: Queryable, applicationId: IdBytes, refs: Atte
   const queueIds = ascending(refs.map((r) => r.queueId));
   const taskIds = ascending(refs.map((r) => r.taskId));
   const attemptIds = ascending(refs.map((r) => r.attemptId));
-  const [appRows, queueRows, taskRows, attemptRows] = (await tx.batch(
-    `SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts
-       FROM orbit_application_resources WHERE application_id = ? FOR UPDATE${options.skipLockedApplication ? ' SKIP LOCKED' : ''};
-     SELECT queue_id, rate_per_second, window_started_at, window_starts
+  const appSql = `SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts
+       FROM orbit_application_resources WHERE application_id = ? FOR UPDATE`;
+  const restSql = `SELECT queue_id, rate_per_second, window_started_at, window_starts
        FROM orbit_queues WHERE queue_id IN (${list(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
      SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id
        FROM orbit_tasks WHERE task_id IN (${list(taskIds.length)}) ORDER BY task_id FOR UPDATE;
      SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at
-       FROM orbit_attempts WHERE attempt_id IN (${list(attemptIds.length)}) ORDER BY attempt_id FOR UPDATE`,
-    [applicationId, ...queueIds, ...taskIds, ...attemptIds],
-  )) as [Array<WindowRow & { now: string }>, Array<WindowRow & { queue_id: Buffer }>, LockedTask[], LockedAttempt[]];
+       FROM orbit_attempts WHERE attempt_id IN (${list(attemptIds.length)}) ORDER BY attempt_id FOR UPDATE`;
+  const restParams = [...queueIds, ...taskIds, ...attemptIds];
+  let appRows: Array<WindowRow & { now: string }>;
+  let queueRows: Array<WindowRow & { queue_id: Buffer }>;
+  let taskRows: LockedTask[];
+  let attemptRows: LockedAttempt[];
+  if (options.skipLockedApplication) {
+    // Alone first: when the application row is busy, nothing else gets locked (or waited for).
+    appRows = await tx.rows(`${appSql} SKIP LOCKED`, [applicationId]);
+    if (!appRows[0]) return null;
+    [queueRows, taskRows, attemptRows] = (await tx.batch(restSql, restParams)) as [typeof queueRows, LockedTask[], LockedAttempt[]];
+  } else {
+    [appRows, queueRows, taskRows, attemptRows] = (await tx.batch(`${appSql};\n${restSql}`, [applicationId, ...restParams])) as [
+      typeof appRows,
+      typeof queueRows,
+      LockedTask[],
+      LockedAttempt[],
+    ];
+  }
   const app = appRows[0];
-  // With SKIP LOCKED the later statements ran without the application lock: their locks are
-  // released by the caller's rollback.
   if (!app) return null;
   return {
     nowSql: app.now,

@@ -48,6 +48,9 @@ export interface Database extends Queryable {
   close(): Promise<void>;
 }
 
+/** The SQL mode every Orbit connection runs in (strict: writes that do not fit fail). */
+export const SQL_MODE = 'STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+
 const DEADLOCK = 1213;
 const LOCK_WAIT_TIMEOUT = 1205;
 
@@ -139,9 +142,11 @@ export function createDatabase(options: DatabaseOptions): Database {
     charset: 'utf8mb4_bin',
     enableKeepAlive: true,
   });
-  // Runs before any other statement on each new connection.
+  // Runs before any other statement on each new connection. Strict mode is not a preference:
+  // the guarded statements (`IF(room, …, NULL)` on NOT NULL columns) must FAIL, not store a 0
+  // with a warning, whatever the server's own default is.
   pool.pool.on('connection', (conn) => {
-    conn.query("SET SESSION time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    conn.query(`SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED`);
   });
   const base = queryable(pool);
   return {

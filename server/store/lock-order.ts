@@ -17,7 +17,15 @@
  * in, say) are locked afterwards in this order and re-checked.
  *
  * Quota rows (3, 4) are separate from identity rows (1), so authentication never needs more
- * than a shared lock. Recovery takes busy quota rows with SKIP LOCKED and tries again later.
+ * than a shared lock. Recovery takes a busy application row with SKIP LOCKED - alone, before
+ * anything else - and tries again later (the round after, it waits).
+ *
+ * Every writer of task, attempt and permit rows of an application holds its application row
+ * first (admission writes only new rows). So those rows are in effect serialised per
+ * application: the permit sequence "INSERT IGNORE (shared lock on an existing row), then
+ * SELECT … FOR UPDATE" cannot deadlock against another claim, and the order in which permits
+ * of one transaction are touched does not matter - as long as that rule holds. A new writer
+ * of these rows must take the application row first as well.
  */
 export const LOCK_ORDER = [
   'identity (shared)',

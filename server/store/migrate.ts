@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import mysql from 'mysql2/promise';
+import { SQL_MODE } from './database.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 
@@ -66,7 +67,7 @@ export async function migrate(url: string, log: (line: string) => void = () => {
   }
   const conn = await mysql.createConnection({ uri: url, multipleStatements: true, timezone: 'Z', dateStrings: true });
   try {
-    await conn.query("SET SESSION time_zone = '+00:00'");
+    await conn.query(`SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'`);
     const [[lock]] = (await conn.query("SELECT GET_LOCK('orbit:migrate', 120) AS got")) as unknown as [[{ got: number }]];
     if (lock?.got !== 1) throw new Error('another migration holds the orbit:migrate lock');
     try {

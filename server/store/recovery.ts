@@ -70,15 +70,19 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
     const expired = await db.transaction(async (tx) => {
       const queueIds = [...new Map(group.map((r) => [idToHex(r.queue_id), r.queue_id])).values()].sort(Buffer.compare);
       const taskIds = group.map((r) => r.task_id).sort(Buffer.compare);
-      const [app, , tasks] = (await tx.batch(
-        `SELECT NOW(6) AS now FROM orbit_application_resources WHERE application_id = ? FOR UPDATE${skip ? ' SKIP LOCKED' : ''};
-         SELECT queue_id FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE;
+      // The application row alone first: when it is busy, nothing else gets locked (or waited for).
+      const app = await tx.rows<{ now: string }>(
+        `SELECT NOW(6) AS now FROM orbit_application_resources WHERE application_id = ? FOR UPDATE${skip ? ' SKIP LOCKED' : ''}`,
+        [applicationId],
+      );
+      if (!app[0]) return null;
+      const [, tasks] = (await tx.batch(
+        `SELECT queue_id FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE;
          SELECT task_id, queue_id FROM orbit_tasks
           WHERE task_id IN (${taskIds.map(() => '?').join(', ')}) AND state = 'WAITING' AND deadline_at <= NOW(6)
           ORDER BY task_id FOR UPDATE`,
-        [applicationId, ...queueIds, ...taskIds],
-      )) as [Array<{ now: string }>, unknown, Array<{ task_id: Buffer; queue_id: Buffer }>];
-      if (!app[0]) return null;
+        [...queueIds, ...taskIds],
+      )) as [unknown, Array<{ task_id: Buffer; queue_id: Buffer }>];
       if (tasks.length === 0) return 0;
       const statements = [
         `UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ?, updated_at = ?, error = COALESCE(error, ?)

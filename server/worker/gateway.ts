@@ -142,9 +142,11 @@ export class WorkerGateway {
     this.sessions.delete(idToHex(info.sessionId));
     this.metrics.workerSessions.set(this.sessions.size);
     try {
+      // Closed first: a claim still in flight locks the session row and refuses a closed
+      // session, so the release below sees every reservation the session will ever have.
+      await sessionMarkClosed(this.db, info.sessionId);
       const released = await sessionReleaseReservations(this.db, { applicationId: info.principal.applicationId, sessionId: info.sessionId });
       if (released > 0) this.metrics.releases.inc(released);
-      await sessionMarkClosed(this.db, info.sessionId);
     } catch (error) {
       // Recovery gives the reservations back when their leases run out.
       this.log.warn({ err: error, session: idToHex(info.sessionId) }, 'closing a session failed; recovery will release its reservations');

@@ -27,6 +27,8 @@ export class WorkerSession {
   info: SessionInfo | null = null;
   private hello: Promise<void> | null = null;
   private readonly held = new Map<string, HeldAttempt>();
+  /** Recently finished attempts, so a repeated `complete` (a lost answer) gets the same answer. */
+  private readonly finished = new Map<string, { outcome: string; taskState: string }>();
   private closed = false;
 
   constructor(
@@ -178,6 +180,11 @@ export class WorkerSession {
     if (frame.outcome !== 'failed' && frame.retryable !== undefined) {
       throw new OrbitError('INVALID_ARGUMENT', 'retryable: only with outcome failed', { details: { field: 'retryable', location: 'frame', reason: 'only with outcome failed' } });
     }
+    const earlier = this.finished.get(frame.attempt_id);
+    if (earlier && earlier.outcome === frame.outcome && !this.held.has(frame.attempt_id)) {
+      this.send({ type: 'completed', attempt_id: frame.attempt_id, task_state: earlier.taskState as 'SUCCEEDED' });
+      return;
+    }
     const held = this.heldAttempt(frame.attempt_id);
     const answer = await this.gateway.complete(this.principal.applicationId, {
       ...held,
@@ -192,6 +199,8 @@ export class WorkerSession {
     }
     if (answer.kind === 'lease_lost') throw this.leaseLost(frame.attempt_id);
     this.held.delete(frame.attempt_id);
+    this.finished.set(frame.attempt_id, { outcome: frame.outcome, taskState: answer.taskState });
+    if (this.finished.size > 1000) this.finished.delete(this.finished.keys().next().value as string);
     if (!answer.duplicate) {
       this.gateway.metrics.completions.inc({ outcome: frame.outcome, task_state: answer.taskState });
       this.gateway.metrics.leaseAgeSeconds.observe((Date.now() - held.claimedAtMs) / 1000);
@@ -218,6 +227,6 @@ export class WorkerSession {
     if (this.closed) return;
     this.closed = true;
     await this.hello?.catch(() => {});
-    this.gateway.unregister(this);
+    await this.gateway.unregister(this);
   }
 }

@@ -159,8 +159,12 @@ describe('worker protocol', () => {
     assert.deepEqual([r.unfinished_tasks, r.active_attempts, r.pending_starts], ['0', '0', '0']);
     q = await queue('jobs');
     assert.deepEqual([q.unfinished_tasks, q.active_attempts, q.pending_starts], ['0', '0', '0']);
+    // A repeated result (its answer was lost) gets the same answer and changes nothing; another
+    // outcome for a finished attempt is refused.
     const again = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'succeeded' });
-    assert.equal(again.code, 'LEASE_LOST', 'the attempt is no longer held');
+    assert.deepEqual(again, completed);
+    const other = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'failed' });
+    assert.equal(other.code, 'LEASE_LOST', 'the attempt is no longer held');
     await s.close();
     await assertCountersMatchRecount(t.db);
   });

@@ -1,0 +1,184 @@
+/**
+ * The worker SDK against a real server: results and retries, cancellation reaching the handler's
+ * AbortSignal, lease renewal for work longer than the lease, RATE_LIMITED backoff with the same
+ * attempt, and a graceful stop that gives back reservations not started.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { call } from '../helpers/server-process.ts';
+import { startServer, type RunningServer } from '../../server/server.ts';
+import { loadConfig } from '../../server/config.ts';
+import { silentLogger } from '../../server/log.ts';
+import { NonRetryableError, OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
+import { applicationSetEnabled } from '../../server/store/tenancy.ts';
+
+const LEASE_SECONDS = 2;
+
+describe('worker SDK', () => {
+  let t: TestDatabase;
+  let server: RunningServer;
+  let tenant: TestTenant;
+  let keys = 0;
+
+  before(async () => {
+    t = await freshDatabase('sdkworker');
+    tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['results', 'cancel', 'long', 'rated', 'stop', 'disabled'], resourceAccess: true });
+    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
+  });
+  after(async () => {
+    await server.close();
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  const http = (method: string, path: string, body?: unknown) => call(server.url, method, path, { token: tenant.token, key: method === 'POST' ? `k${++keys}` : undefined, body });
+  const submit = async (queue: string, body: Record<string, unknown>) => (await http('POST', `/v1/queues/${queue}/tasks`, body)).body.data.task;
+  const task = async (id: string) => (await http('GET', `/v1/tasks/${id}`)).body.data;
+  async function until<T>(probe: () => Promise<T | null | undefined | false>, timeoutMs = 10_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const value = await probe();
+      if (value) return value;
+      if (Date.now() > deadline) throw new Error('condition not reached in time');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  function worker(queue: string, handler: (task: TaskContext) => Promise<unknown>, events: WorkerEvent[] = [], capacity = 4) {
+    return new OrbitWorker({ baseUrl: server.url, token: tenant.token, nodeId: `sdk-${queue}`, queues: [queue], capacity, handler, maxPollIntervalMs: 50, onEvent: (e) => events.push(e) });
+  }
+  async function configureQueue(name: string, patch: Record<string, unknown>) {
+    const q = (await http('GET', `/v1/queues/${name}`)).body.data;
+    const r = await http('POST', `/v1/queues/${name}:configure`, {
+      expected_revision: q.revision, reason: 'test', max_unfinished_tasks: q.max_unfinished_tasks, max_concurrency: q.max_concurrency,
+      rate_per_second: q.rate_per_second, key_concurrency: q.key_concurrency, paused: q.paused, ...patch,
+    });
+    assert.equal(r.status, 200);
+  }
+
+  test('results: a return value succeeds, a thrown error is retried, NonRetryableError fails at once', async () => {
+    const ok = await submit('results', { payload: { kind: 'ok' } });
+    const flaky = await submit('results', { payload: { kind: 'flaky' }, max_attempts: 3 });
+    const fatal = await submit('results', { payload: { kind: 'fatal' }, max_attempts: 3 });
+    const w = worker('results', async (task) => {
+      if (task.payload.kind === 'flaky' && task.attemptNumber === 1) throw new Error('transient');
+      if (task.payload.kind === 'fatal') throw new NonRetryableError('broken input');
+      return { attempt: task.attemptNumber };
+    });
+    await w.start();
+    const done = await until(async () => {
+      const states = await Promise.all([ok, flaky, fatal].map((x) => task(x.task_id)));
+      return states.every((s) => ['SUCCEEDED', 'FAILED'].includes(s.state)) ? states : null;
+    });
+    await w.stop();
+    assert.deepEqual(done.map((s) => [s.state, s.attempts]), [['SUCCEEDED', 1], ['SUCCEEDED', 2], ['FAILED', 1]]);
+    assert.deepEqual(done[1].result, { attempt: 2 });
+    assert.equal(done[2].error.message, 'broken input');
+  });
+
+  test('cancelling a running task aborts the handler signal with "cancelled" and the task ends CANCELLED', async () => {
+    const submitted = await submit('cancel', { payload: {} });
+    let reason: unknown;
+    let running!: () => void;
+    const started = new Promise<void>((resolve) => (running = resolve));
+    const w = worker('cancel', (taskContext) => {
+      running();
+      return new Promise((_, reject) =>
+        taskContext.signal.addEventListener('abort', () => {
+          reason = taskContext.signal.reason;
+          reject(new Error('stopped on request'));
+        }),
+      );
+    });
+    await w.start();
+    await started;
+    await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'user asked' });
+    const cancelled = await until(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'CANCELLED' ? current : null;
+    });
+    await w.stop();
+    assert.equal(reason, 'cancelled');
+    assert.equal(cancelled.error.message, 'stopped on request');
+  });
+
+  test('leases are renewed while a handler runs longer than the lease', async () => {
+    const submitted = await submit('long', { payload: {} });
+    const w = worker('long', async () => {
+      await new Promise((r) => setTimeout(r, LEASE_SECONDS * 1000 * 2));
+      return 'done';
+    });
+    await w.start();
+    const finished = await until(async () => {
+      const current = await task(submitted.task_id);
+      return ['SUCCEEDED', 'WAITING', 'NEEDS_REVIEW'].includes(current.state) && current.attempts > 0 ? current : null;
+    }, 15_000);
+    await w.stop();
+    assert.equal(finished.state, 'SUCCEEDED');
+    assert.equal(finished.attempts, 1, 'no expiry and no second attempt');
+  });
+
+  test('RATE_LIMITED: the SDK backs off and starts the same attempt again', async () => {
+    await configureQueue('rated', { rate_per_second: 2 });
+    const tasks = await Promise.all(Array.from({ length: 4 }, (_, i) => submit('rated', { payload: { i } })));
+    const events: WorkerEvent[] = [];
+    const startedAt: number[] = [];
+    const w = worker('rated', async () => {
+      startedAt.push(Date.now());
+      return null;
+    }, events, 4);
+    await w.start();
+    // Lower the rate under the reservations the worker may already hold.
+    await configureQueue('rated', { rate_per_second: 1 });
+    await until(async () => {
+      const states = await Promise.all(tasks.map((x) => task(x.task_id)));
+      return states.every((s) => s.state === 'SUCCEEDED');
+    }, 15_000);
+    await w.stop();
+    const attempts = await t.db.rows<{ n: string }>("SELECT COUNT(*) AS n FROM orbit_attempts a JOIN orbit_queues q ON q.queue_id = a.queue_id WHERE q.name = 'rated' AND a.state = 'SUCCEEDED'");
+    assert.equal(attempts[0]?.n, '4');
+    assert.ok(events.some((e) => e.type === 'rate_limited'), 'at least one Start was rate limited and retried');
+    assert.ok(!events.some((e) => e.type === 'attempt_dropped'), JSON.stringify(events.filter((e) => e.type === 'attempt_dropped')));
+  });
+
+  test('stop() stops claiming, gives back unstarted reservations and lets running handlers finish', async () => {
+    await configureQueue('stop', { rate_per_second: 1 });
+    const tasks = await Promise.all(Array.from({ length: 3 }, (_, i) => submit('stop', { payload: { i } })));
+    let finished = 0;
+    const w = worker('stop', async () => {
+      await new Promise((r) => setTimeout(r, 300));
+      finished += 1;
+    }, [], 3);
+    await w.start();
+    // One start per second: after the first starts, the other reservations wait on RATE_LIMITED.
+    await until(async () => (await t.db.rows("SELECT 1 FROM orbit_attempts WHERE state = 'RUNNING'")).length > 0);
+    await w.stop({ timeoutMs: 5000 });
+    assert.ok(finished >= 1, 'the running handler finished');
+    const states = await Promise.all(tasks.map((x) => task(x.task_id)));
+    assert.equal(states.filter((s) => s.state === 'SUCCEEDED').length, finished);
+    assert.ok(states.every((s) => s.state === 'SUCCEEDED' || s.state === 'WAITING'), JSON.stringify(states.map((s) => s.state)));
+    const q = (await http('GET', '/v1/queues/stop')).body.data;
+    assert.deepEqual([q.active_attempts, q.pending_starts], ['0', '0'], 'nothing left reserved');
+    for (const s of states) if (s.state === 'WAITING') await http('POST', `/v1/tasks/${s.task_id}:cancel`, { reason: 'cleanup' });
+  });
+
+  test('recovery keeps running for a disabled application', async () => {
+    const submitted = await submit('disabled', { payload: {} });
+    const claimedOnly = worker('disabled', () => new Promise(() => {}), [], 1);
+    await claimedOnly.start();
+    await until(async () => (await task(submitted.task_id)).state === 'RUNNING');
+    await applicationSetEnabled(t.db, Buffer.from(tenant.applicationId, 'hex'), false);
+    // The handler never returns and renewals stop with the session: the lease runs out and recovery releases it.
+    await claimedOnly.stop({ timeoutMs: 100 });
+    await until(async () => {
+      const [row] = await t.db.rows<{ state: string }>('SELECT state FROM orbit_tasks WHERE task_id = ?', [Buffer.from(submitted.task_id, 'hex')]);
+      return row?.state === 'WAITING';
+    }, (LEASE_SECONDS + 5) * 1000);
+    const [usage] = await t.db.rows<{ active_attempts: string }>('SELECT active_attempts FROM orbit_application_resources WHERE application_id = ?', [Buffer.from(tenant.applicationId, 'hex')]);
+    assert.equal(usage?.active_attempts, '0');
+    await applicationSetEnabled(t.db, Buffer.from(tenant.applicationId, 'hex'), true);
+    await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'cleanup' });
+  });
+});

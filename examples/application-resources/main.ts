@@ -11,6 +11,9 @@
  *   7. the original limits are restored by CAS - on every exit path (normal, error, SIGINT). If
  *      someone else changed the limits meanwhile, that is reported and NOT overwritten.
  *
+ * ORBIT_EXAMPLE_PAUSE_MS makes it wait that long right after lowering the limit (to try Ctrl-C,
+ * or a change by someone else, while the limit is lowered; the tests do both).
+ *
  * Run from the repository root:
  *   ORBIT_URL=http://127.0.0.1:8080 ORBIT_CREDENTIALS_FILE=.local/app-first.credentials.json \
  *   ORBIT_SECOND_CREDENTIALS_FILE=.local/app-second.credentials.json npx tsx examples/application-resources/main.ts
@@ -99,6 +102,11 @@ async function scenario(): Promise<void> {
     rate_per_second: original.rate_per_second,
   });
   restore = { original, ourRevision: limited.resources.revision };
+  const pause = Number(process.env.ORBIT_EXAMPLE_PAUSE_MS ?? 0);
+  if (pause > 0) {
+    process.stderr.write(`paused for ${pause} ms with max_unfinished_tasks=1 (revision ${limited.resources.revision})\n`);
+    await new Promise((resolve) => setTimeout(resolve, pause));
+  }
 
   const accepted = await first.submitTask(key('first-submit'), firstQueue, { payload: { example: 'application-resources', namespace: firstCredentials.namespace } });
 

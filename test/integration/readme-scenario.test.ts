@@ -6,14 +6,14 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
+import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -65,5 +65,65 @@ describe('the README scenario', () => {
     const [row] = await t.db.rows<{ max_unfinished_tasks: number; revision: string }>('SELECT max_unfinished_tasks, revision FROM orbit_application_resources');
     assert.equal(row?.max_unfinished_tasks, 1000000);
     assert.equal(row?.revision, '5', 'two runs, each: set the limit, restore it');
+  });
+
+  /** Runs the example with a pause after it lowered the limit; `during` runs in the pause, then SIGINT. */
+  async function interrupted(during: () => Promise<void>): Promise<{ code: number | null; stderr: string; stdout: string }> {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/application-resources/main.ts'], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        ORBIT_URL: server.url,
+        ORBIT_CREDENTIALS_FILE: join(dir, '.local', 'app-first.credentials.json'),
+        ORBIT_SECOND_CREDENTIALS_FILE: join(dir, '.local', 'app-second.credentials.json'),
+        ORBIT_EXAMPLE_PAUSE_MS: '20000',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    const paused = new Promise<void>((resolve) =>
+      child.stderr.on('data', (d) => {
+        stderr += d;
+        if (stderr.includes('paused for')) resolve();
+      }),
+    );
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    await paused;
+    await during();
+    child.kill('SIGINT');
+    return { code: await exited, stderr, stdout };
+  }
+
+  async function limits() {
+    const [row] = await t.db.rows<{ max_unfinished_tasks: number; revision: string }>('SELECT max_unfinished_tasks, revision FROM orbit_application_resources');
+    return row!;
+  }
+
+  test('Ctrl-C while the limit is lowered restores it', async () => {
+    const before = await limits();
+    const run = await interrupted(async () => assert.equal((await limits()).max_unfinished_tasks, 1));
+    assert.equal(run.code, 130, run.stderr);
+    assert.match(run.stderr, /interrupted: restoring the original limits/);
+    const after = await limits();
+    assert.equal(after.max_unfinished_tasks, before.max_unfinished_tasks);
+    assert.equal(after.revision, String(BigInt(before.revision) + 2n));
+  });
+
+  test("a change by someone else meanwhile is reported, not overwritten", async () => {
+    const token = JSON.parse(readFileSync(join(dir, '.local', 'app-second.credentials.json'), 'utf8')).token as string;
+    const run = await interrupted(async () => {
+      const current = await limits();
+      const other = await call(server.url, 'POST', '/v1/application/resources:configure', {
+        token,
+        key: 'someone-else',
+        body: { expected_revision: current.revision, reason: 'another operator', max_unfinished_tasks: 77, max_concurrency: 10000, rate_per_second: 100000 },
+      });
+      assert.equal(other.status, 200);
+    });
+    assert.equal(run.code, 130);
+    assert.match(run.stderr, /restore_conflict: .*their change was kept, not overwritten/);
+    assert.equal((await limits()).max_unfinished_tasks, 77);
   });
 });

@@ -67,6 +67,23 @@ describe('the README scenario', () => {
     assert.equal(row?.revision, '5', 'two runs, each: set the limit, restore it');
   });
 
+  test("the README's worker block processes the tasks it submits", async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const script = blockAfter(readme, '<!-- worker-scenario:')
+      .replaceAll('.local', join(dir, '.local'))
+      .replaceAll('http://127.0.0.1:8080', server.url);
+    const { stdout } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
+      execFile('bash', ['-euo', 'pipefail', '-c', script], { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 60_000 }, (error, stdout, stderr) =>
+        error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr }),
+      );
+    });
+    const lines = stdout.trim().split('\n').map((line) => JSON.parse(line) as { task_id: string; attempt: number; queue: string; payload: { n: number } });
+    assert.deepEqual(lines.map((l) => l.payload.n).sort(), [1, 2, 3]);
+    assert.ok(lines.every((l) => l.queue === 'first' && l.attempt === 1));
+    const states = await t.db.rows<{ state: string }>(`SELECT state FROM orbit_tasks WHERE task_id IN (${lines.map(() => '?').join(', ')})`, lines.map((l) => Buffer.from(l.task_id, 'hex')));
+    assert.deepEqual(states.map((r) => r.state), ['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED']);
+  });
+
   /** Runs the example with a pause after it lowered the limit; `during` runs in the pause, then SIGINT. */
   async function interrupted(during: () => Promise<void>): Promise<{ code: number | null; stderr: string; stdout: string }> {
     const child = spawn(process.execPath, ['--import', 'tsx', 'examples/application-resources/main.ts'], {

@@ -1,20 +1,22 @@
 /**
- * Claim: reserve up to `max` attempts for a worker session in ONE transaction.
+ * Claim: reserve up to `max` attempts for a worker session in ONE transaction of two round trips.
  *
- * Round trip 1 takes the locks in lock order and reads what decides the size of the grant:
+ * Round trip 1 takes the locks in lock order and reads everything that decides the grant:
  *   identity rows (shared) → session row → application row → queue rows (ascending id)
- *   and the session's held attempts, plus NOW(6) - database time decides windows and leases.
+ *   → candidate tasks: per queue, highest priority first, then oldest available_at, at most
+ *     `max`, with `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on each other's rows;
+ *   plus the session's held attempts, the nodes waiting for room, and NOW(6) (database time
+ *   decides windows and leases).
  * Room = min(session capacity left,
  *            application: max_concurrency - active, rate - starts in the current window - pending starts,
- *            per queue:   the same three, and nothing from a paused queue),
+ *            per queue:   the same, and nothing from a paused queue),
  * then at most the node's fair share when several nodes wait on the same scarce room.
- * Round trip 2 picks tasks: per queue, highest priority first, then oldest available_at, with
- * `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on each other's rows. Keyed tasks
- * need a free permit (permit rows are the last lock); tasks whose key is full are passed over
- * and the pick is repeated without those keys.
- * Round trip 3 writes: attempts (RESERVED), tasks → LEASED, +active/+pending on both levels,
- * permit holders, the session's waiting mark. A reservation is not an attempt: the task's
- * `attempts` only grows at Start.
+ * Keyed tasks need a free permit (permit rows are the last lock, an extra round trip only when
+ * keyed tasks are among the candidates); tasks whose key is full are passed over and the pick
+ * is repeated without those keys.
+ * Round trip 2 writes and commits: attempts (RESERVED), tasks → LEASED, +active/+pending on
+ * both levels, permit holders, the session's waiting mark. A reservation is not an attempt:
+ * the task's `attempts` only grows at Start.
  */
 import { OrbitError } from '../errors.ts';
 import { newId, type IdBytes } from '../ids.ts';

@@ -6,9 +6,8 @@
  * - `sdk/generated/frame-validators.js`: the same for server frames, used by the worker SDK.
  */
 import { generatedHeader } from './header.ts';
-import { buildValidatorModule, MAX_JSON_BYTES_KEYWORD } from './ajv-standalone.ts';
-import { esmExports } from './openapi.ts';
-import { deref, isObject, loadYaml, pascal, toAjvSchema, type Json, type JsonObject } from './spec.ts';
+import { validatorFiles } from './ajv-standalone.ts';
+import { deref, isObject, loadYaml, pascal, type JsonObject } from './spec.ts';
 import { typeOf } from './json-schema-types.ts';
 
 const DEFINITIONS_ID = 'https://orbit.invalid/asyncapi/components';
@@ -70,25 +69,13 @@ function generateTypes(doc: JsonObject, workerFrames: Frame[], serverFrames: Fra
 }
 
 function generateValidators(doc: JsonObject, frames: Frame[]): { js: string; dts: string } {
-  const components = isObject(doc.components) && isObject(doc.components.schemas) ? doc.components.schemas : {};
-  const keep = new Set([MAX_JSON_BYTES_KEYWORD]);
-  const convert = (schema: Json) => toAjvSchema(schema, REF_PREFIX, DEFINITIONS_ID, keep);
-  const schemas: Record<string, Json> = {};
-  for (const frame of frames) schemas[frame.type] = convert(frame.schema);
-  const code = buildValidatorModule({ definitionsId: DEFINITIONS_ID, definitions: convert(components) as JsonObject, schemas });
-  const js = [
-    generatedHeader('asyncapi.yaml'),
-    `import { createRequire } from 'node:module';`,
-    `const require = createRequire(import.meta.url);`,
-    esmExports(code),
-  ].join('\n');
-  const dts = [
-    generatedHeader('asyncapi.yaml'),
-    `type ValidateFunction = ((data: unknown) => boolean) & { errors?: { instancePath: string; keyword: string; params: Record<string, unknown>; message?: string; parentSchema?: unknown }[] | null };`,
-    ...frames.map((f) => `export declare const ${f.type}: ValidateFunction;`),
-    '',
-  ].join('\n');
-  return { js, dts };
+  return validatorFiles({
+    source: 'asyncapi.yaml',
+    doc,
+    refPrefix: REF_PREFIX,
+    definitionsId: DEFINITIONS_ID,
+    schemas: (convert) => Object.fromEntries(frames.map((frame) => [frame.type, convert(frame.schema)])),
+  });
 }
 
 export function generateAsyncApi(root: string): Record<string, string> {

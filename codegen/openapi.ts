@@ -11,8 +11,8 @@
 import openapiTS, { astToString } from 'openapi-typescript';
 import { pathToFileURL } from 'node:url';
 import { generatedHeader } from './header.ts';
-import { buildValidatorModule, MAX_JSON_BYTES_KEYWORD } from './ajv-standalone.ts';
-import { deref, isObject, loadYaml, toAjvSchema, type Json, type JsonObject } from './spec.ts';
+import { validatorFiles } from './ajv-standalone.ts';
+import { deref, isObject, loadYaml, type Json, type JsonObject } from './spec.ts';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
 const DEFINITIONS_ID = 'https://orbit.invalid/openapi/components';
@@ -212,44 +212,22 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
 }
 
 function generateValidators(doc: JsonObject, operations: Operation[]): { js: string; dts: string } {
-  const components = isObject(doc.components) && isObject(doc.components.schemas) ? doc.components.schemas : {};
-  const keep = new Set([MAX_JSON_BYTES_KEYWORD]);
-  const convert = (schema: Json) => toAjvSchema(schema, REF_PREFIX, DEFINITIONS_ID, keep);
-  const schemas: Record<string, Json> = {};
-  for (const op of operations) {
-    schemas[`${op.operationId}_path`] = convert(objectSchema(op.params.filter((p) => p.in === 'path')));
-    schemas[`${op.operationId}_query`] = convert(objectSchema(op.params.filter((p) => p.in === 'query')));
-    schemas[`${op.operationId}_headers`] = convert(objectSchema(op.params.filter((p) => p.in === 'header')));
-    if (op.body !== null) schemas[`${op.operationId}_body`] = convert(op.body);
-  }
-  const definitions = convert(components) as JsonObject;
-  const code = buildValidatorModule({ definitionsId: DEFINITIONS_ID, definitions, schemas });
-  const js = [
-    generatedHeader('openapi.yaml'),
-    `import { createRequire } from 'node:module';`,
-    `const require = createRequire(import.meta.url);`,
-    esmExports(code),
-  ].join('\n');
-  const dts = [
-    generatedHeader('openapi.yaml'),
-    `type ValidateFunction = ((data: unknown) => boolean) & { errors?: { instancePath: string; keyword: string; params: Record<string, unknown>; message?: string; parentSchema?: unknown }[] | null };`,
-    ...Object.keys(schemas).map((name) => `export declare const ${name}: ValidateFunction;`),
-    '',
-  ].join('\n');
-  return { js, dts };
-}
-
-/** Ajv's standalone output is CommonJS (`exports.name = validateN`); we emit an ES module. */
-export function esmExports(code: string): string {
-  const names: string[] = [];
-  const body = code
-    .replace(/^"use strict";\n?/, '')
-    .replace(/^module\.exports\s*=\s*\{[^}]*\};\n?/m, '')
-    .replace(/^exports\.(\w+)\s*=\s*(\w+);\n?/gm, (_m, name: string, fn: string) => {
-      names.push(`${fn} as ${name}`);
-      return '';
-    });
-  return `${body.trimEnd()}\n\nexport { ${names.join(', ')} };\n`;
+  return validatorFiles({
+    source: 'openapi.yaml',
+    doc,
+    refPrefix: REF_PREFIX,
+    definitionsId: DEFINITIONS_ID,
+    schemas(convert) {
+      const schemas: Record<string, Json> = {};
+      for (const op of operations) {
+        schemas[`${op.operationId}_path`] = convert(objectSchema(op.params.filter((p) => p.in === 'path')));
+        schemas[`${op.operationId}_query`] = convert(objectSchema(op.params.filter((p) => p.in === 'query')));
+        schemas[`${op.operationId}_headers`] = convert(objectSchema(op.params.filter((p) => p.in === 'header')));
+        if (op.body !== null) schemas[`${op.operationId}_body`] = convert(op.body);
+      }
+      return schemas;
+    },
+  });
 }
 
 export async function generateOpenApi(root: string): Promise<Record<string, string>> {

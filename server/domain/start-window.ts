@@ -4,12 +4,19 @@
  * opens a new one at that moment. Bursts at window edges are allowed: this is not a sliding window.
  * Pure: the store reads the row and NOW(6), asks these functions, and writes the result back.
  */
+import { sqlToMillis } from '../time.ts';
+
 export const WINDOW_MS = 1000;
 
 export interface WindowState {
   /** Epoch ms of the window's start, or null before the first Start. */
   startedAt: number | null;
   starts: number;
+}
+
+/** The window kept in a quota row (application or queue). */
+export function windowOfRow(row: { window_started_at: string | null; window_starts: number }): WindowState {
+  return { startedAt: row.window_started_at === null ? null : sqlToMillis(row.window_started_at), starts: row.window_starts };
 }
 
 export function windowIsOpen(window: WindowState, nowMs: number): boolean {

@@ -27,7 +27,7 @@ import { idToHex, newId, type IdBytes } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { millisToSql } from '../time.ts';
 import type { Clock } from './clock.ts';
-import { isDuplicateKeyError, isGuardError, type Database, type Queryable, type Row } from './database.ts';
+import { isDuplicateKeyError, isGuardError, placeholders, type Database, type Queryable, type Row } from './database.ts';
 import { byIdAscending } from './lock-order.ts';
 import { receiptReplay, type ReceiptIdentity } from './receipts.ts';
 import { credentialsStillValid, noLongerValid } from './credentials.ts';
@@ -214,7 +214,7 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
     const queueRows = await tx.rows<{ queue_id: Buffer; unfinished_tasks: string; max_unfinished_tasks: number }>(
       `SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
-        WHERE queue_id IN (${perQueue.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE`,
+        WHERE queue_id IN (${placeholders(perQueue.length)}) ORDER BY queue_id FOR UPDATE`,
       perQueue.map((q) => q.queueId),
     );
     const receipts = await tx.rows<ReceiptRow>(
@@ -277,7 +277,7 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
 async function attachReplayedPayloads(db: Queryable, outcomes: SubmitOutcome[], taskIds: IdBytes[]): Promise<SubmitOutcome[]> {
   if (taskIds.length === 0) return outcomes;
   const rows = await db.rows<{ task_id: Buffer; payload: string }>(
-    `SELECT task_id, payload FROM orbit_tasks WHERE task_id IN (${taskIds.map(() => '?').join(', ')})`,
+    `SELECT task_id, payload FROM orbit_tasks WHERE task_id IN (${placeholders(taskIds.length)})`,
     taskIds,
   );
   const payloads = new Map(rows.map((r) => [idToHex(r.task_id), JSON.parse(r.payload) as Record<string, unknown>]));

@@ -12,7 +12,7 @@
  * permits - and, since the statements and the COMMIT travel together, the application row is
  * never held across a round trip to this process.
  */
-import type { IdBytes } from '../ids.ts';
+import { idToHex as hex, type IdBytes } from '../ids.ts';
 import type { TaskState } from '../domain/task-transitions.ts';
 import { sqlToMillis } from '../time.ts';
 import { isRetryableTransactionError, type Database, type Row } from './database.ts';
@@ -24,7 +24,6 @@ export interface KnownAttempt extends AttemptRef {
   deadlineAtMs: number;
 }
 
-const hex = (id: Buffer) => id.toString('hex');
 
 function countBy<T>(items: T[], key: (item: T) => string | null): Map<string, number> {
   const counts = new Map<string, number>();

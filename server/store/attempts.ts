@@ -10,11 +10,11 @@
  * gives back one unfinished), so each counter is released exactly once: a second settlement of
  * the same attempt finds it no longer active and changes nothing.
  */
-import type { IdBytes } from '../ids.ts';
-import { tryStart, type WindowState } from '../domain/start-window.ts';
+import { idToHex as hex, type IdBytes } from '../ids.ts';
+import { tryStart, windowOfRow, type WindowState } from '../domain/start-window.ts';
 import { isTerminal, type TaskState } from '../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../time.ts';
-import type { Database, Queryable, Row, Transaction } from './database.ts';
+import { placeholders, type Database, type Queryable, type Row, type Transaction } from './database.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -62,8 +62,6 @@ interface Locked {
   attempts: Map<string, LockedAttempt>;
 }
 
-const hex = (id: Buffer) => id.toString('hex');
-const list = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 const ascending = (ids: Buffer[]) => [...new Map(ids.map((id) => [hex(id), id])).values()].sort(Buffer.compare);
 
 /**
@@ -77,11 +75,11 @@ async function lockForAttempts(tx: Queryable, applicationId: IdBytes, refs: Atte
   const appSql = `SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts
        FROM orbit_application_resources WHERE application_id = ? FOR UPDATE`;
   const restSql = `SELECT queue_id, rate_per_second, window_started_at, window_starts
-       FROM orbit_queues WHERE queue_id IN (${list(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
+       FROM orbit_queues WHERE queue_id IN (${placeholders(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
      SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id
-       FROM orbit_tasks WHERE task_id IN (${list(taskIds.length)}) ORDER BY task_id FOR UPDATE;
+       FROM orbit_tasks WHERE task_id IN (${placeholders(taskIds.length)}) ORDER BY task_id FOR UPDATE;
      SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at
-       FROM orbit_attempts WHERE attempt_id IN (${list(attemptIds.length)}) ORDER BY attempt_id FOR UPDATE`;
+       FROM orbit_attempts WHERE attempt_id IN (${placeholders(attemptIds.length)}) ORDER BY attempt_id FOR UPDATE`;
   const restParams = [...queueIds, ...taskIds, ...attemptIds];
   let appRows: Array<WindowRow & { now: string }>;
   let queueRows: Array<WindowRow & { queue_id: Buffer }>;
@@ -260,9 +258,6 @@ export interface StartItem extends AttemptRef {
   sessionId: IdBytes;
 }
 
-function windowOf(row: WindowRow): WindowState {
-  return { startedAt: row.window_started_at === null ? null : sqlToMillis(row.window_started_at), starts: row.window_starts };
-}
 
 /**
  * Grants Starts in order while both windows have room. A Start of an attempt already running
@@ -273,8 +268,8 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
   return db.transaction(async (tx) => {
     const locked = (await lockForAttempts(tx, params.applicationId, params.items)) as Locked;
     const { nowMs, nowSql } = locked;
-    let appWindow = windowOf(locked.app);
-    const queueWindows = new Map([...locked.queues].map(([k, q]) => [k, windowOf(q)]));
+    let appWindow = windowOfRow(locked.app);
+    const queueWindows = new Map([...locked.queues].map(([k, q]) => [k, windowOfRow(q)]));
     const granted: Array<{ attempt: LockedAttempt; leaseExpiresAtMs: number }> = [];
     const answers: StartAnswer[] = params.items.map((item) => {
       const attempt = locked.attempts.get(hex(item.attemptId));
@@ -311,7 +306,7 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
       statements.push('UPDATE orbit_queues SET window_started_at = ?, window_starts = ?, pending_starts = pending_starts - ? WHERE queue_id = ?');
       args.push(started(w), w.starts, n, Buffer.from(queueKey, 'hex'));
     }
-    statements.push(`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ? WHERE task_id IN (${list(granted.length)})`);
+    statements.push(`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ? WHERE task_id IN (${placeholders(granted.length)})`);
     args.push(nowSql, ...granted.map((g) => g.attempt.task_id));
     for (const g of granted) {
       statements.push("UPDATE orbit_attempts SET state = 'RUNNING', started_at = ?, lease_expires_at = ? WHERE attempt_id = ?");

@@ -19,10 +19,10 @@
  * the task's `attempts` only grows at Start.
  */
 import { OrbitError } from '../errors.ts';
-import { newId, type IdBytes } from '../ids.ts';
-import { claimRoomUnderRate, type WindowState } from '../domain/start-window.ts';
+import { idToHex as hex, newId, type IdBytes } from '../ids.ts';
+import { claimRoomUnderRate, windowOfRow } from '../domain/start-window.ts';
 import { millisToSql, sqlToMillis } from '../time.ts';
-import type { Database, Queryable, Row, Transaction } from './database.ts';
+import { placeholders, type Database, type Queryable, type Row, type Transaction } from './database.ts';
 import type { SessionInfo } from './sessions.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID } from './credentials.ts';
 
@@ -70,20 +70,14 @@ const WAITING_WINDOW_SECONDS = 10;
 /** Re-picks when keyed tasks were passed over because their key was full. */
 const MAX_PICK_ROUNDS = 3;
 
-function windowOf(row: QuotaRow): WindowState {
-  return { startedAt: row.window_started_at === null ? null : sqlToMillis(row.window_started_at), starts: row.window_starts };
-}
 
 /** Room at one level: concurrency left and rate room left (pending starts hold window room). */
 function roomOf(row: QuotaRow, nowMs: number): number {
   const concurrency = row.max_concurrency - Number(row.active_attempts);
-  const rate = claimRoomUnderRate(windowOf(row), Number(row.pending_starts), row.rate_per_second, nowMs);
+  const rate = claimRoomUnderRate(windowOfRow(row), Number(row.pending_starts), row.rate_per_second, nowMs);
   return Math.max(0, Math.min(concurrency, rate));
 }
 
-function hex(id: Buffer): string {
-  return id.toString('hex');
-}
 
 function permitKey(queueId: Buffer, resourceKey: string): string {
   return `${hex(queueId)}/${resourceKey}`;
@@ -98,7 +92,7 @@ export async function attemptClaimBatch(
   const queueIds = session.queues.map((q) => q.queueId);
   // Nothing claimable: answer without taking any lock (an idle worker polling costs one read).
   const [any] = await db.rows(
-    `SELECT 1 FROM orbit_tasks WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) AND state = 'WAITING' AND available_at <= NOW(6) LIMIT 1`,
+    `SELECT 1 FROM orbit_tasks WHERE queue_id IN (${placeholders(queueIds.length)}) AND state = 'WAITING' AND available_at <= NOW(6) LIMIT 1`,
     queueIds,
   );
   if (!any) return [];
@@ -114,7 +108,7 @@ export async function attemptClaimBatch(
        SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
          FROM orbit_application_resources WHERE application_id = ? FOR UPDATE;
        SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
-         FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE;
+         FROM orbit_queues WHERE queue_id IN (${placeholders(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
        SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
         WHERE application_id = ? AND state = 'OPEN' AND waiting_since IS NOT NULL
           AND last_seen_at > NOW(6) - INTERVAL ${WAITING_WINDOW_SECONDS} SECOND AND node_id <> ?;
@@ -300,7 +294,7 @@ async function writeClaims(tx: Transaction, params: { session: SessionInfo; clai
     statements.push(
       `UPDATE orbit_tasks SET state = 'LEASED', updated_at = ?,
               current_attempt_id = CASE task_id ${claimed.map(() => 'WHEN ? THEN ?').join(' ')} END
-        WHERE task_id IN (${claimed.map(() => '?').join(', ')})`,
+        WHERE task_id IN (${placeholders(claimed.length)})`,
     );
     args.push(params.now, ...claimed.flatMap((c) => [c.taskId, c.attemptId]), ...claimed.map((c) => c.taskId));
     statements.push('UPDATE orbit_application_resources SET active_attempts = active_attempts + ?, pending_starts = pending_starts + ? WHERE application_id = ?');

@@ -8,7 +8,7 @@ import { OrbitError } from '../errors.ts';
 import { hexToId, idToHex, newId, type IdBytes } from '../ids.ts';
 import { isAction, type Action } from '../domain/actions.ts';
 import type { Principal } from '../domain/principal.ts';
-import type { Queryable } from './database.ts';
+import { placeholders, type Queryable } from './database.ts';
 
 const TOKEN = /^orbit_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/;
 
@@ -130,7 +130,7 @@ export async function credentialsStillValid(tx: Queryable, credentialIds: IdByte
   if (unique.length === 0) return new Set();
   const rows = await tx.rows<{ credential_id: Buffer }>(
     `SELECT c.credential_id FROM ${CREDENTIAL_JOINS}
-      WHERE c.credential_id IN (${unique.map(() => '?').join(', ')}) AND ${CREDENTIAL_VALID}
+      WHERE c.credential_id IN (${placeholders(unique.length)}) AND ${CREDENTIAL_VALID}
       LOCK IN SHARE MODE`,
     unique,
   );

@@ -59,6 +59,11 @@ export function isRetryableTransactionError(error: unknown): boolean {
   return errno === DEADLOCK || errno === LOCK_WAIT_TIMEOUT;
 }
 
+/** `?, ?, ?` for an IN list of `n` values. */
+export function placeholders(n: number): string {
+  return Array.from({ length: n }, () => '?').join(', ');
+}
+
 export function isDuplicateKeyError(error: unknown): boolean {
   return (error as { errno?: number } | null)?.errno === 1062;
 }

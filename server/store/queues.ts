@@ -12,7 +12,7 @@ import type { components } from '../../sdk/generated/openapi.ts';
 import { auditInsert } from './audit.ts';
 import { eventInsert } from './events.ts';
 import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
-import { isDuplicateKeyError, type Database, type Queryable } from './database.ts';
+import { isDuplicateKeyError, placeholders, type Database, type Queryable } from './database.ts';
 
 export type Queue = components['schemas']['Queue'];
 export interface QueueLimits {
@@ -203,7 +203,7 @@ export async function queueList(
 ): Promise<{ queues: Queue[]; more: boolean }> {
   const { principal } = params;
   if (principal.queues !== '*' && principal.queues.size === 0) return { queues: [], more: false };
-  const scope = principal.queues === '*' ? '' : ` AND name IN (${[...principal.queues].map(() => '?').join(', ')})`;
+  const scope = principal.queues === '*' ? '' : ` AND name IN (${placeholders(principal.queues.size)})`;
   const rows = await db.rows<QueueRow>(
     `SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ? AND name > ?${scope} ORDER BY name LIMIT ?`,
     [principal.namespaceId, params.after, ...(principal.queues === '*' ? [] : [...principal.queues]), params.limit + 1],

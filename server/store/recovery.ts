@@ -10,7 +10,7 @@ import { idToHex, type IdBytes } from '../ids.ts';
 import { attemptExpireBatch, type ExpiryKind } from './attempt-results.ts';
 import type { AttemptRef } from './attempts.ts';
 import { counterAdjustSql } from './counters.ts';
-import type { Database } from './database.ts';
+import { placeholders, type Database } from './database.ts';
 
 function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Map<string, T[]> {
   const groups = new Map<string, T[]>();
@@ -77,16 +77,16 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
       );
       if (!app[0]) return null;
       const [, tasks] = (await tx.batch(
-        `SELECT queue_id FROM orbit_queues WHERE queue_id IN (${queueIds.map(() => '?').join(', ')}) ORDER BY queue_id FOR UPDATE;
+        `SELECT queue_id FROM orbit_queues WHERE queue_id IN (${placeholders(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
          SELECT task_id, queue_id FROM orbit_tasks
-          WHERE task_id IN (${taskIds.map(() => '?').join(', ')}) AND state = 'WAITING' AND deadline_at <= NOW(6)
+          WHERE task_id IN (${placeholders(taskIds.length)}) AND state = 'WAITING' AND deadline_at <= NOW(6)
           ORDER BY task_id FOR UPDATE`,
         [...queueIds, ...taskIds],
       )) as [unknown, Array<{ task_id: Buffer; queue_id: Buffer }>];
       if (tasks.length === 0) return 0;
       const statements = [
         `UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ?, updated_at = ?, error = COALESCE(error, ?)
-          WHERE task_id IN (${tasks.map(() => '?').join(', ')})`,
+          WHERE task_id IN (${placeholders(tasks.length)})`,
       ];
       const args: unknown[] = [app[0].now, app[0].now, JSON.stringify({ code: 'DEADLINE_EXCEEDED', message: 'the task reached its deadline before it finished' }), ...tasks.map((t) => t.task_id)];
       const perQueue = new Map<string, number>();

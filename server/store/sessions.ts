@@ -7,7 +7,7 @@ import { OrbitError } from '../errors.ts';
 import { newId, type IdBytes } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { byIdAscending } from './lock-order.ts';
-import type { Database, Queryable } from './database.ts';
+import { placeholders, type Database, type Queryable } from './database.ts';
 
 export interface SessionQueue {
   queueId: IdBytes;
@@ -30,7 +30,7 @@ export async function sessionOpen(
 ): Promise<SessionInfo> {
   const { principal } = params;
   const rows = await db.rows<{ queue_id: Buffer; name: string }>(
-    `SELECT queue_id, name FROM orbit_queues WHERE namespace_id = ? AND name IN (${params.queues.map(() => '?').join(', ')})`,
+    `SELECT queue_id, name FROM orbit_queues WHERE namespace_id = ? AND name IN (${placeholders(params.queues.length)})`,
     [principal.namespaceId, ...params.queues],
   );
   const byName = new Map(rows.map((r) => [r.name, r.queue_id]));
@@ -53,7 +53,7 @@ export async function sessionOpen(
 /** Marks this process's open sessions alive, so no other process's recovery closes them. */
 export async function sessionHeartbeat(db: Queryable, sessionIds: IdBytes[]): Promise<void> {
   if (sessionIds.length === 0) return;
-  await db.exec(`UPDATE orbit_worker_sessions SET last_seen_at = NOW(6) WHERE session_id IN (${sessionIds.map(() => '?').join(', ')}) AND state = 'OPEN'`, sessionIds);
+  await db.exec(`UPDATE orbit_worker_sessions SET last_seen_at = NOW(6) WHERE session_id IN (${placeholders(sessionIds.length)}) AND state = 'OPEN'`, sessionIds);
 }
 
 export async function sessionMarkClosed(tx: Queryable, sessionId: IdBytes): Promise<void> {

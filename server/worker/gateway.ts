@@ -12,7 +12,7 @@ import type { Principal } from '../domain/principal.ts';
 import { KeyedBatcher } from '../domain/batcher.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
-import type { Database } from '../store/database.ts';
+import { placeholders, type Database } from '../store/database.ts';
 import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts.ts';
 import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempt-results.ts';
 import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempt-fast-paths.ts';
@@ -175,11 +175,11 @@ export class WorkerGateway {
       const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
       const rows = await this.db.rows<{ attempt_id: Buffer; session_id: Buffer }>(
         `SELECT a.attempt_id, a.session_id FROM orbit_attempts a JOIN orbit_tasks t ON t.task_id = a.task_id
-          WHERE a.session_id IN (${ids.map(() => '?').join(', ')}) AND a.state = 'RUNNING' AND a.cancel_notified = 0 AND t.cancel_requested = 1`,
+          WHERE a.session_id IN (${placeholders(ids.length)}) AND a.state = 'RUNNING' AND a.cancel_notified = 0 AND t.cancel_requested = 1`,
         ids,
       );
       if (rows.length === 0) return;
-      await this.db.exec(`UPDATE orbit_attempts SET cancel_notified = 1 WHERE attempt_id IN (${rows.map(() => '?').join(', ')})`, rows.map((r) => r.attempt_id));
+      await this.db.exec(`UPDATE orbit_attempts SET cancel_notified = 1 WHERE attempt_id IN (${placeholders(rows.length)})`, rows.map((r) => r.attempt_id));
       for (const row of rows) this.sessions.get(idToHex(row.session_id))?.send({ type: 'cancel_requested', attempt_id: idToHex(row.attempt_id) });
     } catch (error) {
       this.log.warn({ err: error }, 'cancel notification round failed');

@@ -15,6 +15,7 @@ import { tryStart, windowOfRow, type WindowState } from '../domain/start-window.
 import { isTerminal, type TaskState } from '../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../time.ts';
 import { placeholders, type Database, type Queryable, type Row, type Transaction } from './database.ts';
+import { counterAdjustSql } from './counters.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -171,7 +172,6 @@ const json = (value: unknown) => (value === undefined ? null : JSON.stringify(va
 class SettlementWrites {
   private statements: string[] = [];
   private args: unknown[] = [];
-  private app = { unfinished: 0, active: 0, pending: 0 };
   private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
   private permits = new Map<string, number>();
 
@@ -201,11 +201,9 @@ class SettlementWrites {
       task.task_id,
     );
     const q = this.queues.get(hex(attempt.queue_id)) ?? { unfinished: 0, active: 0, pending: 0 };
-    for (const level of [this.app, q]) {
-      level.active -= 1;
-      if (attempt.state === 'RESERVED') level.pending -= 1;
-      if (terminal) level.unfinished -= 1;
-    }
+    q.active -= 1;
+    if (attempt.state === 'RESERVED') q.pending -= 1;
+    if (terminal) q.unfinished -= 1;
     this.queues.set(hex(attempt.queue_id), q);
     if (attempt.resource_key !== null) {
       const key = `${hex(attempt.queue_id)}/${attempt.resource_key}`;
@@ -218,20 +216,12 @@ class SettlementWrites {
     if (this.statements.length === 0) return;
     const s = this.statements;
     const a = this.args;
-    s.push(
-      `UPDATE orbit_application_resources
-          SET unfinished_tasks = unfinished_tasks + ?, active_attempts = active_attempts + ?, pending_starts = pending_starts + ?
-        WHERE application_id = ?`,
+    const counters = counterAdjustSql(
+      this.applicationId,
+      [...this.queues].map(([queueHex, delta]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta })),
     );
-    a.push(this.app.unfinished, this.app.active, this.app.pending, this.applicationId);
-    for (const [queueHex, d] of this.queues) {
-      s.push(
-        `UPDATE orbit_queues
-            SET unfinished_tasks = unfinished_tasks + ?, active_attempts = active_attempts + ?, pending_starts = pending_starts + ?
-          WHERE queue_id = ?`,
-      );
-      a.push(d.unfinished, d.active, d.pending, Buffer.from(queueHex, 'hex'));
-    }
+    s.push(...counters.sql);
+    a.push(...counters.params);
     for (const [key, n] of [...this.permits].sort(([x], [y]) => x.localeCompare(y))) {
       const slash = key.indexOf('/');
       s.push('UPDATE orbit_key_permits SET holders = holders - ?, updated_at = ? WHERE queue_id = ? AND resource_key = ?');

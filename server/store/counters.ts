@@ -1,8 +1,9 @@
 /**
- * Usage counter changes on the application row and a queue row. Callers hold both rows'
- * locks already (taken in lock order) or accept that this statement takes them now, application
- * first. The columns are unsigned: releasing a counter twice fails the statement (and the
- * transaction) instead of wrapping around - a safety net under "each counter is released exactly once".
+ * Usage counter changes on the application row and queue rows, shared by every path that
+ * releases usage (cancel, resolve, settlements, deadline expiry). Callers hold the rows' locks
+ * already (taken in lock order) or accept that these statements take them now, application
+ * first. Exactly-once release comes from the callers deriving deltas from state changes of rows
+ * they hold locked; the unsigned columns only add that a counter never goes below zero.
  */
 import type { IdBytes } from '../ids.ts';
 import type { Queryable } from './database.ts';
@@ -13,25 +14,33 @@ export interface CounterDelta {
   pending?: number;
 }
 
-export function counterAdjustSql(applicationId: IdBytes, queueId: IdBytes, delta: CounterDelta): { sql: string; params: unknown[] } {
-  const u = delta.unfinished ?? 0;
-  const a = delta.active ?? 0;
-  const p = delta.pending ?? 0;
+export interface QueueDelta {
+  queueId: IdBytes;
+  delta: CounterDelta;
+}
+
+/**
+ * The statements that apply per-queue deltas: the application row gets their sum, then each
+ * queue row its own (ascending queue id, the lock order).
+ */
+export function counterAdjustSql(applicationId: IdBytes, queues: QueueDelta[]): { sql: string[]; params: unknown[] } {
+  const set = 'SET unfinished_tasks = unfinished_tasks + ?, active_attempts = active_attempts + ?, pending_starts = pending_starts + ?';
+  const values = (d: CounterDelta) => [d.unfinished ?? 0, d.active ?? 0, d.pending ?? 0];
+  const total = queues.reduce((sum, q) => {
+    const [u, a, p] = values(q.delta) as [number, number, number];
+    return { unfinished: (sum.unfinished ?? 0) + u, active: (sum.active ?? 0) + a, pending: (sum.pending ?? 0) + p };
+  }, {} as CounterDelta);
+  const sorted = [...queues].sort((x, y) => Buffer.compare(x.queueId, y.queueId));
   return {
-    sql: `UPDATE orbit_application_resources
-             SET unfinished_tasks = unfinished_tasks + ?, active_attempts = active_attempts + ?, pending_starts = pending_starts + ?
-           WHERE application_id = ?;
-          UPDATE orbit_queues
-             SET unfinished_tasks = unfinished_tasks + ?, active_attempts = active_attempts + ?, pending_starts = pending_starts + ?
-           WHERE queue_id = ?`,
-    params: [u, a, p, applicationId, u, a, p, queueId],
+    sql: [`UPDATE orbit_application_resources ${set} WHERE application_id = ?`, ...sorted.map(() => `UPDATE orbit_queues ${set} WHERE queue_id = ?`)],
+    params: [...values(total), applicationId, ...sorted.flatMap((q) => [...values(q.delta), q.queueId])],
   };
 }
 
 export async function counterAdjust(tx: Queryable, applicationId: IdBytes, queueId: IdBytes, delta: CounterDelta): Promise<void> {
   if (!delta.unfinished && !delta.active && !delta.pending) return;
-  const { sql, params } = counterAdjustSql(applicationId, queueId, delta);
-  await tx.batch(sql, params);
+  const { sql, params } = counterAdjustSql(applicationId, [{ queueId, delta }]);
+  await tx.batch(sql.join(';\n'), params);
 }
 
 /** Gives back one keyed permit (the permit row is the last lock of the order). */

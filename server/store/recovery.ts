@@ -91,12 +91,12 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
       const args: unknown[] = [app[0].now, app[0].now, JSON.stringify({ code: 'DEADLINE_EXCEEDED', message: 'the task reached its deadline before it finished' }), ...tasks.map((t) => t.task_id)];
       const perQueue = new Map<string, number>();
       for (const t of tasks) perQueue.set(idToHex(t.queue_id), (perQueue.get(idToHex(t.queue_id)) ?? 0) + 1);
-      for (const [queueHex, n] of perQueue) {
-        // counterAdjustSql covers the application row too; one call per queue, application once in total.
-        const { sql, params } = counterAdjustSql(applicationId, Buffer.from(queueHex, 'hex'), { unfinished: -n });
-        statements.push(sql);
-        args.push(...params);
-      }
+      const counters = counterAdjustSql(
+        applicationId,
+        [...perQueue].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n } })),
+      );
+      statements.push(...counters.sql);
+      args.push(...counters.params);
       await tx.finish(statements.join(';\n'), args);
       return tasks.length;
     });

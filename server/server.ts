@@ -12,7 +12,7 @@ import { createLogger, type Logger } from './log.ts';
 import { createMetrics } from './metrics.ts';
 import { createDatabase } from './store/database.ts';
 import { DatabaseClock, type Clock } from './store/clock.ts';
-import { pendingMigrations } from './store/migrate.ts';
+import { pendingMigrations, readMigrationFiles } from './store/migrate.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
 import { taskSubmitBatch } from './store/admission.ts';
 import { createApp } from './http/app.ts';
@@ -33,7 +33,9 @@ export interface RunningServer {
 export async function startServer(config: ServerConfig, options: { log?: Logger; clock?: Clock } = {}): Promise<RunningServer> {
   const log = options.log ?? createLogger(config.logLevel);
   const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize });
-  const pending = await pendingMigrations((sql) => db.rows(sql));
+  // Read once: /readyz compares the database with these on every probe.
+  const migrationFiles = readMigrationFiles();
+  const pending = await pendingMigrations((sql) => db.rows(sql), migrationFiles);
   if (pending.length > 0) {
     await db.close();
     throw new Error(`the database has pending migrations (${pending.join(', ')}); run \`orbit-admin migrate\` first`);
@@ -61,7 +63,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     authCacheMs: config.authCacheMs,
     workers,
     async ready() {
-      const missing = await pendingMigrations((sql) => db.rows(sql));
+      const missing = await pendingMigrations((sql) => db.rows(sql), migrationFiles);
       return missing.length === 0 ? { ok: true } : { ok: false, detail: `pending migrations: ${missing.join(', ')}` };
     },
   };

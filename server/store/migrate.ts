@@ -105,7 +105,10 @@ export async function migrate(url: string, log: (line: string) => void = () => {
 }
 
 /** Migrations present on disk but not applied to the database (what `orbit-server` refuses to start with). */
-export async function pendingMigrations(rows: (sql: string) => Promise<{ version: number }[]>): Promise<string[]> {
+export async function pendingMigrations(
+  rows: (sql: string) => Promise<{ version: number }[]>,
+  files: MigrationFile[] = readMigrationFiles(),
+): Promise<string[]> {
   let appliedVersions: Set<number>;
   try {
     appliedVersions = new Set((await rows('SELECT version FROM orbit_schema_migrations')).map((r) => Number(r.version)));
@@ -113,7 +116,7 @@ export async function pendingMigrations(rows: (sql: string) => Promise<{ version
     if ((error as { errno?: number }).errno === 1146) appliedVersions = new Set();
     else throw error;
   }
-  return readMigrationFiles()
+  return files
     .filter((file) => !appliedVersions.has(file.version))
     .map((file) => `${String(file.version).padStart(4, '0')}_${file.name}`);
 }

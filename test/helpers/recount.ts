@@ -8,31 +8,25 @@ import type { Database } from '../../server/store/database.ts';
 const UNFINISHED = "'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'";
 
 export async function assertCountersMatchRecount(db: Database): Promise<void> {
-  const apps = await db.rows<{ id: string; unfinished_tasks: string; active_attempts: string; pending_starts: string; u: string; a: string; p: string }>(`
-    SELECT HEX(r.application_id) AS id, r.unfinished_tasks, r.active_attempts, r.pending_starts,
-           (SELECT COUNT(*) FROM orbit_tasks t WHERE t.application_id = r.application_id AND t.state IN (${UNFINISHED})) AS u,
-           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.application_id = r.application_id AND x.state IN ('RESERVED', 'RUNNING')) AS a,
-           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.application_id = r.application_id AND x.state = 'RESERVED') AS p
-      FROM orbit_application_resources r`);
-  for (const row of apps) {
-    assert.deepEqual(
-      { unfinished: row.unfinished_tasks, active: row.active_attempts, pending: row.pending_starts },
-      { unfinished: String(row.u), active: String(row.a), pending: String(row.p) },
-      `application ${row.id}: counters differ from the recount`,
-    );
-  }
-  const queues = await db.rows<{ name: string; unfinished_tasks: string; active_attempts: string; pending_starts: string; u: string; a: string; p: string }>(`
-    SELECT q.name, q.unfinished_tasks, q.active_attempts, q.pending_starts,
-           (SELECT COUNT(*) FROM orbit_tasks t WHERE t.queue_id = q.queue_id AND t.state IN (${UNFINISHED})) AS u,
-           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.queue_id = q.queue_id AND x.state IN ('RESERVED', 'RUNNING')) AS a,
-           (SELECT COUNT(*) FROM orbit_attempts x WHERE x.queue_id = q.queue_id AND x.state = 'RESERVED') AS p
-      FROM orbit_queues q`);
-  for (const row of queues) {
-    assert.deepEqual(
-      { unfinished: row.unfinished_tasks, active: row.active_attempts, pending: row.pending_starts },
-      { unfinished: String(row.u), active: String(row.a), pending: String(row.p) },
-      `queue ${row.name}: counters differ from the recount`,
-    );
+  // The same comparison for both levels: the owner's row against counts over its tasks and attempts.
+  const levels = [
+    { table: 'orbit_application_resources', key: 'application_id', label: 'HEX(r.application_id)', what: 'application' },
+    { table: 'orbit_queues', key: 'queue_id', label: 'r.name', what: 'queue' },
+  ];
+  for (const level of levels) {
+    const rows = await db.rows<{ label: string; unfinished_tasks: string; active_attempts: string; pending_starts: string; u: string; a: string; p: string }>(`
+      SELECT ${level.label} AS label, r.unfinished_tasks, r.active_attempts, r.pending_starts,
+             (SELECT COUNT(*) FROM orbit_tasks t WHERE t.${level.key} = r.${level.key} AND t.state IN (${UNFINISHED})) AS u,
+             (SELECT COUNT(*) FROM orbit_attempts x WHERE x.${level.key} = r.${level.key} AND x.state IN ('RESERVED', 'RUNNING')) AS a,
+             (SELECT COUNT(*) FROM orbit_attempts x WHERE x.${level.key} = r.${level.key} AND x.state = 'RESERVED') AS p
+        FROM ${level.table} r`);
+    for (const row of rows) {
+      assert.deepEqual(
+        { unfinished: row.unfinished_tasks, active: row.active_attempts, pending: row.pending_starts },
+        { unfinished: String(row.u), active: String(row.a), pending: String(row.p) },
+        `${level.what} ${row.label}: counters differ from the recount`,
+      );
+    }
   }
   const permits = await db.rows<{ resource_key: string; holders: number; n: string }>(`
     SELECT k.resource_key, k.holders,

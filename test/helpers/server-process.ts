@@ -81,3 +81,23 @@ export async function call(
   const text = await response.text();
   return { status: response.status, body: text ? JSON.parse(text) : undefined, headers: response.headers };
 }
+
+/** Changes some of a queue's settings through the API (full replacement: the rest as they are). */
+export async function configureQueue(url: string, token: string, name: string, patch: Record<string, unknown>): Promise<void> {
+  const q = (await call(url, 'GET', `/v1/queues/${name}`, { token })).body.data;
+  const response = await call(url, 'POST', `/v1/queues/${name}:configure`, {
+    token,
+    key: `configure-${name}-${q.revision}-${Math.random().toString(36).slice(2)}`,
+    body: {
+      expected_revision: q.revision,
+      reason: 'test',
+      max_unfinished_tasks: q.max_unfinished_tasks,
+      max_concurrency: q.max_concurrency,
+      rate_per_second: q.rate_per_second,
+      key_concurrency: q.key_concurrency,
+      paused: q.paused,
+      ...patch,
+    },
+  });
+  if (response.status !== 200) throw new Error(`configure ${name}: ${JSON.stringify(response.body)}`);
+}

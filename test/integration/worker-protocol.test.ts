@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { call } from '../helpers/server-process.ts';
+import { call, configureQueue as configureQueueVia } from '../helpers/server-process.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { loadConfig } from '../../server/config.ts';
@@ -42,20 +43,7 @@ describe('worker protocol', () => {
   const task = async (id: string) => (await http('GET', `/v1/tasks/${id}`)).body.data;
   const resources = async () => (await http('GET', '/v1/application/resources')).body.data;
   const queue = async (name: string) => (await http('GET', `/v1/queues/${name}`)).body.data;
-  async function configureQueue(name: string, patch: Record<string, unknown>) {
-    const q = await queue(name);
-    const r = await http('POST', `/v1/queues/${name}:configure`, {
-      expected_revision: q.revision,
-      reason: 'test',
-      max_unfinished_tasks: q.max_unfinished_tasks,
-      max_concurrency: q.max_concurrency,
-      rate_per_second: q.rate_per_second,
-      key_concurrency: q.key_concurrency,
-      paused: q.paused,
-      ...patch,
-    });
-    assert.equal(r.status, 200, JSON.stringify(r.body));
-  }
+  const configureQueue = (name: string, patch: Record<string, unknown>) => configureQueueVia(server.url, tenant.token, name, patch);
   async function open(queues: string[], capacity = 10, nodeId = 'node-1'): Promise<RawSession> {
     const s = await connectRaw(server.url, tenant.token);
     const welcome = await s.request({ type: 'hello', node_id: nodeId, queues, capacity });
@@ -442,12 +430,3 @@ describe('worker protocol', () => {
   });
 });
 
-async function waitFor<T>(probe: () => Promise<T | null>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== null) return value;
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { call } from '../helpers/server-process.ts';
+import { call, configureQueue as configureQueueVia } from '../helpers/server-process.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
@@ -37,26 +38,10 @@ describe('worker SDK', () => {
   const http = (method: string, path: string, body?: unknown) => call(server.url, method, path, { token: tenant.token, key: method === 'POST' ? `k${++keys}` : undefined, body });
   const submit = async (queue: string, body: Record<string, unknown>) => (await http('POST', `/v1/queues/${queue}/tasks`, body)).body.data.task;
   const task = async (id: string) => (await http('GET', `/v1/tasks/${id}`)).body.data;
-  async function until<T>(probe: () => Promise<T | null | undefined | false>, timeoutMs = 10_000): Promise<T> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const value = await probe();
-      if (value) return value;
-      if (Date.now() > deadline) throw new Error('condition not reached in time');
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
   function worker(queue: string, handler: (task: TaskContext) => Promise<unknown>, events: WorkerEvent[] = [], capacity = 4) {
     return new OrbitWorker({ baseUrl: server.url, token: tenant.token, nodeId: `sdk-${queue}`, queues: [queue], capacity, handler, maxPollIntervalMs: 50, onEvent: (e) => events.push(e) });
   }
-  async function configureQueue(name: string, patch: Record<string, unknown>) {
-    const q = (await http('GET', `/v1/queues/${name}`)).body.data;
-    const r = await http('POST', `/v1/queues/${name}:configure`, {
-      expected_revision: q.revision, reason: 'test', max_unfinished_tasks: q.max_unfinished_tasks, max_concurrency: q.max_concurrency,
-      rate_per_second: q.rate_per_second, key_concurrency: q.key_concurrency, paused: q.paused, ...patch,
-    });
-    assert.equal(r.status, 200);
-  }
+  const configureQueue = (name: string, patch: Record<string, unknown>) => configureQueueVia(server.url, tenant.token, name, patch);
 
   test('results: a return value succeeds, a thrown error is retried, NonRetryableError fails at once', async () => {
     const ok = await submit('results', { payload: { kind: 'ok' } });
@@ -68,7 +53,7 @@ describe('worker SDK', () => {
       return { attempt: task.attemptNumber };
     });
     await w.start();
-    const done = await until(async () => {
+    const done = await waitFor(async () => {
       const states = await Promise.all([ok, flaky, fatal].map((x) => task(x.task_id)));
       return states.every((s) => ['SUCCEEDED', 'FAILED'].includes(s.state)) ? states : null;
     });
@@ -95,7 +80,7 @@ describe('worker SDK', () => {
     await w.start();
     await started;
     await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'user asked' });
-    const cancelled = await until(async () => {
+    const cancelled = await waitFor(async () => {
       const current = await task(submitted.task_id);
       return current.state === 'CANCELLED' ? current : null;
     });
@@ -111,7 +96,7 @@ describe('worker SDK', () => {
       return 'done';
     });
     await w.start();
-    const finished = await until(async () => {
+    const finished = await waitFor(async () => {
       const current = await task(submitted.task_id);
       return ['SUCCEEDED', 'WAITING', 'NEEDS_REVIEW'].includes(current.state) && current.attempts > 0 ? current : null;
     }, 15_000);
@@ -132,7 +117,7 @@ describe('worker SDK', () => {
     await w.start();
     // Lower the rate under the reservations the worker may already hold.
     await configureQueue('rated', { rate_per_second: 1 });
-    await until(async () => {
+    await waitFor(async () => {
       const states = await Promise.all(tasks.map((x) => task(x.task_id)));
       return states.every((s) => s.state === 'SUCCEEDED');
     }, 15_000);
@@ -153,7 +138,7 @@ describe('worker SDK', () => {
     }, [], 3);
     await w.start();
     // One start per second: after the first starts, the other reservations wait on RATE_LIMITED.
-    await until(async () => (await t.db.rows("SELECT 1 FROM orbit_attempts WHERE state = 'RUNNING'")).length > 0);
+    await waitFor(async () => (await t.db.rows("SELECT 1 FROM orbit_attempts WHERE state = 'RUNNING'")).length > 0);
     await w.stop({ timeoutMs: 5000 });
     assert.ok(finished >= 1, 'the running handler finished');
     const states = await Promise.all(tasks.map((x) => task(x.task_id)));
@@ -168,11 +153,11 @@ describe('worker SDK', () => {
     const submitted = await submit('disabled', { payload: {} });
     const claimedOnly = worker('disabled', () => new Promise(() => {}), [], 1);
     await claimedOnly.start();
-    await until(async () => (await task(submitted.task_id)).state === 'RUNNING');
+    await waitFor(async () => (await task(submitted.task_id)).state === 'RUNNING');
     await applicationSetEnabled(t.db, Buffer.from(tenant.applicationId, 'hex'), false);
     // The handler never returns and renewals stop with the session: the lease runs out and recovery releases it.
     await claimedOnly.stop({ timeoutMs: 100 });
-    await until(async () => {
+    await waitFor(async () => {
       const [row] = await t.db.rows<{ state: string }>('SELECT state FROM orbit_tasks WHERE task_id = ?', [Buffer.from(submitted.task_id, 'hex')]);
       return row?.state === 'WAITING';
     }, (LEASE_SECONDS + 5) * 1000);

@@ -1,10 +1,7 @@
-/** Defaults of the limits (DESIGN.md §4–§6; ranges are in openapi.yaml). */
-export const APPLICATION_DEFAULTS = {
-  max_unfinished_tasks: 1_000_000,
-  max_concurrency: 10_000,
-  rate_per_second: 100_000,
-} as const;
-
+/**
+ * Defaults (DESIGN.md §5–§6; ranges are in openapi.yaml). The application's defaults are the
+ * column defaults of orbit_application_resources (migrations/0001), used when a row is created.
+ */
 export const QUEUE_DEFAULTS = {
   max_unfinished_tasks: 100_000,
   max_concurrency: 1_000,

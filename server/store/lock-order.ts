@@ -27,14 +27,6 @@
  * of one transaction are touched does not matter - as long as that rule holds. A new writer
  * of these rows must take the application row first as well.
  */
-export const LOCK_ORDER = [
-  'identity (shared)',
-  'orbit_worker_sessions',
-  'orbit_application_resources',
-  'orbit_queues (ascending queue_id)',
-  'orbit_tasks, then orbit_attempts',
-  'orbit_key_permits (ascending queue_id, resource_key)',
-] as const;
 
 /** Sorts ids the way rows of one table are locked: ascending bytes. */
 export function byIdAscending(a: Buffer, b: Buffer): number {

@@ -12,8 +12,6 @@ import type { Queryable } from './database.ts';
 export type Task = components['schemas']['Task'];
 export type TaskState = components['schemas']['TaskState'];
 
-export const UNFINISHED_STATES: readonly TaskState[] = ['WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'];
-
 export interface TaskRow {
   task_id: Buffer;
   application_id: Buffer;

@@ -74,9 +74,8 @@ function readOperations(doc: JsonObject): Operation[] {
   return operations;
 }
 
-/** `/v1/queues/{queue}:configure` → `/v1/queues/:queue{[^/]+:configure}` plus the suffix to strip. */
-export function honoPath(path: string): { honoPath: string; suffixes: Record<string, string> } {
-  const suffixes: Record<string, string> = {};
+/** `/v1/queues/{queue}:configure` → `/v1/queues/:queue{[^/]+:configure}`. */
+export function honoPath(path: string): string {
   const segments = path.split('/').map((segment) => {
     const match = /^\{([A-Za-z_][A-Za-z0-9_]*)\}(.*)$/.exec(segment);
     if (!match) {
@@ -87,11 +86,11 @@ export function honoPath(path: string): { honoPath: string; suffixes: Record<str
     if (suffix === '') return `:${name}`;
     if (!/^:[a-z][A-Za-z]*$/.test(suffix)) throw new Error(`${path}: unsupported suffix ${suffix}`);
     // Hono reads `:name` as a parameter only at the start of a segment, and a literal suffix
-    // after a parameter needs a regex parameter that includes it; the handler strips it.
-    suffixes[name] = suffix;
+    // after a parameter needs a regex parameter that includes it. Handlers do not read Hono's
+    // parameters: they decode the raw path against the template (server/http/operations.ts).
     return `:${name}{[^/]+${suffix}}`;
   });
-  return { honoPath: segments.join('/'), suffixes };
+  return segments.join('/');
 }
 
 function objectSchema(params: Parameter[]): Json {
@@ -142,8 +141,6 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   lines.push(`  readonly path: string;`);
   lines.push(`  /** As Hono routes it; a parameter followed by a literal suffix is a regex parameter including it. */`);
   lines.push(`  readonly honoPath: string;`);
-  lines.push(`  /** Literal suffixes to strip from path parameters (\`{queue}:configure\`). */`);
-  lines.push(`  readonly pathSuffixes: Readonly<Record<string, string>>;`);
   lines.push(`  readonly queryParams: Readonly<Record<string, 'integer' | 'string'>>;`);
   lines.push(`  readonly headerParams: readonly string[];`);
   lines.push(`  readonly hasBody: boolean;`);
@@ -161,7 +158,7 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   lines.push('');
   lines.push(`export const routes: readonly RouteSpec[] = [`);
   for (const op of operations) {
-    const { honoPath: hp, suffixes } = honoPath(op.path);
+    const hp = honoPath(op.path);
     const query = op.params.filter((p) => p.in === 'query');
     const headers = op.params.filter((p) => p.in === 'header');
     lines.push(`  {`);
@@ -169,7 +166,6 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
     lines.push(`    method: ${quote(op.method.toUpperCase())},`);
     lines.push(`    path: ${quote(op.path)},`);
     lines.push(`    honoPath: ${quote(hp)},`);
-    lines.push(`    pathSuffixes: ${JSON.stringify(suffixes)},`);
     lines.push(`    queryParams: ${JSON.stringify(Object.fromEntries(query.map((p) => [p.name, queryCoercion(doc, p)])))},`);
     lines.push(`    headerParams: ${JSON.stringify(headers.map((p) => p.name))},`);
     lines.push(`    hasBody: ${op.body !== null},`);

@@ -18,6 +18,7 @@ const STATUS: Record<ErrorCode, number> = {
   QUEUE_FULL: 429,
   RATE_LIMITED: 429,
   LEASE_LOST: 409,
+  METHOD_NOT_ALLOWED: 405,
   UNAVAILABLE: 503,
   INTERNAL: 500,
 };

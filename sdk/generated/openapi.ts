@@ -306,11 +306,17 @@ export interface components {
         /** @description Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused. */
         JsonValue: unknown;
         /** @enum {string} */
-        ErrorCode: "INVALID_ARGUMENT" | "UNAUTHENTICATED" | "PERMISSION_DENIED" | "NOT_FOUND" | "STATE_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPLICATION_FULL" | "QUEUE_FULL" | "UNAVAILABLE" | "INTERNAL";
+        ErrorCode: "INVALID_ARGUMENT" | "UNAUTHENTICATED" | "PERMISSION_DENIED" | "NOT_FOUND" | "STATE_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPLICATION_FULL" | "QUEUE_FULL" | "METHOD_NOT_ALLOWED" | "UNAVAILABLE" | "INTERNAL";
         Error: {
             code: components["schemas"]["ErrorCode"];
             message: string;
-            /** @description For INVALID_ARGUMENT, `field` names the offending field and `location` where it is (body, query, path, header). */
+            /**
+             * @description For INVALID_ARGUMENT, `field` names the offending field and `location` where it is
+             *     (body, query, path, header). For APPLICATION_FULL and QUEUE_FULL, `level`
+             *     (`application` or `queue`), `limit` (the limit that is reached, e.g.
+             *     `max_unfinished_tasks`) and, for a queue, `queue`; never usage figures. For
+             *     PERMISSION_DENIED, `action`. For METHOD_NOT_ALLOWED, `allow` (the methods served).
+             */
             details?: Record<string, never>;
         };
         ErrorEnvelope: {

@@ -5,9 +5,9 @@
 import { Hono } from 'hono';
 import { newRequestId } from '../ids.ts';
 import { OrbitError } from '../errors.ts';
-import { credentialAuthenticate } from '../store/credentials.ts';
+import { credentialAuthenticate, credentialExplainInvalid, isNoLongerValid } from '../store/credentials.ts';
 import type { Handlers } from '../generated/routes.ts';
-import { mountOperations, type RequestContext } from './operations.ts';
+import { allowedMethods, mountOperations, rawPathOf, type RequestContext } from './operations.ts';
 import { PrincipalCache } from './principal-cache.ts';
 import { renderError, toOrbitError } from './envelope.ts';
 import type { AppEnv } from './env.ts';
@@ -46,16 +46,31 @@ export function bearerAuthenticator(deps: AppDeps) {
 }
 
 export function createApp(deps: AppDeps): Hono<AppEnv> {
-  const app = new Hono<AppEnv>();
+  // Routing sees the path as sent; parameters are decoded once, by the operations (operations.ts).
+  const app = new Hono<AppEnv>({ getPath: (request) => rawPathOf(request.url) });
   app.use(async (c, next) => {
     c.set('requestId', newRequestId());
     await next();
   });
   mountOperations(app, createHandlers(deps), bearerAuthenticator(deps));
-  app.notFound((c) => renderError(c, c.get('requestId'), new OrbitError('NOT_FOUND', `no operation ${c.req.method} ${new URL(c.req.url).pathname}`)));
-  app.onError((error, c) => {
+  app.notFound((c) => {
+    const path = rawPathOf(c.req.url);
+    const allow = allowedMethods(path);
+    if (allow.length === 0) return renderError(c, c.get('requestId'), new OrbitError('NOT_FOUND', `no operation at ${path}`));
+    const error = new OrbitError('METHOD_NOT_ALLOWED', `${c.req.method} is not served at this path; allowed: ${allow.join(', ')}`, { details: { allow } });
+    const response = renderError(c, c.get('requestId'), error);
+    response.headers.set('Allow', allow.join(', '));
+    return response;
+  });
+  app.onError(async (error, c) => {
     const requestId = c.get('requestId') ?? newRequestId();
-    const orbitError = toOrbitError(error);
+    let orbitError = toOrbitError(error);
+    const principal = c.get('principal');
+    if (isNoLongerValid(error) && principal) {
+      // The caller presented the right secret (maybe checked from the cache): name the cause,
+      // as a fresh authentication would.
+      orbitError = await credentialExplainInvalid(deps.db, principal.credentialId, orbitError).catch(() => orbitError);
+    }
     if (orbitError.status >= 500) deps.log.error({ err: error, requestId, path: c.req.path }, orbitError.message);
     return renderError(c, requestId, orbitError);
   });

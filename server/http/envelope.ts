@@ -7,14 +7,11 @@
  */
 import type { Context } from 'hono';
 import { OrbitError } from '../errors.ts';
-import { isRetryableTransactionError } from '../store/database.ts';
-
-const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'PROTOCOL_CONNECTION_LOST', 'ETIMEDOUT', 'EPIPE', 'POOL_CLOSED', 'ER_CON_COUNT_ERROR']);
+import { isDatabaseUnreachable, isRetryableTransactionError } from '../store/database.ts';
 
 export function toOrbitError(error: unknown): OrbitError {
   if (error instanceof OrbitError) return error;
-  const code = (error as { code?: string } | null)?.code;
-  if (isRetryableTransactionError(error) || (code !== undefined && CONNECTION_ERRORS.has(code))) {
+  if (isRetryableTransactionError(error) || isDatabaseUnreachable(error)) {
     return new OrbitError('UNAVAILABLE', 'the database is unavailable or busy; the outcome is unknown - retry with the same Idempotency-Key', { cause: error });
   }
   return new OrbitError('INTERNAL', 'internal error', { cause: error });

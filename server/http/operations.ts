@@ -27,14 +27,59 @@ export type Authenticate = (authorization: string | undefined) => Promise<Princi
 /** Request bodies larger than this are refused before parsing (the largest field, payload, is 256 KiB). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 
-function readPath(c: Context, route: RouteSpec): Record<string, string> {
-  const params = c.req.param() as Record<string, string>;
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(params)) {
-    const suffix = route.pathSuffixes[name];
-    const decoded = decodeURIComponent(value);
-    out[name] = suffix !== undefined && decoded.endsWith(suffix) ? decoded.slice(0, -suffix.length) : decoded;
+/**
+ * The request path exactly as sent (percent-escapes kept). The app routes on it and path
+ * parameters are decoded from it exactly once (`readPath`): decoding before routing and again
+ * afterwards would let `/v1/queues/%2561` name queue `a`, and a malformed escape would
+ * surface as a decoder exception.
+ */
+export function rawPathOf(url: string): string {
+  const start = url.indexOf('/', url.indexOf(':') + 3);
+  if (start === -1) return '/';
+  let end = url.length;
+  for (const stop of ['?', '#']) {
+    const at = url.indexOf(stop, start);
+    if (at !== -1 && at < end) end = at;
   }
+  return url.slice(start, end);
+}
+
+/** A matcher for a route's path template: one capture group per `{parameter}`, in order. */
+export function pathTemplate(template: string): { pattern: RegExp; names: string[] } {
+  const names: string[] = [];
+  const source = template.replace(/\{([^}]+)\}|[^{]+/g, (part, name: string | undefined) => {
+    if (name === undefined) return part.replace(/[.*+?^$()|[\]\\]/g, '\\$&');
+    names.push(name);
+    return '([^/]+)';
+  });
+  return { pattern: new RegExp(`^${source}$`), names };
+}
+
+const TEMPLATES = routes.map((route) => ({ method: route.method, ...pathTemplate(route.path) }));
+
+/** The methods served at a raw path (HEAD wherever GET is: Hono answers it from the GET route); empty for an unknown path. */
+export function allowedMethods(rawPath: string): string[] {
+  const methods = new Set<string>(TEMPLATES.filter((t) => t.pattern.test(rawPath)).map((t) => t.method));
+  if (methods.has('GET')) methods.add('HEAD');
+  return [...methods].sort();
+}
+
+function decodeParameter(name: string, raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw invalidArgument(name, 'is not a valid percent-encoded UTF-8 string', 'path');
+  }
+}
+
+function readPath(c: Context, template: ReturnType<typeof pathTemplate>): Record<string, string> {
+  const match = template.pattern.exec(rawPathOf(c.req.url));
+  const out: Record<string, string> = {};
+  // Hono routed this request here, so the template matches; fail closed all the same.
+  if (!match) throw new OrbitError('NOT_FOUND', 'no such path');
+  template.names.forEach((name, i) => {
+    out[name] = decodeParameter(name, match[i + 1] as string);
+  });
   return out;
 }
 
@@ -63,15 +108,56 @@ function readHeaders(c: Context, route: RouteSpec): Record<string, string> {
   return out;
 }
 
+function bodyTooLarge(): OrbitError {
+  return invalidArgument('body', `must be at most ${MAX_BODY_BYTES} bytes`, 'body');
+}
+
+/**
+ * The body's bytes, reading no further than `limit`: a chunked upload without Content-Length
+ * is refused as soon as it passes the limit, not after it has been buffered whole. The rest is
+ * left unread; the refusal goes out with `Connection: close` (see `readBody`).
+ */
+async function readAtMost(stream: ReadableStream<Uint8Array> | null, limit: number): Promise<Uint8Array> {
+  if (stream === null) return new Uint8Array(0);
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > limit) throw bodyTooLarge();
+      chunks.push(value);
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}
+
 async function readBody(c: Context): Promise<unknown> {
   const contentType = c.req.header('Content-Type');
   if (contentType === undefined || !/^application\/json\s*(;\s*charset=utf-8\s*)?$/i.test(contentType.trim())) {
     throw invalidArgument('Content-Type', 'must be application/json', 'header');
   }
   const declared = Number(c.req.header('Content-Length') ?? '0');
-  if (declared > MAX_BODY_BYTES) throw invalidArgument('body', `must be at most ${MAX_BODY_BYTES} bytes`, 'body');
-  const buffer = await c.req.arrayBuffer();
-  if (buffer.byteLength > MAX_BODY_BYTES) throw invalidArgument('body', `must be at most ${MAX_BODY_BYTES} bytes`, 'body');
+  let buffer: Uint8Array;
+  try {
+    if (declared > MAX_BODY_BYTES) throw bodyTooLarge();
+    buffer = await readAtMost(c.req.raw.body, MAX_BODY_BYTES);
+  } catch (error) {
+    // Body bytes may be left unread: close the connection after answering, so they are not
+    // taken for the next request.
+    c.header('Connection', 'close');
+    throw error;
+  }
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(buffer);
@@ -85,17 +171,19 @@ async function readBody(c: Context): Promise<unknown> {
 
 export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestContext>, authenticate: Authenticate): void {
   for (const route of routes) {
+    const template = pathTemplate(route.path);
     const handler = handlers[route.operationId] as (input: OperationInput<OperationId>, context: RequestContext) => Promise<unknown>;
     app.on(route.method, route.honoPath, async (c) => {
       const requestId = c.get('requestId');
       let principal: Principal | null = null;
       if (route.action !== null) {
         principal = await authenticate(c.req.header('Authorization'));
+        c.set('principal', principal);
         if (!principal.actions.has(route.action)) {
           throw new OrbitError('PERMISSION_DENIED', `the credential lacks the action ${route.action}`, { details: { action: route.action } });
         }
       }
-      const path = readPath(c, route);
+      const path = readPath(c, template);
       if (!route.validate.path(path)) throw validationError(route.validate.path.errors, 'path');
       const query = readQuery(c, route);
       if (!route.validate.query(query)) throw validationError(route.validate.query.errors, 'query');

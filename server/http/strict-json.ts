@@ -17,7 +17,15 @@
  * detected as a duplicate. Seen keys live in an array (small objects) or a
  * `Set`, never in a plain object, so keys such as `__proto__` or
  * `constructor` have no special behaviour.
+ *
+ * Nesting is bounded (`MAX_JSON_DEPTH`): the scanner itself would cope with any depth, but
+ * everything after it - `JSON.parse`, the validators, the request hash, `JSON.stringify` of
+ * a stored payload - recurses, and a document a few thousand levels deep would overflow the
+ * call stack there. So a too deep document is refused here, before anything recursive runs.
  */
+
+/** How deeply objects and arrays may nest in a request body or a worker frame, user data included (openapi.yaml, asyncapi.yaml). */
+export const MAX_JSON_DEPTH = 64;
 
 export type StrictJsonResult =
   | { ok: true; value: unknown }
@@ -118,6 +126,9 @@ function scan(text: string): void {
     if (mode === EXPECT_VALUE) {
       if (i >= len) throw endOfInput(i);
       const c = text.charCodeAt(i);
+      if (c === LBRACE || c === LBRACKET) {
+        if (stack.length >= MAX_JSON_DEPTH) throw tooDeep(stack);
+      }
       if (c === LBRACE) {
         i = skipWhitespace(text, i + 1);
         if (i < len && text.charCodeAt(i) === RBRACE) {
@@ -390,6 +401,20 @@ function pathTo(stack: readonly Frame[], key: string): string {
   }
   parts.push(parts.length === 0 ? key : `.${key}`);
   return parts.join('');
+}
+
+/** The position of the value being scanned: every frame contributes its current child. */
+function pathToCurrent(stack: readonly Frame[]): string {
+  let path = '';
+  for (const frame of stack) {
+    if (frame.isObject) path += path === '' ? frame.key : `.${frame.key}`;
+    else path += `[${frame.index}]`;
+  }
+  return path === '' || path.startsWith('[') ? `body${path}` : path;
+}
+
+function tooDeep(stack: readonly Frame[]): ScanFailure {
+  return new ScanFailure(pathToCurrent(stack), `nests objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
 }
 
 function invalid(description: string): ScanFailure {

@@ -162,8 +162,16 @@ function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: 
   return { sql, params };
 }
 
-const applicationFull = () => new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same Idempotency-Key");
-const queueFull = (queue: string) => new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same Idempotency-Key`);
+// The details name the level and the limit, never usage: the application's figures belong to
+// every namespace of it, and this caller may not hold application:resources:read.
+const applicationFull = () =>
+  new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same Idempotency-Key", {
+    details: { level: 'application', limit: 'max_unfinished_tasks' },
+  });
+const queueFull = (queue: string) =>
+  new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same Idempotency-Key`, {
+    details: { level: 'queue', queue, limit: 'max_unfinished_tasks' },
+  });
 
 /** All items belong to one application (the batcher groups them so). */
 export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitItem[]): Promise<SubmitOutcome[]> {

@@ -24,7 +24,7 @@ import { claimRoomUnderRate, windowOfRow } from '../domain/start-window.ts';
 import { millisToSql, sqlToMillis } from '../time.ts';
 import { placeholders, type Database, type Queryable, type Row, type Transaction } from './database.ts';
 import type { SessionInfo } from './sessions.ts';
-import { CREDENTIAL_JOINS, CREDENTIAL_VALID } from './credentials.ts';
+import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from './credentials.ts';
 
 export interface ClaimedAttemptInfo {
   attemptId: IdBytes;
@@ -133,7 +133,7 @@ export async function attemptClaimBatch(
       Array<{ nodes: string }>,
     ];
     const initial = (results.slice(6) as CandidateRow[][]).flat();
-    if (identity[0]?.valid !== 1) throw new OrbitError('UNAUTHENTICATED', 'the credential, namespace or application is no longer valid');
+    if (identity[0]?.valid !== 1) throw noLongerValid();
     const sessionRow = sessionRows[0];
     if (!sessionRow || sessionRow.state !== 'OPEN') throw new OrbitError('STATE_CONFLICT', 'the session is closed');
     const app = appRows[0];

@@ -22,6 +22,17 @@ export function newToken(): { credentialId: IdBytes; token: string; secretSha256
   return { credentialId, token: `orbit_${idToHex(credentialId)}_${secret}`, secretSha256: sha256(secret) };
 }
 
+type ValidityFacts = Pick<CredentialRow, 'revoked' | 'expired' | 'application_enabled' | 'namespace_enabled'>;
+
+/** Why a credential may not act (told only to a caller that presented its right secret), or null. */
+function invalidCause(row: ValidityFacts): string | null {
+  if (row.revoked) return 'the credential was revoked';
+  if (row.expired) return 'the credential has expired';
+  if (!row.application_enabled) return 'the application is disabled';
+  if (!row.namespace_enabled) return 'the namespace is disabled';
+  return null;
+}
+
 interface CredentialRow {
   credential_id: Buffer;
   application_id: Buffer;
@@ -62,10 +73,8 @@ export async function credentialAuthenticate(db: Queryable, token: string, optio
   // Compare even when the row is missing, so timing does not tell which ids exist.
   const stored = row?.secret_sha256 ?? Buffer.alloc(32);
   if (!timingSafeEqual(presented, stored) || !row) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is not valid');
-  if (row.revoked) throw new OrbitError('UNAUTHENTICATED', 'the credential was revoked');
-  if (row.expired) throw new OrbitError('UNAUTHENTICATED', 'the credential has expired');
-  if (!row.application_enabled) throw new OrbitError('UNAUTHENTICATED', 'the application is disabled');
-  if (!row.namespace_enabled) throw new OrbitError('UNAUTHENTICATED', 'the namespace is disabled');
+  const cause = invalidCause(row);
+  if (cause !== null) throw new OrbitError('UNAUTHENTICATED', cause);
   const actions = (JSON.parse(row.actions) as string[]).filter(isAction);
   const scope = JSON.parse(row.queue_scope) as string[];
   return {
@@ -137,6 +146,33 @@ export async function credentialsStillValid(tx: Queryable, credentialIds: IdByte
   return new Set(rows.map((r) => idToHex(r.credential_id)));
 }
 
+const recheckErrors = new WeakSet<OrbitError>();
+
+/**
+ * A write found, inside its transaction, that the credential may no longer act. The caller was
+ * authenticated (maybe from the cache) with the right secret, so the HTTP layer and the worker
+ * session replace this with the precise cause from `credentialExplainInvalid`.
+ */
 export function noLongerValid(): OrbitError {
-  return new OrbitError('UNAUTHENTICATED', 'the credential was revoked or expired, or its namespace or application was disabled');
+  const error = new OrbitError('UNAUTHENTICATED', 'the credential was revoked or expired, or its namespace or application was disabled');
+  recheckErrors.add(error);
+  return error;
+}
+
+export function isNoLongerValid(error: unknown): error is OrbitError {
+  return error instanceof OrbitError && recheckErrors.has(error);
+}
+
+/** The precise 401 for a credential whose secret the caller presented; `fallback` if it is valid again. */
+export async function credentialExplainInvalid(db: Queryable, credentialId: IdBytes, fallback: OrbitError): Promise<OrbitError> {
+  const [row] = await db.rows<ValidityFacts>(
+    `SELECT c.revoked_at IS NOT NULL AS revoked,
+            (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
+            n.enabled AS namespace_enabled, a.enabled AS application_enabled
+       FROM ${CREDENTIAL_JOINS}
+      WHERE c.credential_id = ?`,
+    [credentialId],
+  );
+  const cause = row ? invalidCause(row) : null;
+  return cause === null ? fallback : new OrbitError('UNAUTHENTICATED', cause);
 }

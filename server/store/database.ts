@@ -73,19 +73,41 @@ export function isGuardError(error: unknown): boolean {
   return (error as { errno?: number } | null)?.errno === 1048;
 }
 
-function queryable(conn: Pool | PoolConnection): Queryable {
+/**
+ * Errors after which a connection must not be used again: mysql2 marks network and protocol
+ * errors `fatal`, and a statement that ran into the query timeout leaves its connection in
+ * the middle of a command (the server may still answer it later).
+ */
+function connectionIsBroken(error: unknown): boolean {
+  const e = error as { fatal?: boolean; code?: string } | null;
+  return e?.fatal === true || e?.code === 'PROTOCOL_SEQUENCE_TIMEOUT';
+}
+
+/** Errors that mean "the database did not answer" - the outcome of a write is unknown. */
+const UNREACHABLE_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
+  'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'ER_CON_COUNT_ERROR', 'ORBIT_POOL_TIMEOUT',
+]);
+/** Server errors of a server that is going away or refusing work: shutdown in progress, connection killed, too many connections, read-only. */
+const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031]);
+
+export function isDatabaseUnreachable(error: unknown): boolean {
+  const e = error as { code?: string; errno?: number } | null;
+  if (e === null || typeof e !== 'object') return false;
+  return connectionIsBroken(e) || (e.code !== undefined && UNREACHABLE_CODES.has(e.code)) || (e.errno !== undefined && UNREACHABLE_ERRNOS.has(e.errno));
+}
+
+function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
+  const query = async (sql: string, params: unknown[]) => (await conn.query({ sql, timeout: timeoutMs }, params))[0];
   return {
     async rows<T>(sql: string, params: unknown[] = []) {
-      const [rows] = await conn.query(sql, params);
-      return rows as T[];
+      return (await query(sql, params)) as T[];
     },
     async exec(sql: string, params: unknown[] = []) {
-      const [result] = await conn.query(sql, params);
-      return result as ResultSetHeader;
+      return (await query(sql, params)) as ResultSetHeader;
     },
     async batch(sql: string, params: unknown[] = []) {
-      const [results] = await conn.query(sql, params);
-      return results as unknown as Array<Row[] | ResultSetHeader>;
+      return (await query(sql, params)) as unknown as Array<Row[] | ResultSetHeader>;
     },
   };
 }
@@ -94,15 +116,16 @@ function queryable(conn: Pool | PoolConnection): Queryable {
  * A transaction's queryable. `START TRANSACTION` is not sent on its own: it rides in front of
  * the transaction's first statement, which saves one round trip per transaction.
  */
-function transactionQueryable(conn: PoolConnection): Transaction & { readonly finished: boolean } {
+function transactionQueryable(conn: PoolConnection, timeoutMs: number): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
+  const query = async (sql: string, params: unknown[]) => (await conn.query({ sql, timeout: timeoutMs }, params))[0];
   /** The user's statements' results: one result for one statement, an array for several. */
   async function send(sql: string, params: unknown[], statements: 'one' | 'several'): Promise<unknown> {
     if (finished) throw new Error('the transaction has already committed');
-    if (begun) return (await conn.query(sql, params))[0];
+    if (begun) return query(sql, params);
     begun = true;
-    const results = (await conn.query(`START TRANSACTION;\n${sql}`, params))[0] as unknown as unknown[];
+    const results = (await query(`START TRANSACTION;\n${sql}`, params)) as unknown as unknown[];
     return statements === 'one' ? results[1] : results.slice(1);
   }
   return {
@@ -129,11 +152,22 @@ function transactionQueryable(conn: PoolConnection): Transaction & { readonly fi
 export interface DatabaseOptions {
   url: string;
   connectionLimit?: number;
+  /**
+   * How long one statement (or one multi-statement round trip), opening a connection, or
+   * waiting for a free one in the pool may take before it fails as "unreachable". This is
+   * what turns a database that stops answering (paused, network gone) into a prompt 503
+   * instead of a request that hangs.
+   */
+  timeoutMs?: number;
 }
 
+export const DEFAULT_DATABASE_TIMEOUT_MS = 5000;
+
 export function createDatabase(options: DatabaseOptions): Database {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_DATABASE_TIMEOUT_MS;
   const pool = mysql.createPool({
     uri: options.url,
+    connectTimeout: timeoutMs,
     connectionLimit: options.connectionLimit ?? 20,
     maxIdle: options.connectionLimit ?? 20,
     waitForConnections: true,
@@ -153,25 +187,66 @@ export function createDatabase(options: DatabaseOptions): Database {
   pool.pool.on('connection', (conn) => {
     conn.query(`SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED`);
   });
-  const base = queryable(pool);
+  /** A connection from the pool, or ORBIT_POOL_TIMEOUT when none frees up (or opens) in time. */
+  async function acquire(): Promise<PoolConnection> {
+    const pending = pool.getConnection();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(Object.assign(new Error(`no database connection within ${timeoutMs} ms`), { code: 'ORBIT_POOL_TIMEOUT' })), timeoutMs);
+    });
+    try {
+      return await Promise.race([pending, timeout]);
+    } catch (error) {
+      // A connection that arrives after the deadline goes straight back.
+      pending.then((conn) => conn.release(), () => {});
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  /** Gives a connection back, or destroys it when it cannot be trusted any more. */
+  function giveBack(conn: PoolConnection, error?: unknown): void {
+    if (error !== undefined && connectionIsBroken(error)) conn.destroy();
+    else conn.release();
+  }
+  async function withConnection<T>(fn: (q: Queryable) => Promise<T>): Promise<T> {
+    const conn = await acquire();
+    try {
+      const result = await fn(queryable(conn, timeoutMs));
+      giveBack(conn);
+      return result;
+    } catch (error) {
+      giveBack(conn, error);
+      throw error;
+    }
+  }
   return {
     pool,
-    ...base,
+    rows: (sql, params) => withConnection((q) => q.rows(sql, params)),
+    exec: (sql, params) => withConnection((q) => q.exec(sql, params)),
+    batch: (sql, params) => withConnection((q) => q.batch(sql, params)),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>, { retries = 5 } = {}) {
       for (let attempt = 0; ; attempt++) {
-        const conn = await pool.getConnection();
+        const conn = await acquire();
         let result: T;
         try {
-          const tx = transactionQueryable(conn);
+          const tx = transactionQueryable(conn, timeoutMs);
           result = await fn(tx);
-          if (!tx.finished) await conn.query('COMMIT');
+          if (!tx.finished) await conn.query({ sql: 'COMMIT', timeout: timeoutMs });
         } catch (error) {
-          try {
-            await conn.query('ROLLBACK');
-            conn.release();
-          } catch {
-            // The connection is broken; it must not go back to the pool.
+          if (connectionIsBroken(error)) {
+            // Nothing more can be sent on it; the server rolls back what it has when the
+            // connection goes away (or commits, if the COMMIT had already reached it: the
+            // caller reports the outcome as unknown).
             conn.destroy();
+          } else {
+            try {
+              await conn.query({ sql: 'ROLLBACK', timeout: timeoutMs });
+              conn.release();
+            } catch {
+              // The connection is broken; it must not go back to the pool.
+              conn.destroy();
+            }
           }
           if (attempt < retries && isRetryableTransactionError(error)) {
             await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));

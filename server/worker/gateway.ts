@@ -18,6 +18,7 @@ import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, 
 import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempt-fast-paths.ts';
 import { sessionHeartbeat, sessionMarkClosed } from '../store/sessions.ts';
 import { WorkerSession } from './session.ts';
+import type { UpgradeEnv } from './upgrade.ts';
 
 const OUTCOME_TASK_STATE = { succeeded: 'SUCCEEDED', failed: 'FAILED', cancelled: 'CANCELLED' } as const;
 
@@ -126,7 +127,10 @@ export class WorkerGateway {
       },
     }));
     const response = await middleware(c, async () => {});
-    return response ?? new Response(null, { status: 500 });
+    if (!response) throw new OrbitError('INTERNAL', 'the WebSocket upgrade was not taken');
+    // Tells serveWorkerUpgrades (upgrade.ts) to hand the socket to the WebSocket server.
+    (c.env as UpgradeEnv).accepted = true;
+    return response;
   }
 
   register(session: WorkerSession): void {

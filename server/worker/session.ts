@@ -10,6 +10,7 @@ import { idToHex, hexToId } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { toOrbitError } from '../http/envelope.ts';
 import { attemptClaimBatch } from '../store/claims.ts';
+import { credentialExplainInvalid, isNoLongerValid } from '../store/credentials.ts';
 import { attemptRenew, type AttemptRef } from '../store/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempt-results.ts';
 import { sessionOpen, type SessionInfo } from '../store/sessions.ts';
@@ -86,7 +87,8 @@ export class WorkerSession {
           return await this.onRelease(frame.attempt_id);
       }
     } catch (error) {
-      const orbitError = toOrbitError(error);
+      let orbitError = toOrbitError(error);
+      if (isNoLongerValid(error)) orbitError = await credentialExplainInvalid(this.gateway.db, this.principal.credentialId, orbitError).catch(() => orbitError);
       if (orbitError.status >= 500) this.gateway.log.error({ err: error, frame: frame.type }, orbitError.message);
       this.send(errorFrame(orbitError, ids));
       if (orbitError.code === 'UNAUTHENTICATED') this.socket.close(4401, 'unauthenticated');

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseStrictJson } from '../../server/http/strict-json.ts';
+import { MAX_JSON_DEPTH, parseStrictJson } from '../../server/http/strict-json.ts';
 
 function expectOk(text: string): unknown {
   const result = parseStrictJson(text);
@@ -223,12 +223,29 @@ test('a 256 KiB payload parses correctly', () => {
   expectDuplicate(injected, `payload.items[${last}].id`, 'id');
 });
 
-test('deep nesting does not overflow the stack', () => {
+test('nesting up to MAX_JSON_DEPTH is accepted, one level more is refused naming where', () => {
+  const ok = '['.repeat(MAX_JSON_DEPTH) + ']'.repeat(MAX_JSON_DEPTH);
+  assert.equal(parseStrictJson(ok).ok, true);
+  const over = '['.repeat(MAX_JSON_DEPTH + 1) + ']'.repeat(MAX_JSON_DEPTH + 1);
+  const result = parseStrictJson(over);
+  assert.equal(result.ok, false);
+  if (!result.ok) {
+    assert.equal(result.field, `body${'[0]'.repeat(MAX_JSON_DEPTH)}`);
+    assert.match(result.reason, /more than 64 levels deep/);
+  }
+  const objects = `{"payload":${'{"a":'.repeat(MAX_JSON_DEPTH)}1${'}'.repeat(MAX_JSON_DEPTH)}}`;
+  const refused = parseStrictJson(objects);
+  assert.equal(refused.ok, false);
+  if (!refused.ok) assert.equal(refused.field, `payload${'.a'.repeat(MAX_JSON_DEPTH - 1)}`);
+});
+
+test('a document 50,000 levels deep is refused without overflowing the stack', () => {
   const depth = 50_000;
-  const text = '['.repeat(depth) + ']'.repeat(depth);
-  const result = parseStrictJson(text);
-  assert.equal(result.ok, true);
-  expectInvalid('['.repeat(depth) + ']'.repeat(depth - 1));
+  for (const text of ['['.repeat(depth) + ']'.repeat(depth), '{"a":'.repeat(depth) + '1' + '}'.repeat(depth), '['.repeat(depth)]) {
+    const result = parseStrictJson(text);
+    assert.equal(result.ok, false);
+    if (!result.ok) assert.match(result.reason, /levels deep/);
+  }
 });
 
 // ---------------------------------------------------------------------------

@@ -2,7 +2,7 @@
  * Orbit's HTTP SDK: one method per operation of openapi.yaml, built on openapi-fetch over the
  * generated `paths`, so paths, parameters and bodies are checked against the spec at compile time.
  *
- * What the SDK adds on top of the wire format (DESIGN.md §2):
+ * What the SDK adds on top of the wire format (docs/http-api.md):
  * - methods return the envelope's `data`; uint64 counters, revisions and event sequences come
  *   back as `bigint` (a JS number loses precision above 2^53);
  * - every failure is an `OrbitError`. No response at all (the request may or may not have been

@@ -1,6 +1,6 @@
 /**
- * The product document's §6 scenario: two namespaces of one application share its
- * `max_unfinished_tasks`.
+ * The README's shared-quota scenario (docs/quotas-and-locking.md): two namespaces of one
+ * application share its `max_unfinished_tasks`.
  *
  *   1. set the application's max_unfinished_tasks to 1 (CAS on the revision read first);
  *   2. namespace first submits a task: accepted;

@@ -1,6 +1,7 @@
 /**
- * Credential actions (DESIGN.md §1). The two application actions are granted only explicitly
- * (`--resource-access`): no other action, no `queues: ["*"]` and no existing credential implies them.
+ * Credential actions (docs/http-api.md#operations). The two application actions are granted only
+ * explicitly (`--resource-access`): no other action, no `queues: ["*"]` and no existing credential
+ * implies them.
  */
 export const NAMESPACE_ACTIONS = [
   'queues:read',

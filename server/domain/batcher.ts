@@ -1,9 +1,9 @@
 /**
- * Group commit. Requests for the same key (an application) that arrive while that key's
- * transaction is in flight wait and then go together in the next transaction. One application's
- * quota row serialises its transactions anyway; sending many requests in one transaction is what
- * lifts the ceiling (DESIGN.md §8). An idle key runs a request at once, alone: batching adds no
- * latency when there is no contention.
+ * Group commit. Requests for the same key (an application) that arrive while that key's transaction
+ * is in flight wait and then go together in the next transaction. One application's quota row
+ * serialises its transactions anyway; sending many requests in one transaction is what lifts the
+ * ceiling (docs/quotas-and-locking.md#fast-paths-and-careful-paths). An idle key runs a request at
+ * once, alone: batching adds no latency when there is no contention.
  */
 interface Pending<I, O> {
   item: I;

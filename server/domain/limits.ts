@@ -1,6 +1,7 @@
 /**
- * Defaults (DESIGN.md §5–§6; ranges are in openapi.yaml). The application's defaults are the
- * column defaults of orbit_application_resources (migrations/0001), used when a row is created.
+ * Defaults (docs/quotas-and-locking.md#three-limits-two-levels; ranges are in openapi.yaml). The
+ * application's defaults are the column defaults of orbit_application_resources (migrations/0001),
+ * used when a row is created.
  */
 export const QUEUE_DEFAULTS = {
   max_unfinished_tasks: 100_000,

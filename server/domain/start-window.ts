@@ -1,8 +1,9 @@
 /**
- * One-second fixed start windows (DESIGN.md §7), kept per application and per queue in their
- * quota rows and evaluated in database time. The first granted Start after a window has ended
- * opens a new one at that moment. Bursts at window edges are allowed: this is not a sliding window.
- * Pure: the store reads the row and NOW(6), asks these functions, and writes the result back.
+ * One-second fixed start windows (docs/quotas-and-locking.md#one-second-start-windows), kept per
+ * application and per queue in their quota rows and evaluated in database time. The first granted
+ * Start after a window has ended opens a new one at that moment. Bursts at window edges are
+ * allowed: this is not a sliding window. Pure: the store reads the row and NOW(6), asks these
+ * functions, and writes the result back.
  */
 import { sqlToMillis } from '../time.ts';
 

@@ -1,6 +1,6 @@
 /**
- * Where a task goes when an attempt ends (DESIGN.md §6). Pure: the store applies the answer and
- * releases counters from it.
+ * Where a task goes when an attempt ends (docs/worker-protocol.md#where-a-task-goes). Pure: the
+ * store applies the answer and releases counters from it.
  */
 import type { components } from '../../sdk/generated/openapi.ts';
 

@@ -1,6 +1,7 @@
 /**
- * THE lock order (DESIGN.md §8). Every transaction that locks more than one of these takes them
- * in this order, so two transactions never wait on each other in a cycle:
+ * THE lock order (docs/quotas-and-locking.md#the-lock-order). Every transaction that locks more
+ * than one of these takes them in this order, so two transactions never wait on each other in a
+ * cycle:
  *
  *   1. credential / namespace / application identity rows - shared (`LOCK IN SHARE MODE`), or
  *      not at all on the HTTP hot paths (authentication is a plain read before the transaction)

@@ -8,10 +8,10 @@
  *
  * When a migration adds or changes something, change this file in the same commit.
  *
- * Conventions (DESIGN.md §10): every table is `orbit_*`, has `application_id`, ids are
- * BINARY(16), no foreign keys, utf8mb4 / utf8mb4_bin, and a Chinese COMMENT on every table and
- * column (comments are checked by the drift test against the database; drizzle cannot express
- * them). Usage counters and revisions are BIGINT UNSIGNED, read as `bigint`.
+ * Conventions (docs/storage.md#rules-for-every-table): every table is `orbit_*`, has
+ * `application_id`, ids are BINARY(16), no foreign keys, utf8mb4 / utf8mb4_bin, and a Chinese
+ * COMMENT on every table and column (comments are checked by the drift test against the database;
+ * drizzle cannot express them). Usage counters and revisions are BIGINT UNSIGNED, read as `bigint`.
  */
 import { sql } from 'drizzle-orm';
 import {

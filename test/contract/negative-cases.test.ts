@@ -1,7 +1,7 @@
 /**
- * Strict input, generated from openapi.yaml (DESIGN.md §2). For every operation with a request
- * body, starting from one valid example body (written below), the request body schema
- * (`$ref`s resolved) is walked and cases are generated:
+ * Strict input, generated from openapi.yaml (docs/http-api.md#strict-input). For every operation
+ * with a request body, starting from one valid example body (written below), the request body
+ * schema (`$ref`s resolved) is walked and cases are generated:
  *
  *   per field:     null; removed (when required); name in the wrong case; a duplicate key (raw
  *                  JSON text); wrong type; integers min-1 / max+1; strings maxLength+1; a value

@@ -44,7 +44,8 @@ const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 /**
  * What the spec says in words about Orbit's own values: absent values are omitted, never `null`
- * (DESIGN.md §6), and times are "RFC 3339, UTC, millisecond precision" (`Timestamp`).
+ * (docs/http-api.md#envelope-and-request-ids), and times are "RFC 3339, UTC, millisecond precision"
+ * (`Timestamp`).
  */
 function assertOrbitValues(value: unknown, where: string, path = ''): void {
   if (Array.isArray(value)) {

@@ -3,7 +3,7 @@
  * migrates a fresh database and compares the two through information_schema: table set, every
  * column (order, SQL type incl. character set, nullability, default, auto-increment), primary
  * keys and indexes (columns in order, direction, uniqueness). It also checks the storage rules
- * of DESIGN.md §10: InnoDB + utf8mb4_bin, a Chinese COMMENT on every table and column,
+ * of docs/storage.md: InnoDB + utf8mb4_bin, a Chinese COMMENT on every table and column,
  * `application_id` on every table, BINARY(16) ids, and no foreign keys.
  */
 import { after, before, describe, test } from 'node:test';
@@ -307,7 +307,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
       if (!info.TABLE_COMMENT.trim() || !CJK.test(info.TABLE_COMMENT)) problems.push(`${name}: table COMMENT ${JSON.stringify(info.TABLE_COMMENT)} is not a Chinese comment`);
       if (!name.startsWith('orbit_')) problems.push(`${name}: table names must start with orbit_`);
     }
-    assertNoProblems(problems, 'table storage rules (DESIGN.md §10)');
+    assertNoProblems(problems, 'table storage rules (docs/storage.md)');
   });
 
   test('every column has a Chinese COMMENT', () => {
@@ -319,7 +319,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
         }
       }
     }
-    assertNoProblems(problems, 'column comments (DESIGN.md §10)');
+    assertNoProblems(problems, 'column comments (docs/storage.md)');
   });
 
   test('every table has a NOT NULL BINARY(16) application_id', () => {
@@ -331,7 +331,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
         problems.push(`${tableName}.application_id: ${column.COLUMN_TYPE} ${column.IS_NULLABLE === 'YES' ? 'NULL' : 'NOT NULL'}, expected binary(16) NOT NULL`);
       }
     }
-    assertNoProblems(problems, 'application_id on every table (DESIGN.md §8, §10)');
+    assertNoProblems(problems, 'application_id on every table (docs/storage.md)');
   });
 
   test('every *_id column is BINARY(16) (request_id included; node_id is a free-form worker name)', () => {
@@ -350,7 +350,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
     for (const exemption of NON_BINARY_ID_COLUMNS) {
       if (!seenExemptions.has(exemption)) problems.push(`${exemption}: listed as a non-binary *_id column but no longer exists; remove it from the list`);
     }
-    assertNoProblems(problems, 'id columns (DESIGN.md §2, §10)');
+    assertNoProblems(problems, 'id columns (docs/storage.md)');
   });
 
   test('no foreign keys', async () => {
@@ -360,7 +360,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
     );
     assertNoProblems(
       constraints.map((c) => `${c.TABLE_NAME}: foreign key ${c.CONSTRAINT_NAME} → ${c.REFERENCED_TABLE_NAME}`),
-      'foreign keys are not allowed (DESIGN.md §10)',
+      'foreign keys are not allowed (docs/storage.md)',
     );
     for (const table of drizzleTables.values()) {
       const config = getTableConfig(table);

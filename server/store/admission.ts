@@ -2,7 +2,7 @@
  * Task admission: the application's and the queue's `max_unfinished_tasks`, enforced in the
  * transaction that inserts the task.
  *
- * Fast path - the whole transaction in ONE round trip (DESIGN.md §8):
+ * Fast path - the whole transaction in ONE round trip (docs/quotas-and-locking.md):
  *     START TRANSACTION;
  *     INSERT receipts; INSERT tasks;
  *     UPDATE application row SET unfinished = IF(unfinished + n <= max, unfinished + n, NULL);

@@ -1,0 +1,104 @@
+/**
+ * `orbit-admin verify [--repair] [--application-id ID]`: the usage counters of every
+ * application, queue and keyed permit against a recount from the tasks and attempts
+ * (server/store/verify.ts has the recount and the consistency argument).
+ *
+ * stdout, one line per difference, then a summary:
+ *
+ *   application <id> unfinished_tasks: stored 5, recount 4
+ *   queue <id>/<namespace>/<queue> active_attempts: stored 2, recount 1
+ *   permit <id>/<namespace>/<queue> key "k1" holders: stored 1, recount 0
+ *   verified 3 applications, 7 queues, 2 permits: 3 differences
+ *
+ * Exit 0 without differences, 1 with. `--repair` then fixes each application that differed (one
+ * transaction each, re-recounted under its locks, one audit record each), prints
+ * `repaired <subject> <counter>: <stored> -> <recount>` per change and a summary line, exit 0.
+ * Wrong arguments: exit 2. Database problems: exit 1 (reported by orbit-admin's main).
+ */
+import { parseArgs } from 'node:util';
+import { hexToId, isHexId, newRequestId } from '../ids.ts';
+import { createDatabase } from '../store/database.ts';
+import { countersRepair, countersVerify, formatDifference } from '../store/verify.ts';
+
+export const VERIFY_USAGE = `usage: orbit-admin verify [--repair] [--application-id ID]
+
+Compares every application's and queue's usage counters (unfinished_tasks, active_attempts,
+pending_starts) and every keyed permit's holders with a recount from the tasks and attempts,
+read from one consistent snapshot (safe beside running servers; takes no locks).
+Prints one line per difference and a summary; exit 0 when there is none, 1 when there are.
+
+  --application-id ID   only this application (32 lowercase hex characters)
+  --repair              set each differing application's counters to the recount, in one
+                        transaction per application under its locks, with an audit record
+                        (action application.counters.repaired); exit 0 once repaired
+
+Database: ORBIT_DATABASE_URL (default mysql://root@127.0.0.1:3306/orbit).`;
+
+const REASON = 'orbit-admin verify --repair: stored usage counters differed from a recount of tasks and attempts';
+
+function out(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+function usageError(problem: string): number {
+  process.stderr.write(`orbit-admin: ${problem} (see orbit-admin verify --help)\n`);
+  return 2;
+}
+
+/** `--help` or `-h` before any `--`: the usage, whatever else is there (as for every orbit-admin command). */
+function wantsHelp(args: readonly string[]): boolean {
+  const end = args.indexOf('--');
+  return (end < 0 ? args : args.slice(0, end)).some((a) => a === '--help' || a === '-h');
+}
+
+/**
+ * Runs the command; returns the exit code. `url` is asked for only once the arguments are good
+ * (so `--help` never touches ORBIT_DATABASE_URL or the database). Database errors are thrown for
+ * orbit-admin's main to report.
+ */
+export async function verifyCommand(args: string[], url: () => string): Promise<number> {
+  if (wantsHelp(args)) {
+    out(VERIFY_USAGE);
+    return 0;
+  }
+  let values: { repair?: boolean; 'application-id'?: string };
+  try {
+    ({ values } = parseArgs({ args, options: { repair: { type: 'boolean' }, 'application-id': { type: 'string' } }, strict: true, allowPositionals: false }));
+  } catch (error) {
+    if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) return usageError((error as Error).message);
+    throw error;
+  }
+  const idText = values['application-id'];
+  if (idText !== undefined && !isHexId(idText)) return usageError('--application-id must be 32 lowercase hex characters');
+  const applicationId = idText === undefined ? undefined : hexToId(idText);
+
+  const db = createDatabase({ url: url(), connectionLimit: 2 });
+  try {
+    const report = await countersVerify(db, { applicationId });
+    if (applicationId !== undefined && report.applications === 0) {
+      process.stderr.write(`orbit-admin: application ${idText} does not exist (it has no resources row)\n`);
+      return 1;
+    }
+    for (const d of report.differences) out(formatDifference(d));
+    const found = report.differences.length;
+    out(`verified ${report.applications} applications, ${report.queues} queues, ${report.permits} permits: ${found} differences`);
+    if (!values.repair) return found === 0 ? 0 : 1;
+
+    // Only the applications the snapshot found differing are locked; each is re-recounted
+    // under its locks, and what that finds is what is written and printed.
+    const requestId = newRequestId();
+    const applications = [...new Set(report.differences.map((d) => d.applicationId))].sort();
+    let changed = 0;
+    let repaired = 0;
+    for (const id of applications) {
+      const differences = await countersRepair(db, hexToId(id), { requestId, reason: REASON });
+      for (const d of differences) out(`repaired ${d.subject} ${d.counter}: ${d.stored} -> ${d.recount}${d.missingRow ? ' (permit row created)' : ''}`);
+      changed += differences.length;
+      if (differences.length > 0) repaired += 1;
+    }
+    out(`repaired ${changed} differences in ${repaired} applications${changed > 0 ? ` (audit request_id ${requestId})` : ''}`);
+    return 0;
+  } finally {
+    await db.close();
+  }
+}

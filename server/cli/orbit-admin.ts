@@ -13,6 +13,7 @@ import { migrate } from '../store/migrate.ts';
 import { credentialCreate, credentialRevoke } from '../store/credentials.ts';
 import { tenantBootstrap } from '../store/bootstrap.ts';
 import { applicationSetEnabled, assertEnvironment, namespaceFindById, namespaceSetEnabled } from '../store/tenancy.ts';
+import { verifyCommand } from './verify-command.ts';
 
 const USAGE = `usage:
   orbit-admin migrate
@@ -24,6 +25,7 @@ const USAGE = `usage:
   orbit-admin credential create --namespace-id ID [--action ACTION…] [--queue NAME…|--queue '*']
                                 [--resource-access] [--expires-at RFC3339] [--description TEXT] --output FILE
   orbit-admin credential revoke --credential-id ID
+  orbit-admin verify [--repair] [--application-id ID]
 
 Database: ORBIT_DATABASE_URL (default mysql://root@127.0.0.1:3306/orbit).`;
 
@@ -194,6 +196,8 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${USAGE}\n`);
       return command === undefined ? 2 : 0;
     }
+    // Parses its own flags (--help included) and returns its own exit code (1: differences found).
+    if (command === 'verify') return await verifyCommand(rest, () => url);
     const db = createDatabase({ url, connectionLimit: 2 });
     try {
       if (command === 'bootstrap') await bootstrap(db, rest);

@@ -16,6 +16,7 @@
  * Wrong arguments: exit 2. Database problems: exit 1 (reported by orbit-admin's main).
  */
 import { parseArgs } from 'node:util';
+import { DEFAULT_DATABASE_URL } from '../config.ts';
 import { hexToId, isHexId, newRequestId } from '../ids.ts';
 import { createDatabase } from '../store/database.ts';
 import { countersRepair, countersVerify, formatDifference } from '../store/verify.ts';
@@ -32,7 +33,7 @@ Prints one line per difference and a summary; exit 0 when there is none, 1 when 
                         transaction per application under its locks, with an audit record
                         (action application.counters.repaired); exit 0 once repaired
 
-Database: ORBIT_DATABASE_URL (default mysql://root@127.0.0.1:3306/orbit).`;
+Database: ORBIT_DATABASE_URL (default ${DEFAULT_DATABASE_URL}).`;
 
 const REASON = 'orbit-admin verify --repair: stored usage counters differed from a recount of tasks and attempts';
 

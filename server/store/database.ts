@@ -97,8 +97,13 @@ export function isDatabaseUnreachable(error: unknown): boolean {
   return connectionIsBroken(e) || (e.code !== undefined && UNREACHABLE_CODES.has(e.code)) || (e.errno !== undefined && UNREACHABLE_ERRNOS.has(e.errno));
 }
 
+/** One round trip on `conn`, cut off after `timeoutMs` (0: never). */
+function sender(conn: PoolConnection, timeoutMs: number) {
+  return async (sql: string, params: unknown[]) => (await conn.query(timeoutMs > 0 ? { sql, timeout: timeoutMs } : { sql }, params))[0];
+}
+
 function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
-  const query = async (sql: string, params: unknown[]) => (await conn.query({ sql, timeout: timeoutMs }, params))[0];
+  const query = sender(conn, timeoutMs);
   return {
     async rows<T>(sql: string, params: unknown[] = []) {
       return (await query(sql, params)) as T[];
@@ -119,7 +124,7 @@ function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
 function transactionQueryable(conn: PoolConnection, timeoutMs: number): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
-  const query = async (sql: string, params: unknown[]) => (await conn.query({ sql, timeout: timeoutMs }, params))[0];
+  const query = sender(conn, timeoutMs);
   /** The user's statements' results: one result for one statement, an array for several. */
   async function send(sql: string, params: unknown[], statements: 'one' | 'several'): Promise<unknown> {
     if (finished) throw new Error('the transaction has already committed');
@@ -156,7 +161,8 @@ export interface DatabaseOptions {
    * How long one statement (or one multi-statement round trip), opening a connection, or
    * waiting for a free one in the pool may take before it fails as "unreachable". This is
    * what turns a database that stops answering (paused, network gone) into a prompt 503
-   * instead of a request that hangs.
+   * instead of a request that hangs. 0: statements and pool waits may take as long as they
+   * take (orbit-admin: a migration or a verify of a large table), connects 10 s.
    */
   timeoutMs?: number;
 }
@@ -167,7 +173,7 @@ export function createDatabase(options: DatabaseOptions): Database {
   const timeoutMs = options.timeoutMs ?? DEFAULT_DATABASE_TIMEOUT_MS;
   const pool = mysql.createPool({
     uri: options.url,
-    connectTimeout: timeoutMs,
+    connectTimeout: timeoutMs || 10_000,
     connectionLimit: options.connectionLimit ?? 20,
     maxIdle: options.connectionLimit ?? 20,
     waitForConnections: true,
@@ -189,6 +195,7 @@ export function createDatabase(options: DatabaseOptions): Database {
   });
   /** A connection from the pool, or ORBIT_POOL_TIMEOUT when none frees up (or opens) in time. */
   async function acquire(): Promise<PoolConnection> {
+    if (timeoutMs === 0) return pool.getConnection();
     const pending = pool.getConnection();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -232,7 +239,7 @@ export function createDatabase(options: DatabaseOptions): Database {
         try {
           const tx = transactionQueryable(conn, timeoutMs);
           result = await fn(tx);
-          if (!tx.finished) await conn.query({ sql: 'COMMIT', timeout: timeoutMs });
+          if (!tx.finished) await sender(conn, timeoutMs)('COMMIT', []);
         } catch (error) {
           if (connectionIsBroken(error)) {
             // Nothing more can be sent on it; the server rolls back what it has when the
@@ -241,7 +248,7 @@ export function createDatabase(options: DatabaseOptions): Database {
             conn.destroy();
           } else {
             try {
-              await conn.query({ sql: 'ROLLBACK', timeout: timeoutMs });
+              await sender(conn, timeoutMs)('ROLLBACK', []);
               conn.release();
             } catch {
               // The connection is broken; it must not go back to the pool.

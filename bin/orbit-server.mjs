@@ -1,4 +1,4 @@
 #!/usr/bin/env node
 import { launch } from './launch.mjs';
 
-await launch('orbit-server', '../server/main.ts', (m) => m.main());
+await launch('../server/main.ts', (m) => m.main(process.argv.slice(2)));

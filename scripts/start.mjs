@@ -60,8 +60,15 @@ try {
   fail(err instanceof Error ? err.message : String(err));
 }
 
-// (c) The URL the server and migrations use.
-if (!process.env.ORBIT_DATABASE_URL) process.env.ORBIT_DATABASE_URL = `${db.url}/orbit`;
+// (c) The URL the server and migrations use. `orbit-server` and `orbit-admin` never look for a
+// database themselves (they use ORBIT_DATABASE_URL or mysql://root@127.0.0.1:3306/orbit), so
+// when that is not the default, say what `npx orbit-admin` in another terminal needs.
+if (!process.env.ORBIT_DATABASE_URL) {
+  process.env.ORBIT_DATABASE_URL = `${db.url}/orbit`;
+  if (process.env.ORBIT_DATABASE_URL !== 'mysql://root@127.0.0.1:3306/orbit') {
+    console.error(`orbit: using ${process.env.ORBIT_DATABASE_URL}; for orbit-admin in another terminal: export ORBIT_DATABASE_URL=${process.env.ORBIT_DATABASE_URL}`);
+  }
+}
 
 // (d) Migrations.
 const migrate = spawnSync(process.execPath, [path.join(root, 'bin', 'orbit-admin.mjs'), 'migrate'], {

@@ -1,7 +1,15 @@
-/** Settings from the environment, with the defaults of DESIGN.md §11. */
+/**
+ * Settings from the environment, with the defaults of DESIGN.md §11. Every variable Orbit reads
+ * is in SETTINGS (the README's "Configuration" table and `orbit-server --help` list the same)
+ * and is parsed and range-checked here, once, at start-up: a bad value stops the program with
+ * one line naming the variable (ConfigError), never a hang or a surprise later.
+ */
+import { isIPv6 } from 'node:net';
+
 export interface ServerConfig {
   databaseUrl: string;
   listenHost: string;
+  /** 0: any free port (the `listening` log line says which). */
   listenPort: number;
   /** How long a reservation or a running attempt lives without a renew. */
   leaseSeconds: number;
@@ -10,37 +18,148 @@ export interface ServerConfig {
   databasePoolSize: number;
   /** How long this process reuses a successful authentication (writes re-check in their transaction anyway). */
   authCacheMs: number;
+  /** Admission transactions one application may have in flight at once in this process. */
+  admissionInFlight: number;
+  /** The longest a statement, a connect or a wait for a pooled connection may take before the request answers 503. */
+  databaseTimeoutMs: number;
   logLevel: string;
 }
 
+/** A bad environment variable; the message names it and the value (a password redacted). Exit code 2. */
+export class ConfigError extends Error {}
+
 export const DEFAULT_DATABASE_URL = 'mysql://root@127.0.0.1:3306/orbit';
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+export interface Setting {
+  name: string;
+  /** As the README and `--help` show it. */
+  default: string;
+  /** The allowed values, as the README and `--help` show them. */
+  range: string;
+  meaning: string;
+}
+
+export const SETTINGS: readonly Setting[] = [
+  { name: 'ORBIT_DATABASE_URL', default: DEFAULT_DATABASE_URL, range: 'mysql://user:password@host:port/database', meaning: 'the database (name of [A-Za-z0-9_]); the password is never printed' },
+  { name: 'ORBIT_LISTEN', default: '127.0.0.1:8080', range: 'host:port, port 0 to 65535 (0: any free port)', meaning: 'where orbit-server listens (IPv6 as [::1]:8080)' },
+  { name: 'ORBIT_LEASE_SECONDS', default: '30', range: '1 to 3600', meaning: 'lifetime of a reservation or running attempt without a renew' },
+  { name: 'ORBIT_RECOVERY_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for expired leases and deadlines' },
+  { name: 'ORBIT_AUTH_CACHE_MS', default: '1000', range: '0 to 60000', meaning: 'how long a process reuses a successful authentication for reads (writes always re-check; 0 turns it off)' },
+  { name: 'ORBIT_DB_POOL_SIZE', default: '24', range: '2 to 500', meaning: 'database connections per server process' },
+  { name: 'ORBIT_DB_TIMEOUT_MS', default: '5000', range: '100 to 600000', meaning: 'the longest one database round trip, connect or wait for a pooled connection may take; past it the request answers 503 UNAVAILABLE (a database that stops answering never hangs a request)' },
+  { name: 'ORBIT_ADMISSION_IN_FLIGHT', default: '1', range: '1 to 64', meaning: 'submission transactions one application may have in flight at once per process (the rest wait and are group-committed)' },
+  { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
+];
+
+/** An unset or empty variable means its default. */
+function raw(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === '' ? undefined : value;
+}
 
 function intFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < min || value > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
+  const text = raw(env, name);
+  if (text === undefined) return fallback;
+  const value = /^\d{1,9}$/.test(text) ? Number(text) : NaN;
+  if (!(value >= min && value <= max)) throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(text)}`);
   return value;
 }
 
-export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string {
-  return env.ORBIT_DATABASE_URL || DEFAULT_DATABASE_URL;
+/**
+ * The URL with any password replaced by `***`: what Orbit prints wherever it shows a database URL.
+ * Also masks `user:secret@` in text that is not a URL at all (a mistyped value in an error).
+ */
+export function redactUrl(url: string): string {
+  // Whatever parses or not: the userinfo is between `scheme://` (if any) and the last `@`, the
+  // password after its first `:`.
+  const at = url.lastIndexOf('@');
+  if (at < 0) return url;
+  const slashes = url.indexOf('//');
+  const start = slashes >= 0 && slashes < at ? slashes + 2 : 0;
+  const colon = url.indexOf(':', start);
+  if (colon < 0 || colon > at) return url;
+  return `${url.slice(0, colon + 1)}***${url.slice(at)}`;
 }
 
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
-  const listen = env.ORBIT_LISTEN || '127.0.0.1:8080';
-  const match = /^(.*):(\d+)$/.exec(listen);
-  if (!match) throw new Error(`ORBIT_LISTEN must be host:port, got "${listen}"`);
+const DATABASE_NAME = /^[A-Za-z0-9_]+$/;
+
+/** Checks a database URL: mysql:, a host, a port from 1 to 65535 if given, a database name. Returns it unchanged. */
+export function checkDatabaseUrl(url: string, name = 'ORBIT_DATABASE_URL'): string {
+  const bad = () => new ConfigError(`${name} must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got ${JSON.stringify(redactUrl(url))}`);
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw bad();
+  }
+  if (parsed.protocol !== 'mysql:' || !parsed.hostname || parsed.port === '0') throw bad();
+  let database: string;
+  try {
+    database = decodeURIComponent(parsed.pathname.replace(/^\//, ''));
+  } catch {
+    throw bad();
+  }
+  if (!DATABASE_NAME.test(database)) throw bad();
+  return url;
+}
+
+export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  return checkDatabaseUrl(raw(env, 'ORBIT_DATABASE_URL') ?? DEFAULT_DATABASE_URL);
+}
+
+function listenFromEnv(env: NodeJS.ProcessEnv): { host: string; port: number } {
+  const text = raw(env, 'ORBIT_LISTEN') ?? '127.0.0.1:8080';
+  const bad = () => new ConfigError(`ORBIT_LISTEN must be host:port with a port from 0 to 65535, got ${JSON.stringify(text)}`);
+  const match = /^(\[[^\]]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(text);
+  if (!match) throw bad();
   const port = Number(match[2]);
-  if (port > 65535) throw new Error(`ORBIT_LISTEN port out of range: ${listen}`);
+  let host = match[1] as string;
+  if (host.startsWith('[')) {
+    host = host.slice(1, -1);
+    if (!isIPv6(host)) throw bad();
+  }
+  if (port > 65535) throw bad();
+  return { host, port };
+}
+
+function logLevelFromEnv(env: NodeJS.ProcessEnv): string {
+  const text = raw(env, 'ORBIT_LOG_LEVEL') ?? 'info';
+  if (!(LOG_LEVELS as readonly string[]).includes(text)) throw new ConfigError(`ORBIT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(text)}`);
+  return text;
+}
+
+/** Every setting of `orbit-server`, checked; throws ConfigError for the first bad one (in SETTINGS order). */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
+  const databaseUrl = databaseUrlFromEnv(env);
+  const listen = listenFromEnv(env);
   return {
-    databaseUrl: databaseUrlFromEnv(env),
-    listenHost: (match[1] as string).replace(/^\[(.*)\]$/, '$1'),
-    listenPort: port,
+    databaseUrl,
+    listenHost: listen.host,
+    listenPort: listen.port,
     leaseSeconds: intFromEnv(env, 'ORBIT_LEASE_SECONDS', 30, 1, 3600),
     recoveryIntervalMs: intFromEnv(env, 'ORBIT_RECOVERY_INTERVAL_MS', 500, 10, 60_000),
-    databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
     authCacheMs: intFromEnv(env, 'ORBIT_AUTH_CACHE_MS', 1000, 0, 60_000),
-    logLevel: env.ORBIT_LOG_LEVEL || 'info',
+    databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
+    admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),
+    databaseTimeoutMs: intFromEnv(env, 'ORBIT_DB_TIMEOUT_MS', 5000, 100, 600_000),
+    logLevel: logLevelFromEnv(env),
   };
+}
+
+const NETWORK_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET', 'EPIPE', 'PROTOCOL_CONNECTION_LOST']);
+const LOGIN_CODES = new Set(['ER_ACCESS_DENIED_ERROR', 'ER_DBACCESS_DENIED_ERROR', 'ER_HOST_NOT_PRIVILEGED', 'ER_HOST_IS_BLOCKED']);
+
+/**
+ * One line for an error that means "this database cannot be used as configured" (not reachable,
+ * login refused, no such database, no schema); null for anything else. The URL is redacted.
+ */
+export function databaseProblem(error: unknown, url: string): string | null {
+  const { code, errno } = (error ?? {}) as { code?: string; errno?: number };
+  const where = redactUrl(url);
+  if (code && NETWORK_CODES.has(code)) return `cannot reach the database at ${where} (${code}); set ORBIT_DATABASE_URL`;
+  if (code && LOGIN_CODES.has(code)) return `the database at ${where} refused the login (${code}); check the user and password in ORBIT_DATABASE_URL`;
+  if (code === 'ER_BAD_DB_ERROR') return `the database at ${where} does not exist; run \`orbit-admin migrate\` first`;
+  if (errno === 1146) return `the database at ${where} has no Orbit schema; run \`orbit-admin migrate\` first`;
+  return null;
 }

@@ -1,23 +1,76 @@
-/** `orbit-server`: reads the environment, starts one server process, stops cleanly on SIGINT/SIGTERM. */
-import { loadConfig } from './config.ts';
+/**
+ * `orbit-server`: reads the environment, starts one server process, stops cleanly on SIGINT/SIGTERM.
+ *
+ * Exit codes: 0 stopped by a signal (or `--help`); 1 could not start (database unreachable,
+ * migrations pending or from a newer build, address in use); 2 wrong arguments or a bad
+ * environment variable. A failure to start is one line on stderr, `orbit-server: …`.
+ */
+import { ConfigError, SETTINGS, loadConfig, redactUrl } from './config.ts';
 import { createLogger } from './log.ts';
-import { startServer } from './server.ts';
+import { StartupError, startServer } from './server.ts';
+import { UsageError, parseFlags, usageFailure, wantsHelp } from './cli/args.ts';
 
-export async function main(): Promise<number> {
+const PROGRAM = 'orbit-server';
+
+function wrap(text: string, indent: string, width = 96): string {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of text.split(' ')) {
+    if (line && indent.length + line.length + 1 + word.length > width) {
+      lines.push(indent + line);
+      line = word;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  return [...lines, indent + line].join('\n');
+}
+
+export function usage(): string {
+  const settings = SETTINGS.map((s) => `  ${s.name}: ${s.range}; default ${s.default}\n${wrap(s.meaning, '      ')}`).join('\n');
+  return `usage: ${PROGRAM} [--help]
+
+The Orbit HTTP and WebSocket server with its background loops. It takes no arguments; it is
+configured by the environment and refuses to start while migrations are pending (run
+\`orbit-admin migrate\`) or when the database has migrations of a newer build. Stops cleanly on
+SIGINT or SIGTERM. Logs are JSON lines on stdout; a failure to start is one line on stderr.
+
+Environment (an empty variable counts as unset):
+${settings}
+
+Exit codes: 0 stopped by a signal, 1 could not start, 2 wrong arguments or environment.
+`;
+}
+
+function fail(message: string, code: number): number {
+  process.stderr.write(`${PROGRAM}: ${message}\n`);
+  return code;
+}
+
+export async function main(argv: string[] = []): Promise<number> {
+  if (wantsHelp(argv)) {
+    process.stdout.write(usage());
+    return 0;
+  }
   let config;
   try {
+    parseFlags(argv, {});
     config = loadConfig();
   } catch (error) {
-    process.stderr.write(`orbit-server: ${(error as Error).message}\n`);
-    return 2;
+    if (error instanceof UsageError) return usageFailure(PROGRAM, '', error);
+    if (error instanceof ConfigError) return fail(error.message, 2);
+    throw error;
   }
   const log = createLogger(config.logLevel);
+  log.info({ database: redactUrl(config.databaseUrl), listen: `${config.listenHost.includes(':') ? `[${config.listenHost}]` : config.listenHost}:${config.listenPort}` }, 'starting');
   let running;
   try {
     running = await startServer(config, { log });
   } catch (error) {
+    if (error instanceof StartupError) {
+      log.fatal(error.message);
+      return fail(error.message, 1);
+    }
     log.fatal({ err: error }, (error as Error).message);
-    return 1;
+    return fail((error as Error).stack ?? String(error), 1);
   }
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {

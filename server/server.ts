@@ -7,18 +7,19 @@ import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { createNodeWebSocket } from '@hono/node-ws';
-import type { ServerConfig } from './config.ts';
+import { databaseProblem, type ServerConfig } from './config.ts';
 import { createLogger, type Logger } from './log.ts';
 import { createMetrics } from './metrics.ts';
 import { createDatabase } from './store/database.ts';
 import { DatabaseClock, type Clock } from './store/clock.ts';
-import { pendingMigrations, readMigrationFiles } from './store/migrate.ts';
+import { migrationStatus, readMigrationFiles, type MigrationStatus } from './store/migrate.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
 import { taskSubmitBatch } from './store/admission.ts';
 import { createApp } from './http/app.ts';
 import type { AppDeps } from './http/deps.ts';
 import { WorkerGateway } from './worker/gateway.ts';
 import { MAX_FRAME_BYTES } from './worker/frames.ts';
+import { serveWorkerUpgrades } from './worker/upgrade.ts';
 import { RecoveryLoop } from './loops/recovery.ts';
 
 export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
@@ -30,15 +31,48 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+/** Why this process cannot start, in one line (main prints it and exits 1). */
+export class StartupError extends Error {}
+
+function readiness(status: MigrationStatus): { ok: boolean; detail?: string } {
+  if (status.mismatch) return { ok: false, detail: status.mismatch };
+  if (status.pending.length > 0) return { ok: false, detail: `pending migrations: ${status.pending.join(', ')}` };
+  return { ok: true };
+}
+
+/** `serve`, with listen errors (port in use, say) as a rejection instead of an uncaught 'error' event. */
+function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port: number): Promise<ServerType> {
+  return new Promise((resolve, reject) => {
+    const onError = (error: NodeJS.ErrnoException) => {
+      const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+      const hint = 'set ORBIT_LISTEN=host:port to listen elsewhere';
+      if (error.code === 'EADDRINUSE') reject(new StartupError(`${where} is already in use; ${hint}`));
+      else if (error.code === 'EACCES') reject(new StartupError(`not allowed to listen on ${where} (EACCES); ${hint}`));
+      else if (error.code === 'EADDRNOTAVAIL') reject(new StartupError(`cannot listen on ${where}: no such address on this machine (EADDRNOTAVAIL); ${hint}`));
+      else if (error.code === 'ENOTFOUND' || error.code === 'EAI_AGAIN') reject(new StartupError(`cannot listen on ${where}: the host name does not resolve (${error.code}); ${hint}`));
+      else reject(new StartupError(`cannot listen on ${where}: ${error.message}; ${hint}`));
+    };
+    const s = serve({ fetch, hostname: host, port }, () => {
+      s.off('error', onError);
+      resolve(s);
+    });
+    s.once('error', onError);
+  });
+}
+
 export async function startServer(config: ServerConfig, options: { log?: Logger; clock?: Clock } = {}): Promise<RunningServer> {
   const log = options.log ?? createLogger(config.logLevel);
-  const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize });
+  const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize, timeoutMs: config.databaseTimeoutMs });
   // Read once: /readyz compares the database with these on every probe.
   const migrationFiles = readMigrationFiles();
-  const pending = await pendingMigrations((sql) => db.rows(sql), migrationFiles);
-  if (pending.length > 0) {
+  const status = await migrationStatus((sql) => db.rows(sql), migrationFiles).catch(async (error: unknown) => {
     await db.close();
-    throw new Error(`the database has pending migrations (${pending.join(', ')}); run \`orbit-admin migrate\` first`);
+    const problem = databaseProblem(error, config.databaseUrl);
+    throw problem ? new StartupError(problem) : error;
+  });
+  if (status.mismatch || status.pending.length > 0) {
+    await db.close();
+    throw new StartupError(status.mismatch ?? `the database has pending migrations (${status.pending.join(', ')}); run \`orbit-admin migrate\` first`);
   }
   let clock = options.clock;
   let dbClock: DatabaseClock | null = null;
@@ -58,23 +92,29 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     admission: new KeyedBatcher((_applicationId, items) => {
       const end = metrics.transactionSeconds.startTimer({ operation: 'submit' });
       return taskSubmitBatch(db, admissionClock, items).finally(end);
-    }, { maxBatch: 64, maxInFlight: Number(process.env.ORBIT_ADMISSION_IN_FLIGHT ?? 1) }),
+    }, { maxBatch: 64, maxInFlight: config.admissionInFlight }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
     authCacheMs: config.authCacheMs,
     workers,
     async ready() {
-      const missing = await pendingMigrations((sql) => db.rows(sql), migrationFiles);
-      return missing.length === 0 ? { ok: true } : { ok: false, detail: `pending migrations: ${missing.join(', ')}` };
+      return readiness(await migrationStatus((sql) => db.rows(sql), migrationFiles));
     },
   };
   const app = createApp(deps);
   const nodeWs = createNodeWebSocket({ app });
   nodeWs.wss.options.maxPayload = MAX_FRAME_BYTES;
   workers.attach(nodeWs.upgradeWebSocket as never);
-  const server: ServerType = await new Promise((resolve) => {
-    const s = serve({ fetch: app.fetch, hostname: config.listenHost, port: config.listenPort }, () => resolve(s));
-  });
-  nodeWs.injectWebSocket(server as never);
+  let server: ServerType;
+  try {
+    server = await listen(app.fetch, config.listenHost, config.listenPort);
+  } catch (error) {
+    // Nothing may keep the process alive: the gateway's timers, the clock, the pool.
+    await workers.close();
+    dbClock?.stop();
+    await db.close();
+    throw error;
+  }
+  serveWorkerUpgrades(server as never, app, nodeWs.wss);
   const recovery = new RecoveryLoop({ db, log, metrics, intervalMs: config.recoveryIntervalMs, leaseSeconds: config.leaseSeconds });
   recovery.start();
   const address = server.address() as AddressInfo;

@@ -8,6 +8,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import mysql from 'mysql2/promise';
 import { SQL_MODE } from './database.ts';
+import { checkDatabaseUrl } from '../config.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 
@@ -44,16 +45,52 @@ const LEDGER_DDL = `CREATE TABLE IF NOT EXISTS orbit_schema_migrations (
 
 /** `mysql://user@host:port/db` → the database name and a URL of the server itself. */
 export function splitDatabaseUrl(url: string): { serverUrl: string; database: string } {
-  const parsed = new URL(url);
+  const parsed = new URL(checkDatabaseUrl(url));
   const database = decodeURIComponent(parsed.pathname.replace(/^\//, ''));
-  if (!/^[A-Za-z0-9_]+$/.test(database)) throw new Error(`ORBIT_DATABASE_URL must name a database ([A-Za-z0-9_]+): ${url}`);
   parsed.pathname = '/';
   return { serverUrl: parsed.toString(), database };
 }
 
+/** The database and this build do not go together (a migration this build does not know, or one it knows differently). */
+export class MigrationMismatchError extends Error {}
+
+/** `0002_tasks_and_workers`. */
+export function migrationLabel(version: number, name: string): string {
+  return `${String(version).padStart(4, '0')}_${name}`;
+}
+
+interface AppliedMigration {
+  version: number;
+  name: string;
+  checksum: string;
+}
+
+/**
+ * Why this build must not use a database with these applied migrations, or null when it may
+ * (pending ones aside). `program` is what the operator should run a newer version of.
+ */
+export function mismatchProblem(applied: AppliedMigration[], files: MigrationFile[], program: string): string | null {
+  const known = new Map(files.map((file) => [file.version, file]));
+  const newest = files.at(-1);
+  const upTo = newest ? `this build knows up to ${migrationLabel(newest.version, newest.name)}` : 'this build knows none';
+  const unknown = applied.filter((row) => !known.has(Number(row.version))).map((row) => migrationLabel(Number(row.version), row.name));
+  if (unknown.length > 0) {
+    const which = unknown.length === 1 ? `migration ${unknown[0]}` : `migrations ${unknown.join(', ')}`;
+    return `the database has ${which} that this build does not know (${upTo}); run a newer ${program}`;
+  }
+  for (const row of applied) {
+    const file = known.get(Number(row.version));
+    if (file && file.checksum !== row.checksum) {
+      return `the database's migration ${migrationLabel(Number(row.version), row.name)} differs from this build's ${migrationLabel(file.version, file.name)} (checksum); the database and this build come from different versions, or the file was edited after it was applied (add a new migration instead)`;
+    }
+  }
+  return null;
+}
+
 export interface MigrateResult {
   applied: string[];
-  current: number;
+  /** The newest migration of this build (`0002_tasks_and_workers`), now applied. */
+  current: string;
 }
 
 /** Creates the database when missing and applies pending migrations. */
@@ -76,26 +113,25 @@ export async function migrate(url: string, log: (line: string) => void = () => {
         { version: number; name: string; checksum: string }[],
       ];
       const files = readMigrationFiles();
+      const mismatch = mismatchProblem(applied, files, 'orbit-admin');
+      if (mismatch) throw new MigrationMismatchError(mismatch);
       const done = new Map(applied.map((row) => [row.version, row]));
       const newlyApplied: string[] = [];
       for (const file of files) {
         const previous = done.get(file.version);
-        if (previous) {
-          if (previous.checksum !== file.checksum) {
-            throw new Error(`migration ${file.version}_${file.name} was edited after it was applied (checksum differs); add a new migration instead`);
-          }
-          continue;
-        }
-        log(`applying migration ${String(file.version).padStart(4, '0')}_${file.name}`);
+        // (a changed checksum was refused by mismatchProblem above)
+        if (previous) continue;
+        log(`applying migration ${migrationLabel(file.version, file.name)}`);
         await conn.query(file.sql);
         await conn.query('INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))', [
           file.version,
           file.name,
           file.checksum,
         ]);
-        newlyApplied.push(`${file.version}_${file.name}`);
+        newlyApplied.push(migrationLabel(file.version, file.name));
       }
-      return { applied: newlyApplied, current: files.at(-1)?.version ?? 0 };
+      const newest = files.at(-1);
+      return { applied: newlyApplied, current: newest ? migrationLabel(newest.version, newest.name) : 'none' };
     } finally {
       await conn.query("SELECT RELEASE_LOCK('orbit:migrate')");
     }
@@ -104,19 +140,29 @@ export async function migrate(url: string, log: (line: string) => void = () => {
   }
 }
 
-/** Migrations present on disk but not applied to the database (what `orbit-server` refuses to start with). */
-export async function pendingMigrations(
-  rows: (sql: string) => Promise<{ version: number }[]>,
+export interface MigrationStatus {
+  /** On disk, not applied: `orbit-admin migrate` applies them. */
+  pending: string[];
+  /** Why this build must not run against the database at all (see mismatchProblem), or null. */
+  mismatch: string | null;
+}
+
+/** This build's migrations against the database's ledger (no ledger: nothing applied). */
+export async function migrationStatus(
+  rows: (sql: string) => Promise<AppliedMigration[]>,
   files: MigrationFile[] = readMigrationFiles(),
-): Promise<string[]> {
-  let appliedVersions: Set<number>;
+  program = 'orbit-server',
+): Promise<MigrationStatus> {
+  let applied: AppliedMigration[];
   try {
-    appliedVersions = new Set((await rows('SELECT version FROM orbit_schema_migrations')).map((r) => Number(r.version)));
+    applied = await rows('SELECT version, name, checksum FROM orbit_schema_migrations ORDER BY version');
   } catch (error) {
-    if ((error as { errno?: number }).errno === 1146) appliedVersions = new Set();
+    if ((error as { errno?: number }).errno === 1146) applied = [];
     else throw error;
   }
-  return files
-    .filter((file) => !appliedVersions.has(file.version))
-    .map((file) => `${String(file.version).padStart(4, '0')}_${file.name}`);
+  const appliedVersions = new Set(applied.map((r) => Number(r.version)));
+  return {
+    pending: files.filter((file) => !appliedVersions.has(file.version)).map((file) => migrationLabel(file.version, file.name)),
+    mismatch: mismatchProblem(applied, files, program),
+  };
 }

@@ -116,10 +116,15 @@ export async function credentialCreate(db: Queryable, params: CredentialCreatePa
   return { credentialId, token };
 }
 
-/** Revoking is final; the row stays (nothing is hard-deleted). Returns false for an unknown id. */
-export async function credentialRevoke(db: Queryable, credentialId: IdBytes): Promise<boolean> {
-  const result = await db.exec('UPDATE orbit_credentials SET revoked_at = COALESCE(revoked_at, NOW(6)) WHERE credential_id = ?', [credentialId]);
-  return result.affectedRows === 1;
+/**
+ * Revoking is final; the row stays (nothing is hard-deleted), and a revoked credential keeps its
+ * first revoked_at. Null for an unknown id; `alreadyRevoked` when it was revoked before this call.
+ */
+export async function credentialRevoke(db: Queryable, credentialId: IdBytes): Promise<{ revokedAt: string; alreadyRevoked: boolean } | null> {
+  const result = await db.exec('UPDATE orbit_credentials SET revoked_at = NOW(6) WHERE credential_id = ? AND revoked_at IS NULL', [credentialId]);
+  const [row] = await db.rows<{ revoked_at: string }>('SELECT revoked_at FROM orbit_credentials WHERE credential_id = ?', [credentialId]);
+  if (!row) return null;
+  return { revokedAt: row.revoked_at, alreadyRevoked: result.affectedRows === 0 };
 }
 
 /** The conditions under which a credential may act: not revoked or expired, its namespace and application enabled. */

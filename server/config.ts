@@ -1,8 +1,9 @@
 /**
- * Settings from the environment, with the defaults of DESIGN.md §11. Every variable Orbit reads
- * is in SETTINGS (the README's "Configuration" table and `orbit-server --help` list the same)
- * and is parsed and range-checked here, once, at start-up: a bad value stops the program with
- * one line naming the variable (ConfigError), never a hang or a surprise later.
+ * Settings from the environment and their defaults (what they drive: docs/architecture.md).
+ * Every variable Orbit reads is in SETTINGS (the README's "Configuration" table and
+ * `orbit-server --help` list the same) and is parsed and range-checked here, once, at start-up:
+ * a bad value stops the program with one line naming the variable (ConfigError), never a hang
+ * or a surprise later.
  */
 import { isIPv6 } from 'node:net';
 

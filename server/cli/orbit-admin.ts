@@ -1,6 +1,6 @@
 /**
- * `orbit-admin`: database-level administration (DESIGN.md §11). It needs database credentials,
- * not an Orbit token: it is how the first credentials come to exist.
+ * `orbit-admin`: database-level administration (docs/architecture.md#components). It needs
+ * database credentials, not an Orbit token: it is how the first credentials come to exist.
  *
  * Exit codes: 0 done (also `--help`, and revoking a credential that was already revoked);
  * 1 the command could not be done (unknown id, database unreachable, version mismatch);

@@ -57,7 +57,8 @@ export async function credentialAuthenticate(db: Queryable, token: string, optio
   if (!match) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is malformed');
   const [, idHex, secret] = match as unknown as [string, string, string];
   // `lock`: inside a transaction, take the identity rows in share mode - the first step of the
-  // lock order (DESIGN.md §8) - so a concurrent disable or revoke waits for this transaction.
+  // lock order (docs/quotas-and-locking.md#the-lock-order) - so a concurrent disable or revoke
+  // waits for this transaction.
   const [row] = await db.rows<CredentialRow>(
     `SELECT c.credential_id, c.application_id, c.namespace_id, c.secret_sha256, c.actions, c.queue_scope,
             c.revoked_at IS NOT NULL AS revoked,

@@ -367,7 +367,8 @@ export async function main(argv: string[]): Promise<number> {
       return opened.url;
     },
     db() {
-      opened.pool ??= createDatabase({ url: ctx.url(), connectionLimit: 2 });
+      // No statement timeout: an operator's command waits for the database rather than give up.
+      opened.pool ??= createDatabase({ url: ctx.url(), connectionLimit: 2, timeoutMs: 0 });
       return opened.pool;
     },
     say,

@@ -15,11 +15,11 @@
  * `repaired <subject> <counter>: <stored> -> <recount>` per change and a summary line, exit 0.
  * Wrong arguments: exit 2. Database problems: exit 1 (reported by orbit-admin's main).
  */
-import { parseArgs } from 'node:util';
 import { DEFAULT_DATABASE_URL } from '../config.ts';
 import { hexToId, isHexId, newRequestId } from '../ids.ts';
 import { createDatabase } from '../store/database.ts';
 import { countersRepair, countersVerify, formatDifference } from '../store/verify.ts';
+import { UsageError, parseFlags, wantsHelp } from './args.ts';
 
 export const VERIFY_USAGE = `usage: orbit-admin verify [--repair] [--application-id ID]
 
@@ -41,17 +41,6 @@ function out(line: string): void {
   process.stdout.write(`${line}\n`);
 }
 
-function usageError(problem: string): number {
-  process.stderr.write(`orbit-admin: ${problem} (see orbit-admin verify --help)\n`);
-  return 2;
-}
-
-/** `--help` or `-h` before any `--`: the usage, whatever else is there (as for every orbit-admin command). */
-function wantsHelp(args: readonly string[]): boolean {
-  const end = args.indexOf('--');
-  return (end < 0 ? args : args.slice(0, end)).some((a) => a === '--help' || a === '-h');
-}
-
 /**
  * Runs the command; returns the exit code. `url` is asked for only once the arguments are good
  * (so `--help` never touches ORBIT_DATABASE_URL or the database). Database errors are thrown for
@@ -62,18 +51,13 @@ export async function verifyCommand(args: string[], url: () => string): Promise<
     out(VERIFY_USAGE);
     return 0;
   }
-  let values: { repair?: boolean; 'application-id'?: string };
-  try {
-    ({ values } = parseArgs({ args, options: { repair: { type: 'boolean' }, 'application-id': { type: 'string' } }, strict: true, allowPositionals: false }));
-  } catch (error) {
-    if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) return usageError((error as Error).message);
-    throw error;
-  }
-  const idText = values['application-id'];
-  if (idText !== undefined && !isHexId(idText)) return usageError('--application-id must be 32 lowercase hex characters');
+  const flags = parseFlags(args, { repair: { type: 'boolean' }, 'application-id': { type: 'string' } });
+  const idText = flags.string('application-id');
+  if (idText !== undefined && !isHexId(idText)) throw new UsageError('--application-id must be 32 lowercase hex characters');
   const applicationId = idText === undefined ? undefined : hexToId(idText);
 
-  const db = createDatabase({ url: url(), connectionLimit: 2 });
+  // No statement timeout: a recount of a large table may take its time.
+  const db = createDatabase({ url: url(), connectionLimit: 2, timeoutMs: 0 });
   try {
     const report = await countersVerify(db, { applicationId });
     if (applicationId !== undefined && report.applications === 0) {
@@ -83,7 +67,7 @@ export async function verifyCommand(args: string[], url: () => string): Promise<
     for (const d of report.differences) out(formatDifference(d));
     const found = report.differences.length;
     out(`verified ${report.applications} applications, ${report.queues} queues, ${report.permits} permits: ${found} differences`);
-    if (!values.repair) return found === 0 ? 0 : 1;
+    if (!flags.boolean('repair')) return found === 0 ? 0 : 1;
 
     // Only the applications the snapshot found differing are locked; each is re-recounted
     // under its locks, and what that finds is what is written and printed.

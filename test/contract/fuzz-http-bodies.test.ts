@@ -1,0 +1,503 @@
+/**
+ * Property-based fuzzing of HTTP request bodies (fast-check, fixed seed; ORBIT_FUZZ_SEED
+ * replays another). For every operation of openapi.yaml with a body, and for EVERY generated
+ * input:
+ *
+ *   - never a 5xx;
+ *   - a refusal is the error envelope with the same id in X-Request-Id, and a 400 names the
+ *     offending field (one of the fields the spec's own schema, read with Ajv, objects to);
+ *   - a body the spec accepts is not refused with 400;
+ *   - a refused request changes nothing (CHECKSUM TABLE and row counts of every orbit_ table,
+ *     compared before and after each refused request).
+ *
+ * Inputs: arbitrary JSON values; mutations of valid bodies (dropped, added, renamed fields, wrong
+ * types, nulls, huge numbers and raw number literals, very long and unicode strings with lone
+ * surrogates written as escapes, keys written with \u escapes, duplicate keys in the raw text);
+ * raw bytes and broken UTF-8; nesting up to 10,000 levels (built as strings); bodies around and
+ * over the 1 MiB limit; chunked uploads without Content-Length to a real server process.
+ *
+ * The file ends by checking every counter against a recount.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { randomBytes } from 'node:crypto';
+import fc from 'fast-check';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { testApp, type TestResponse } from '../helpers/app.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
+import {
+  EXPECTED_DEPTH_LIMIT,
+  FUZZ_SEED,
+  LogCapture,
+  assertNever5xx,
+  assertRefused,
+  dbFingerprint,
+  describeLogLine,
+  documentedDepthLimit,
+  fieldNames,
+  nested,
+  runProperty,
+  sendRaw,
+  type Json,
+  type NestShape,
+} from '../helpers/fuzz-common.ts';
+import { mutatedDocument } from '../helpers/fuzz-mutations.ts';
+import { ASYNCAPI_TEXT, OPENAPI_TEXT, bodyOperations, bodyVerdict } from '../helpers/fuzz-spec.ts';
+import { ALL_ACTIONS } from '../../server/domain/actions.ts';
+
+const MAX_BODY_BYTES = 1024 * 1024;
+const QUEUE = 'fuzz';
+const STALE_REVISION = '999999';
+const DEPTH_LIMIT = documentedDepthLimit(`${OPENAPI_TEXT}\n${ASYNCAPI_TEXT}`) ?? EXPECTED_DEPTH_LIMIT;
+
+type JsonObject = { [key: string]: Json };
+
+/**
+ * One valid body per operation, aimed so that a valid body changes nothing it should not: the
+ * configure operations carry a stale revision (409), cancel targets a cancelled task and resolve
+ * a WAITING one (409). Submissions and queue creations succeed, which the properties allow.
+ */
+const VALID: Record<string, JsonObject> = {
+  configureApplicationResources: { expected_revision: STALE_REVISION, reason: '模糊测试', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
+  createQueue: { name: 'fz-created', reason: '模糊测试', max_unfinished_tasks: 1000, max_concurrency: 10, rate_per_second: 100, key_concurrency: 2, paused: false },
+  configureQueue: {
+    expected_revision: STALE_REVISION,
+    reason: '模糊测试',
+    max_unfinished_tasks: 100000,
+    max_concurrency: 1000,
+    rate_per_second: 10000,
+    key_concurrency: 1,
+    paused: false,
+  },
+  submitTask: {
+    payload: { order: 1, lines: [{ sku: 'A-1', qty: 2 }], note: null },
+    priority: 5,
+    resource_key: 'customer-1',
+    max_attempts: 3,
+    deadline_seconds: 86400,
+    delay_seconds: 0,
+    on_unknown_outcome: 'retry',
+  },
+  cancelTask: { reason: '模糊测试' },
+  resolveTask: { outcome: 'succeeded', reason: '模糊测试', result: { ok: true }, error: { note: 'none' } },
+};
+
+const OPERATION_IDS = bodyOperations.map((op) => op.operationId);
+const methodOf = (operationId: string) => bodyOperations.find((op) => op.operationId === operationId)?.method as string;
+
+// ---------------------------------------------------------------------------------------------
+
+/** Mutated valid bodies; `base` is the operation id. */
+const bodyCase = mutatedDocument(VALID);
+
+describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit ${DEPTH_LIMIT})`, () => {
+  let t: TestDatabase;
+  let api: Awaited<ReturnType<typeof testApp>>;
+  let tenant: TestTenant;
+  let token: string;
+  let cancelledTask: string;
+  let waitingTask: string;
+  const log = new LogCapture();
+  let keyCounter = 0;
+  const freshKey = () => `fz-${++keyCounter}-${randomBytes(3).toString('hex')}`;
+
+  function pathFor(operationId: string, taskId?: string): string {
+    const op = bodyOperations.find((o) => o.operationId === operationId);
+    assert.ok(op);
+    return op.path.replace('{queue}', QUEUE).replace('{task_id}', taskId ?? (operationId === 'cancelTask' ? cancelledTask : waitingTask));
+  }
+  const headersFor = (extra: Record<string, string> = {}) => ({ Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey(), ...extra });
+
+  async function submit(payload: Json = { n: keyCounter }): Promise<string> {
+    const r = await api.request('POST', `/v1/queues/${QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
+    assert.equal(r.status, 200, r.text);
+    return r.body.data.task.task_id as string;
+  }
+
+  /**
+   * One request; never 5xx; a refusal is the envelope and changes nothing. Returns the response
+   * for the property's own expectations.
+   */
+  async function exchange(where: string, operationId: string, body: string | Uint8Array, options: { path?: string; headers?: Record<string, string> } = {}): Promise<TestResponse> {
+    const before = await dbFingerprint(t.db);
+    log.clear();
+    const response = await sendRaw(api.app, methodOf(operationId), options.path ?? pathFor(operationId), headersFor(options.headers), body);
+    assertNever5xx(response, where, log);
+    if (response.status >= 400) {
+      assertRefused(response, where, {}, log);
+      assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request (${response.status} ${response.body?.error?.code}) changed the database`);
+    }
+    return response;
+  }
+
+  /** What the spec says about the JSON value the text means. */
+  function expectVerdict(where: string, operationId: string, value: unknown, response: TestResponse): void {
+    const verdict = bodyVerdict(operationId, value);
+    if (verdict.valid) {
+      assert.notEqual(response.status, 400, `${where}: valid per openapi.yaml but refused: ${response.text.slice(0, 300)}`);
+    } else {
+      assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: verdict.fields, location: 'body' }, log);
+    }
+  }
+
+  before(async () => {
+    t = await freshDatabase('fuzzbodies');
+    api = await testApp(t.db);
+    api.deps.log = log.logger;
+    tenant = await createTenant(t.db, { namespace: 'fuzz-bodies', queues: [QUEUE], resourceAccess: true });
+    token = await createCredential(t.db, tenant, [...ALL_ACTIONS], ['*']);
+    cancelledTask = await submit();
+    const cancelled = await api.request('POST', `/v1/tasks/${cancelledTask}:cancel`, { token, key: freshKey(), body: { reason: 'fuzz target' } });
+    assert.equal(cancelled.status, 200, cancelled.text);
+    waitingTask = await submit();
+  });
+
+  after(async () => {
+    if (!t) return;
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  test('every operation with a body has a valid example here, and the examples are valid per openapi.yaml', () => {
+    assert.deepEqual([...OPERATION_IDS].sort(), Object.keys(VALID).sort());
+    for (const id of OPERATION_IDS) assert.ok(bodyVerdict(id, VALID[id]).valid, `${id}: the example is not valid per openapi.yaml`);
+  });
+
+  test('arbitrary JSON values as bodies: 400 naming a field the spec objects to, never 5xx, nothing changed', async () => {
+    await runProperty(
+      'arbitrary JSON bodies',
+      fc.record({ operationId: fc.constantFrom(...OPERATION_IDS), value: fc.jsonValue({ maxDepth: 5, stringUnit: 'binary' }) }),
+      async ({ operationId, value }) => {
+        const where = `${operationId} body ${JSON.stringify(value).slice(0, 120)}`;
+        const response = await exchange(where, operationId, JSON.stringify(value));
+        expectVerdict(where, operationId, value, response);
+      },
+      { numRuns: 300, timeLimitMs: 5_000 },
+    );
+  });
+
+  test('mutations of valid bodies (fields dropped/added/renamed, wrong types, nulls, huge numbers, long and unicode strings, escaped and duplicate keys)', async () => {
+    await runProperty(
+      'mutated valid bodies',
+      bodyCase,
+      async (c) => {
+        fc.pre(Buffer.byteLength(c.text) <= MAX_BODY_BYTES); // larger bodies have their own property
+        const where = `${c.label}: ${c.text.slice(0, 160)}`;
+        const response = await exchange(where, c.base, c.text);
+        if (c.nonFinite && response.status === 400) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' }, log);
+          return;
+        }
+        if (c.duplicate !== null) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: fieldNames(c.duplicate, 'body'), location: 'body' }, log);
+          return;
+        }
+        expectVerdict(where, c.base, JSON.parse(c.text), response);
+      },
+      { numRuns: 400, timeLimitMs: 7_000 },
+    );
+  });
+
+  test('raw bytes: not UTF-8, not JSON, or broken in the middle of a valid body - 400 body, never 5xx', async () => {
+    const badUtf8 = fc.constantFrom([0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xe2, 0x82], [0x80], [0xf5, 0x80, 0x80, 0x80], [0xf0, 0x9f, 0x98]);
+    const bytes = fc.oneof(
+      fc.uint8Array({ maxLength: 512 }),
+      fc.tuple(fc.constantFrom(...OPERATION_IDS), badUtf8, fc.nat()).map(([id, bad, at]) => {
+        const text = Buffer.from(JSON.stringify(VALID[id]));
+        const cut = text.indexOf('"', 2 + (at % Math.max(1, text.length - 4))) + 1 || 2;
+        return new Uint8Array(Buffer.concat([text.subarray(0, cut), Buffer.from(bad), text.subarray(cut)]));
+      }),
+      fc.string({ maxLength: 200, unit: 'binary' }).map((s) => new Uint8Array(Buffer.from(s))),
+      fc.constantFrom('', ' ', 'nul', 'null', 'true', '{', '}', '{"a":1,}', "{'a':1}", '{"a":01}', '{"a":NaN}', '{"a":Infinity}', '[1,]', '{"a":"\\x41"}', '"\\ud800"', '\uFEFF{}').map(
+        (s) => new Uint8Array(Buffer.from(s)),
+      ),
+    );
+    await runProperty(
+      'raw non-JSON bodies',
+      fc.record({ operationId: fc.constantFrom(...OPERATION_IDS), bytes }),
+      async ({ operationId, bytes: body }) => {
+        const where = `${operationId} raw bytes ${Buffer.from(body).toString('hex').slice(0, 120)}`;
+        const response = await exchange(where, operationId, body);
+        let value: unknown;
+        try {
+          value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+        } catch {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'body', location: 'body' }, log);
+          return;
+        }
+        expectVerdict(where, operationId, value, response);
+      },
+      { numRuns: 300, timeLimitMs: 4_000 },
+    );
+  });
+
+  test(`deep nesting up to 10,000 levels (limit ${DEPTH_LIMIT}): refused with 400 past the limit, accepted within it, never 5xx`, async () => {
+    const depth = fc.oneof(
+      fc.integer({ min: 1, max: DEPTH_LIMIT + 8 }),
+      fc.integer({ min: DEPTH_LIMIT - 3, max: DEPTH_LIMIT + 3 }),
+      fc.integer({ min: 100, max: 10_000 }),
+      fc.constantFrom(1000, 5000, 10_000),
+    );
+    await runProperty(
+      'deep nesting in HTTP bodies',
+      fc.record({
+        depth,
+        shape: fc.constantFrom<NestShape>('array', 'object', 'mixed'),
+        placement: fc.constantFrom('whole', 'payload', 'payload', 'result', 'own-field'),
+      }),
+      async ({ depth: total, shape, placement }) => {
+        // `total` counts every level of the document, the body's own object included.
+        let operationId: string;
+        let text: string;
+        let path: string | undefined;
+        let prefix: string;
+        if (placement === 'whole') {
+          operationId = 'submitTask';
+          text = nested(total, shape === 'object' ? 'object' : shape);
+          prefix = shape === 'object' ? 'k' : 'body';
+        } else if (placement === 'payload') {
+          operationId = 'submitTask';
+          text = total < 2 ? '{"payload":1}' : `{"payload":${nested(total - 1, 'object')}}`;
+          if (shape !== 'object' && total >= 3) text = `{"payload":{"k":${nested(total - 2, shape)}}}`;
+          prefix = 'payload';
+        } else if (placement === 'result') {
+          operationId = 'resolveTask';
+          const reviewed = await submit();
+          await t.db.exec("UPDATE orbit_tasks SET state = 'NEEDS_REVIEW' WHERE task_id = UNHEX(?)", [reviewed]);
+          path = pathFor('resolveTask', reviewed);
+          text = total < 2 ? '{"outcome":"succeeded","reason":"深","result":1}' : `{"outcome":"succeeded","reason":"深","result":${nested(total - 1, shape)}}`;
+          prefix = 'result';
+        } else {
+          operationId = 'createQueue';
+          text = total < 2 ? '{"name":1,"reason":"x"}' : `{"name":${nested(total - 1, shape)},"reason":"x"}`;
+          prefix = 'name';
+        }
+        const where = `${placement} ${shape} nesting of ${total} levels (${operationId})`;
+        const response = await exchange(where, operationId, text, path === undefined ? {} : { path });
+        if (total > DEPTH_LIMIT) {
+          assertRefused(
+            response,
+            where,
+            { status: 400, code: 'INVALID_ARGUMENT', location: 'body', field: (f) => f === 'body' || f.startsWith(prefix) },
+            log,
+          );
+          return;
+        }
+        const value = JSON.parse(text);
+        expectVerdict(where, operationId, value, response);
+        if (response.status === 200 && (placement === 'payload' || placement === 'result')) {
+          // Accepted user data comes back as sent.
+          const id = response.body.data.task.task_id as string;
+          const stored = (await api.request('GET', `/v1/tasks/${id}`, { token })).body.data;
+          assert.deepEqual(placement === 'payload' ? stored.payload : stored.result, placement === 'payload' ? value.payload : value.result, `${where}: stored user data differs`);
+        }
+      },
+      { numRuns: 100, timeLimitMs: 5_000 },
+    );
+  });
+
+  test('the nesting limit is documented in openapi.yaml and asyncapi.yaml', () => {
+    assert.notEqual(documentedDepthLimit(OPENAPI_TEXT), null, 'openapi.yaml does not say how deeply a body may nest');
+    assert.notEqual(documentedDepthLimit(ASYNCAPI_TEXT), null, 'asyncapi.yaml does not say how deeply a frame may nest');
+  });
+
+  test('user data with numbers JSON cannot keep (1e400, -1e400) is refused or kept, never silently changed', async () => {
+    await runProperty(
+      'non-finite numbers in payload',
+      fc.record({ literal: fc.constantFrom('1e400', '-1e400', '1E999'), nest: fc.boolean() }),
+      async ({ literal, nest }) => {
+        const text = nest ? `{"payload":{"a":[${literal}]}}` : `{"payload":{"a":${literal}}}`;
+        const where = `payload with ${literal}`;
+        const response = await exchange(where, 'submitTask', text);
+        if (response.status >= 400) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: (f) => f === 'body' || f.startsWith('payload'), location: 'body' }, log);
+          return;
+        }
+        const stored = (await api.request('GET', `/v1/tasks/${response.body.data.task.task_id}`, { token })).body.data.payload;
+        const a = nest ? stored.a[0] : stored.a;
+        assert.notEqual(a, null, `${where}: accepted (200), but the number was stored as null`);
+      },
+      { numRuns: 6, timeLimitMs: 3_000 },
+    );
+  });
+
+  test('bodies near and over the 1 MiB limit (whitespace or two-byte characters): the limit is in bytes, and exactly the limit is not refused for size', async () => {
+    await runProperty(
+      'body size limit',
+      fc.record({
+        delta: fc.oneof(fc.integer({ min: -64, max: 64 }), fc.constantFrom(-1, 0, 1, 2), fc.integer({ min: 65, max: 7 * MAX_BODY_BYTES })),
+        filler: fc.constantFrom('whitespace', 'two-byte', 'four-byte'),
+        declared: fc.constantFrom('none', 'exact', 'smaller'),
+      }),
+      async ({ delta, filler, declared }) => {
+        const size = MAX_BODY_BYTES + delta;
+        let text: string;
+        if (filler === 'whitespace') {
+          const head = '{"name":"BAD NAME","reason":"r"';
+          text = head + ' '.repeat(size - head.length - 1) + '}';
+        } else {
+          const head = '{"name":"BAD NAME","reason":"r","pad":"';
+          const room = size - head.length - 2;
+          const unit = filler === 'two-byte' ? 'é' : '𝄞';
+          const width = filler === 'two-byte' ? 2 : 4;
+          text = head + unit.repeat(Math.floor(room / width)) + 'x'.repeat(room % width) + '"}';
+        }
+        const bytes = Buffer.from(text);
+        assert.equal(bytes.length, size);
+        const headers: Record<string, string> = {};
+        if (declared === 'exact') headers['Content-Length'] = String(size);
+        if (declared === 'smaller') headers['Content-Length'] = String(Math.max(0, size - 1000));
+        const where = `createQueue body of ${size} bytes (limit ${MAX_BODY_BYTES}, ${filler}, Content-Length ${declared})`;
+        const response = await exchange(where, 'createQueue', new Uint8Array(bytes), { headers });
+        if (size > MAX_BODY_BYTES) assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'body', location: 'body' }, log);
+        else assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: ['name', 'pad'], location: 'body' }, log);
+      },
+      { numRuns: 30, timeLimitMs: 5_000 },
+    );
+  });
+
+  describe('chunked uploads without Content-Length, to a real server process', () => {
+    let server: ServerProcess;
+    before(async () => {
+      server = await startServerProcess(t.url);
+    });
+    after(async () => {
+      await server?.stop();
+    });
+
+    const lastServerError = () => describeLogLine([...server.logs].reverse().find((l) => Number(l.level) >= 50));
+
+    /**
+     * A chunked POST. Resolves with the response as soon as it arrives - also before the body is
+     * finished - or with null when none came within `waitMs` after the last chunk was written.
+     */
+    function chunked(path: string, chunks: Buffer[], options: { end: boolean; waitMs: number }): Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string; writtenBytes: number } | null> {
+      const url = new URL(path, server.url);
+      return new Promise((resolve, reject) => {
+        let written = 0;
+        let settled = false;
+        let timer: NodeJS.Timeout | undefined;
+        const request = http.request(url, {
+          method: 'POST',
+          headers: { ...headersFor(), 'Transfer-Encoding': 'chunked', Connection: 'close' },
+        });
+        request.on('response', (res) => {
+          const parts: Buffer[] = [];
+          res.on('data', (d: Buffer) => parts.push(d));
+          res.on('end', () => {
+            if (settled) return;
+            settled = true;
+            clearTimeout(timer);
+            request.destroy();
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(parts).toString('utf8'), writtenBytes: written });
+          });
+        });
+        request.on('error', (error: NodeJS.ErrnoException) => {
+          if (settled) return;
+          // The server may close the connection while we are still writing (EPIPE/ECONNRESET) - a response may still follow.
+          if (error.code === 'EPIPE' || error.code === 'ECONNRESET') return;
+          settled = true;
+          clearTimeout(timer);
+          reject(error);
+        });
+        (async () => {
+          for (const chunk of chunks) {
+            if (settled || request.destroyed) return;
+            written += chunk.length;
+            request.write(chunk);
+            // Let the socket and the server run between chunks, like a real upload.
+            if (written % (64 * 1024) < chunk.length) await new Promise((r) => setImmediate(r));
+          }
+          if (options.end) request.end();
+          timer = setTimeout(() => {
+            if (settled) return;
+            settled = true;
+            request.destroy();
+            resolve(null);
+          }, options.waitMs);
+        })().catch(reject);
+      });
+    }
+
+    const split = (bytes: Buffer, sizes: number[]): Buffer[] => {
+      const out: Buffer[] = [];
+      let at = 0;
+      for (let i = 0; at < bytes.length; i++) {
+        const n = Math.max(1, sizes[i % Math.max(1, sizes.length)] ?? 1);
+        out.push(bytes.subarray(at, at + n));
+        at += n;
+      }
+      return out;
+    };
+
+    test('a chunked body under the limit gets the same answer as the same bytes sent at once', async () => {
+      await runProperty(
+        'chunked bodies under the limit',
+        fc.record({ c: bodyCase, sizes: fc.array(fc.integer({ min: 1, max: 4096 }), { minLength: 1, maxLength: 8 }) }),
+        async ({ c, sizes }) => {
+          const bytes = Buffer.from(c.text);
+          fc.pre(bytes.length <= MAX_BODY_BYTES);
+          const where = `${c.label}, chunked in ${sizes.join('/')}-byte pieces: ${c.text.slice(0, 120)}`;
+          const before = await dbFingerprint(t.db);
+          const response = await chunked(pathFor(c.base), split(bytes, sizes), { end: true, waitMs: 5000 });
+          assert.ok(response, `${where}: no answer within 5 s`);
+          const body = (() => {
+            try {
+              return JSON.parse(response.text);
+            } catch {
+              return undefined;
+            }
+          })();
+          const asTest: TestResponse = { status: response.status, headers: new Headers(response.headers as Record<string, string>), text: response.text, body };
+          if (asTest.status >= 500) assert.fail(`${where}: answered ${asTest.status}: ${asTest.text.slice(0, 300)}\n    ${lastServerError()}`);
+          if (asTest.status >= 400) {
+            assertRefused(asTest, where);
+            assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request changed the database`);
+          }
+          if (c.nonFinite && asTest.status === 400) assertRefused(asTest, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' });
+          else if (c.duplicate !== null) assertRefused(asTest, where, { status: 400, field: fieldNames(c.duplicate, 'body'), location: 'body' });
+          else {
+            const verdict = bodyVerdict(c.base, JSON.parse(c.text));
+            if (verdict.valid) assert.notEqual(asTest.status, 400, `${where}: valid per openapi.yaml but refused: ${asTest.text.slice(0, 300)}`);
+            else assertRefused(asTest, where, { status: 400, code: 'INVALID_ARGUMENT', field: verdict.fields, location: 'body' });
+          }
+        },
+        { numRuns: 60, timeLimitMs: 5_000 },
+      );
+    });
+
+    test('a chunked body over the limit is refused as soon as the limit is passed (not read to its end first), with 400 body', async () => {
+      await runProperty(
+        'chunked bodies over the limit',
+        fc.record({ over: fc.integer({ min: 1, max: 3 * MAX_BODY_BYTES }), chunk: fc.integer({ min: 1024, max: 256 * 1024 }) }),
+        async ({ over, chunk }) => {
+          const where = `chunked body of ${MAX_BODY_BYTES + over} bytes in ${chunk}-byte chunks, the request left open`;
+          const before = await dbFingerprint(t.db);
+          const head = Buffer.from('{"payload":{"pad":"');
+          const bytes = Buffer.concat([head, Buffer.alloc(MAX_BODY_BYTES + over - head.length, 'x')]);
+          // The request is never ended: a server that reads the whole body before checking its size never answers.
+          const response = await chunked(pathFor('submitTask'), split(bytes, [chunk]), { end: false, waitMs: 2500 });
+          assert.ok(response, `${where}: no answer within 2.5 s of passing the limit - the body is read to its end before the size check`);
+          const body = (() => {
+            try {
+              return JSON.parse(response.text);
+            } catch {
+              return undefined;
+            }
+          })();
+          const asTest: TestResponse = { status: response.status, headers: new Headers(response.headers as Record<string, string>), text: response.text, body };
+          if (asTest.status >= 500) assert.fail(`${where}: answered ${asTest.status}: ${asTest.text.slice(0, 300)}\n    ${lastServerError()}`);
+          assertRefused(asTest, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'body', location: 'body' });
+          assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request changed the database`);
+        },
+        { numRuns: 4, timeLimitMs: 6_000 },
+      );
+      // The process is still healthy.
+      const health = await fetch(`${server.url}/healthz`);
+      assert.equal(health.status, 200);
+    });
+  });
+});

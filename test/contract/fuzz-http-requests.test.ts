@@ -1,0 +1,520 @@
+/**
+ * Property-based fuzzing of everything around the body (fast-check, fixed seed; ORBIT_FUZZ_SEED
+ * replays another): path parameters, query strings, headers and methods. For EVERY generated
+ * request: never a 5xx; a refusal is the error envelope with the same id in X-Request-Id; a 400
+ * names the offending parameter with its location; a refused request changes nothing
+ * (CHECKSUM TABLE and row counts of every orbit_ table before and after).
+ *
+ *   paths    random strings percent-encoded, fully encoded and raw; malformed escapes (`%zz`,
+ *            `%E0%A4%A`, overlong and surrogate UTF-8); double encoding (`%2561` is the text
+ *            `%61`, never `a`); on GET and POST routes and the colon custom methods
+ *   query    unknown and repeated parameters, encoded names, bad escapes, huge values, crafted
+ *            cursors, on every GET (with and without declared parameters)
+ *   headers  Authorization (garbage, valid-looking tokens, wrong secrets, very long, scheme
+ *            case and spacing), Content-Type variants, Idempotency-Key of 0..200 characters
+ *            with control and non-ASCII characters, X-Request-Id input (never echoed)
+ *   methods  every method a known path does not serve is 405 METHOD_NOT_ALLOWED with `Allow`;
+ *            unknown paths are 404 NOT_FOUND
+ *
+ * The file ends by checking every counter against a recount.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import fc from 'fast-check';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { testApp, type TestResponse } from '../helpers/app.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { FUZZ_SEED, LogCapture, assertNever5xx, assertRefused, dbFingerprint, fieldNames, nastyString, runProperty, sendRaw, summarize } from '../helpers/fuzz-common.ts';
+import { parameterVerdict } from '../helpers/fuzz-spec.ts';
+import { operations, type SpecOperation } from './spec-validator.ts';
+import { ALL_ACTIONS } from '../../server/domain/actions.ts';
+
+const QUEUES = ['fuzz', 'a', 'q.x', 'q-1', '0'];
+const HEX = /^[0-9a-f]{32}$/;
+
+/** Invalid on purpose for each POST route, so a path that passes ends in a body 400 and nothing is written. */
+const REFUSED_BODY: Record<string, string> = {
+  submitTask: '{"payload":{},"priority":99}',
+  configureQueue: '{"expected_revision":"0"}',
+  cancelTask: '{"reason":""}',
+  resolveTask: '{"outcome":"nope","reason":"x"}',
+  createQueue: '{"name":"BAD NAME","reason":"x"}',
+  configureApplicationResources: '{"expected_revision":"0"}',
+};
+
+const paramOperations = operations.filter((op) => op.parameters.some((p) => p.in === 'path'));
+const paramOperationIds = paramOperations.map((op) => op.operationId);
+const opById = (id: string) => operations.find((op) => op.operationId === id) as SpecOperation;
+const specPaths = [...new Set(operations.map((op) => op.path))];
+
+/** The methods the spec serves at a concrete path (every template matching it; `{x}` is one segment). */
+function specMethodsAt(path: string): string[] {
+  return [...new Set(operations.filter((op) => op.matcher.test(path)).map((op) => op.method))].sort();
+}
+
+/** No unpaired surrogates (encodeURIComponent throws on them; the malformed-escape property covers invalid UTF-8). */
+const wellFormed = (s: string) => s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, 'x');
+
+/** Every UTF-8 byte as %XX, with random hex case. */
+function encodeAll(s: string, upper: boolean[]): string {
+  return [...Buffer.from(s, 'utf8')].map((b, i) => `%${upper[i % Math.max(1, upper.length)] ? b.toString(16).toUpperCase().padStart(2, '0') : b.toString(16).padStart(2, '0')}`).join('');
+}
+
+/** Usable unencoded in a path segment: the URL parser keeps it a single segment and its decoding is the text itself. */
+const rawSafe = (s: string) => s.length > 0 && s !== '.' && s !== '..' && !/[/?#%\\\u0000-\u0020\u007f]/.test(s) && wellFormed(s) === s;
+
+describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=${FUZZ_SEED})`, () => {
+  let t: TestDatabase;
+  let api: Awaited<ReturnType<typeof testApp>>;
+  let tenant: TestTenant;
+  let token: string;
+  let taskId: string;
+  const log = new LogCapture();
+  let keyCounter = 0;
+  const freshKey = () => `fz-${++keyCounter}-${randomBytes(3).toString('hex')}`;
+
+  before(async () => {
+    t = await freshDatabase('fuzzrequests');
+    api = await testApp(t.db);
+    api.deps.log = log.logger;
+    tenant = await createTenant(t.db, { namespace: 'fuzz-requests', queues: QUEUES, resourceAccess: true });
+    token = await createCredential(t.db, tenant, [...ALL_ACTIONS], ['*']);
+    const submitted = await api.request('POST', '/v1/queues/fuzz/tasks', { token, key: freshKey(), body: { payload: { n: 1 } } });
+    assert.equal(submitted.status, 200, submitted.text);
+    taskId = submitted.body.data.task.task_id;
+  });
+
+  after(async () => {
+    if (!t) return;
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  /** One request: never 5xx; a refusal is the envelope and changes nothing. */
+  async function exchange(where: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<TestResponse> {
+    const before = await dbFingerprint(t.db);
+    log.clear();
+    let response: TestResponse;
+    try {
+      response = await sendRaw(api.app, method, path, headers, body);
+    } catch (error) {
+      assert.fail(`${where}: the request could not be made (${(error as Error).message}); the generator produced something fetch refuses`);
+    }
+    assertNever5xx(response, where, log);
+    if (response.status >= 400) {
+      assertRefused(response, where, {}, log);
+      assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request (${response.status} ${response.body?.error?.code}) changed the database`);
+    }
+    return response;
+  }
+
+  const authorized = (extra: Record<string, string> = {}) => ({ Authorization: `Bearer ${token}`, ...extra });
+  const postHeaders = () => authorized({ 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() });
+
+  /** The request for an operation with its one path parameter set to `encoded` (already in path form). */
+  function requestFor(op: SpecOperation, encoded: string): { path: string; headers: Record<string, string>; body?: string } {
+    const name = op.parameters.find((p) => p.in === 'path')?.name as string;
+    const path = op.path.replace(`{${name}}`, encoded);
+    if (op.method === 'POST') return { path, headers: postHeaders(), body: REFUSED_BODY[op.operationId] };
+    return { path, headers: authorized() };
+  }
+
+  /** What a request whose path parameter decodes (exactly once) to `value` must get. */
+  function expectForValue(where: string, op: SpecOperation, value: string, response: TestResponse): void {
+    const name = op.parameters.find((p) => p.in === 'path')?.name as string;
+    if (!parameterVerdict(op.operationId, name, value)) {
+      assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: name, location: 'path' }, log);
+      return;
+    }
+    if (op.method === 'POST') {
+      assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' }, log);
+      return;
+    }
+    const exists = name === 'queue' ? QUEUES.includes(value) : value === taskId;
+    if (!exists) {
+      assertRefused(response, where, { status: 404, code: 'NOT_FOUND' }, log);
+      return;
+    }
+    assert.equal(response.status, 200, `${where}: ${response.text.slice(0, 300)}`);
+    if (op.operationId === 'getQueue') assert.equal(response.body.data.queue, value, `${where}: answered for another queue`);
+    if (op.operationId === 'getTask') assert.equal(response.body.data.task_id, value, `${where}: answered for another task`);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Path parameters
+  // -------------------------------------------------------------------------------------------
+
+  const parameterValue = fc.oneof(
+    { weight: 3, arbitrary: fc.constantFrom(...QUEUES) },
+    { weight: 1, arbitrary: fc.constant('TASK') },
+    { weight: 3, arbitrary: nastyString(40) },
+    { weight: 2, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,62}$/) },
+    { weight: 2, arbitrary: fc.stringMatching(/^[0-9a-fA-F]{30,34}$/) },
+    { weight: 2, arbitrary: fc.constantFrom('a:configure', 'fuzz:cancel', 'fuzz/tasks', 'FUZZ', 'fuzz ', ' fuzz', 'fuzz\u0000', 'ｆｕｚｚ', 'fuzz%', '%61', 'a'.repeat(64), 'a'.repeat(5000), 'é', '😀', '..', '.', '') },
+  );
+
+  test('path parameters: random strings percent-encoded, fully encoded or raw decode exactly once; invalid ones are 400 naming the parameter (location path)', async () => {
+    await runProperty(
+      'path parameters decoded once',
+      fc.record({ op: fc.constantFrom(...paramOperationIds), raw: parameterValue, mode: fc.constantFrom('component', 'all', 'raw'), upper: fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }) }),
+      async ({ op: id, raw, mode, upper }) => {
+        const op = opById(id);
+        let value = wellFormed(raw === 'TASK' ? taskId : raw);
+        if (value === '' || value === '.' || value === '..') value = `${value}x`;
+        const effective = mode === 'raw' && !rawSafe(value) ? 'component' : mode;
+        const encoded = effective === 'raw' ? value : effective === 'all' ? encodeAll(value, upper) : encodeURIComponent(value);
+        const { path, headers, body } = requestFor(op, encoded);
+        const where = `${op.method} ${summarize(path, 200)} (${op.operationId}, ${effective}, value ${summarize(value, 80)})`;
+        const response = await exchange(where, op.method, path, headers, body);
+        expectForValue(where, op, value, response);
+      },
+      { numRuns: 500, timeLimitMs: 6_000 },
+    );
+  });
+
+  test('path parameters: double and triple encoding is decoded once (`%2561` is the text `%61`, never `a`)', async () => {
+    await runProperty(
+      'no double decoding of path parameters',
+      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK'), at: fc.nat(), times: fc.integer({ min: 2, max: 3 }), upper: fc.boolean() }),
+      async ({ op: id, name, at, times, upper }) => {
+        const op = opById(id);
+        const value = name === 'TASK' ? taskId : name;
+        const i = at % value.length;
+        let escape = `%${value.charCodeAt(i).toString(16).padStart(2, '0')}`;
+        if (upper) escape = escape.toUpperCase();
+        for (let k = 1; k < times; k++) escape = escape.replace(/%/g, '%25');
+        const encoded = value.slice(0, i) + escape + value.slice(i + 1);
+        const { path, headers, body } = requestFor(op, encoded);
+        const decodedOnce = decodeURIComponent(encoded);
+        const where = `${op.method} ${path} (${op.operationId}: decodes once to ${JSON.stringify(decodedOnce)})`;
+        const response = await exchange(where, op.method, path, headers, body);
+        expectForValue(where, op, decodedOnce, response);
+      },
+      { numRuns: 200, timeLimitMs: 3_000 },
+    );
+  });
+
+  test('path parameters: malformed escapes and invalid UTF-8 are 400 INVALID_ARGUMENT naming the parameter, on GET, POST and the colon methods', async () => {
+    const malformed = fc.constantFrom('%zz', '%E0%A4%A', '%25zz', '%', '%a', '%G0', '%C0%AF', '%ED%A0%80', '%F4%90%80%80', '%FF', '%80', '%E0%A4', '%F0%9F%98', '%%', '%0', '%u0061');
+    await runProperty(
+      'malformed percent escapes in path parameters',
+      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK'), bad: malformed, at: fc.nat() }),
+      async ({ op: id, name, bad, at }) => {
+        const op = opById(id);
+        const value = name === 'TASK' ? taskId : name;
+        const i = at % (value.length + 1);
+        const encoded = value.slice(0, i) + bad + value.slice(i);
+        const { path, headers, body } = requestFor(op, encoded);
+        const where = `${op.method} ${path} (${op.operationId})`;
+        const response = await exchange(where, op.method, path, headers, body);
+        let decoded: string | null;
+        try {
+          decoded = decodeURIComponent(encoded);
+        } catch {
+          decoded = null;
+        }
+        if (decoded === null) {
+          const param = op.parameters.find((p) => p.in === 'path')?.name as string;
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: param, location: 'path' }, log);
+        } else expectForValue(where, op, decoded, response);
+      },
+      { numRuns: 250, timeLimitMs: 3_000 },
+    );
+  });
+
+  test('malformed escapes outside parameters (in literal segments) are a clean 404 or the route, never 5xx', async () => {
+    await runProperty(
+      'malformed escapes in literal path segments',
+      fc.record({ path: fc.constantFrom(...specPaths), bad: fc.constantFrom('%zz', '%E0%A4%A', '%', '%C0%AF', '%2F', '%2f', '%00', '%2e'), at: fc.nat(), method: fc.constantFrom('GET', 'POST') }),
+      async ({ path: template, bad, at, method }) => {
+        const concrete = template.replace('{queue}', 'fuzz').replace('{task_id}', taskId);
+        const i = 1 + (at % (concrete.length - 1));
+        const path = concrete.slice(0, i) + bad + concrete.slice(i);
+        const headers = method === 'POST' ? postHeaders() : authorized();
+        await exchange(`${method} ${path}`, method, path, headers, method === 'POST' ? '{}' : undefined);
+      },
+      { numRuns: 120, timeLimitMs: 2_000 },
+    );
+  });
+
+  // -------------------------------------------------------------------------------------------
+  // Query strings
+  // -------------------------------------------------------------------------------------------
+
+  /** A query parameter's name as `details.field` may spell it (plain, or as a quoted index when it is not a plain name). */
+  const queryFieldNames = (name: string) => [...new Set([...fieldNames([name], 'query'), ...fieldNames([name], '')])];
+
+  const getOperations = operations.filter((op) => op.method === 'GET' && !op.raw);
+
+  /** Whether the server's reading of a declared query parameter (integers converted when they look like one) is valid per the spec. */
+  function queryValueValid(op: SpecOperation, name: string, value: string): boolean | 'maybe' {
+    const param = op.parameters.find((p) => p.in === 'query' && p.name === name);
+    if (!param) return false;
+    const typed = param.schema.type === 'integer' && /^-?(0|[1-9]\d{0,14})$/.test(value) ? Number(value) : value;
+    if (!parameterVerdict(op.operationId, name, typed)) return false;
+    // A cursor that matches its pattern may still not be one this operation returned.
+    return name === 'cursor' ? 'maybe' : true;
+  }
+
+  const queryName = (op: SpecOperation) => {
+    const declared = op.parameters.filter((p) => p.in === 'query').map((p) => p.name);
+    return fc.oneof(
+      { weight: 4, arbitrary: declared.length > 0 ? fc.constantFrom(...declared) : fc.constant('limit') },
+      { weight: 1, arbitrary: fc.constantFrom('LIMIT', 'Limit', 'cursor ', 'state[]', 'after', 'verbose', 'limit\u0000', 'li%6Dit', '%zz', '', 'a'.repeat(3000)) },
+      { weight: 1, arbitrary: nastyString(12) },
+    );
+  };
+  const queryValue = fc.oneof(
+    fc.constantFrom('1', '50', '100', '0', '101', '-1', '01', '+5', ' 5', '5 ', '1e1', '5.0', '0x10', '99999999999999999999', 'WAITING', 'waiting', 'DONE', 'RUNNING', '18446744073709551615', '18446744073709551616', ''),
+    fc.constantFrom('%zz', '%E0%A4%A', '%25', '%ED%A0%80', 'a%00b', '%2B5', 'WAIT%49NG'),
+    fc.stringMatching(/^[A-Za-z0-9_-]{1,40}$/),
+    fc.string({ maxLength: 40 }).map((s) => Buffer.from(JSON.stringify([s])).toString('base64url')),
+    fc.constant(Buffer.from(JSON.stringify(['0'.repeat(32)])).toString('base64url')),
+    nastyString(40),
+    fc.integer({ min: 5000, max: 60_000 }).map((n) => '9'.repeat(n)),
+  );
+
+  test('query strings: unknown and repeated parameters, bad encodings, huge values - 400 naming the parameter (location query), else 200', async () => {
+    const arbitrary = fc.constantFrom(...getOperations).chain((op) =>
+      fc.record({
+        op: fc.constant(op.operationId),
+        pairs: fc.array(fc.record({ name: queryName(op), value: queryValue, encode: fc.constantFrom('component', 'raw') }), { minLength: 1, maxLength: 4 }),
+      }),
+    );
+    await runProperty(
+      'query strings',
+      arbitrary,
+      async ({ op: id, pairs }) => {
+        const op = opById(id);
+        const enc = (s: string, mode: string) => (mode === 'raw' ? s.replace(/[&#=+]/g, (c) => encodeURIComponent(c)) : encodeURIComponent(wellFormed(s)));
+        const query = pairs.map((p) => `${enc(p.name, p.encode)}=${enc(p.value, p.encode)}`).join('&');
+        const base = op.path.replace('{queue}', 'fuzz').replace('{task_id}', taskId);
+        const path = `${base}?${query}`;
+        const where = `GET ${summarize(path, 300)} (${op.operationId})`;
+        const response = await exchange(where, 'GET', path, authorized());
+        // The server reads the query as the URL parser does; so does this model.
+        const params = new URL(path, 'http://orbit.test').searchParams;
+        const names = [...new Set(params.keys())];
+        for (const name of names) {
+          const declared = op.parameters.some((p) => p.in === 'query' && p.name === name);
+          if (!declared || params.getAll(name).length > 1) {
+            assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: queryFieldNames(name), location: 'query' }, log);
+            return;
+          }
+        }
+        const verdicts = names.map((name) => [name, queryValueValid(op, name, params.get(name) as string)] as const);
+        const invalid = verdicts.filter(([, v]) => v === false).map(([n]) => n);
+        const maybe = verdicts.filter(([, v]) => v === 'maybe').map(([n]) => n);
+        if (invalid.length > 0) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: [...invalid, ...maybe].flatMap(queryFieldNames), location: 'query' }, log);
+        } else if (maybe.length > 0 && response.status !== 200) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: maybe, location: 'query' }, log);
+        } else {
+          assert.equal(response.status, 200, `${where}: every parameter is valid, got ${response.status}: ${response.text.slice(0, 300)}`);
+        }
+      },
+      { numRuns: 500, timeLimitMs: 6_000 },
+    );
+  });
+
+  // -------------------------------------------------------------------------------------------
+  // Headers
+  // -------------------------------------------------------------------------------------------
+
+  /** Latin-1 text without NUL, CR, LF: what a header value can carry. */
+  const headerText = (maxLength: number) =>
+    fc.string({ maxLength, unit: fc.oneof(fc.integer({ min: 0x20, max: 0x7e }), fc.integer({ min: 0x01, max: 0xff }).filter((c) => c !== 0x0a && c !== 0x0d)).map((c) => String.fromCharCode(c)) });
+
+  test('Authorization: garbage, valid-looking tokens, wrong secrets, very long, scheme variants - 401 in the envelope unless it is exactly the credential', async () => {
+    const secretLike = fc.stringMatching(/^[A-Za-z0-9_-]{43}$/);
+    const idLike = fc.stringMatching(/^[0-9a-f]{32}$/);
+    const tokenVariant = fc.oneof(
+      fc.constant('REAL'),
+      fc.constant('REAL'),
+      fc.tuple(fc.nat(), fc.constantFrom('A', 'z', '_', '-', '0')).map(([at, c]) => `CHANGE:${at}:${c}`),
+      fc.constantFrom('TRUNCATE', 'EXTRA', 'UPPER', 'SPLIT'),
+      secretLike.map((s) => `OWN_ID:${s}`),
+      fc.tuple(idLike, secretLike).map(([id, s]) => `orbit_${id}_${s}`),
+      headerText(60),
+      fc.integer({ min: 1000, max: 30_000 }).map((n) => `orbit_${'a'.repeat(n)}`),
+    );
+    const scheme = fc.constantFrom('Bearer', 'bearer', 'BEARER', 'Basic', 'Token', 'Bearer:', '', 'Bearerx');
+    const separator = fc.constantFrom(' ', '  ', '\t', '', ' \t ');
+    await runProperty(
+      'Authorization header',
+      fc.record({ absent: fc.constantFrom(false, false, false, false, true), scheme, separator, token: tokenVariant, trailing: fc.constantFrom('', ' ', '\t', ' x'), write: fc.boolean() }),
+      async ({ absent, scheme: s, separator: sep, token: variant, trailing, write }) => {
+        const [prefix, idHex, secret] = /^orbit_([0-9a-f]{32})_(.*)$/.exec(token) as unknown as [string, string, string];
+        void prefix;
+        let presented: string;
+        if (variant === 'REAL') presented = token;
+        else if (variant === 'TRUNCATE') presented = token.slice(0, -1);
+        else if (variant === 'EXTRA') presented = `${token}A`;
+        else if (variant === 'UPPER') presented = token.toUpperCase();
+        else if (variant === 'SPLIT') presented = `${token.slice(0, 20)} ${token.slice(20)}`;
+        else if (variant.startsWith('CHANGE:')) {
+          const [, at, c] = variant.split(':') as [string, string, string];
+          const i = `orbit_${idHex}_`.length + (Number(at) % secret.length);
+          presented = token.slice(0, i) + (token[i] === c ? (c === 'A' ? 'B' : 'A') : c) + token.slice(i + 1);
+        } else if (variant.startsWith('OWN_ID:')) presented = `orbit_${idHex}_${variant.slice(7)}`;
+        else presented = variant;
+        const header = `${s}${sep}${presented}${trailing}`;
+        // Exactly the credential: the scheme in any case, spaces or tabs before it, optional whitespace after.
+        const valid = !absent && /^bearer$/i.test(s) && sep.length > 0 && presented === token && /^[ \t]*$/.test(trailing);
+        const where = `${absent ? 'no Authorization' : `Authorization ${summarize(header, 160)}`}${write ? ' on submitTask' : ' on getApplicationResources'}`;
+        const headers: Record<string, string> = absent ? {} : { Authorization: header };
+        const response = write
+          ? await exchange(where, 'POST', '/v1/queues/fuzz/tasks', { ...headers, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() }, '{"payload":{"auth":true}}')
+          : await exchange(where, 'GET', '/v1/application/resources', headers);
+        if (valid) assert.equal(response.status, 200, `${where}: the real credential was refused: ${response.text.slice(0, 300)}`);
+        else {
+          assertRefused(response, where, { status: 401, code: 'UNAUTHENTICATED' }, log);
+          assert.doesNotMatch(response.body.error.message, /revoked|expired|disabled/, `${where}: a 401 without the right secret must not say why the credential is not valid`);
+        }
+      },
+      { numRuns: 400, timeLimitMs: 5_000 },
+    );
+  });
+
+  test('Content-Type variants: application/json (any case, optional charset=utf-8) reaches the body check; anything else is 400 naming Content-Type', async () => {
+    const type = fc.constantFrom('application', 'APPLICATION', 'Application', 'text', 'multipart', '');
+    const subtype = fc.constantFrom('json', 'JSON', 'Json', 'jsonx', 'json-seq', 'x-www-form-urlencoded', 'vnd.api+json', 'problem+json', '*', 'plain', '');
+    const parameter = fc.constantFrom('', ';charset=utf-8', '; charset=utf-8', ' ; charset=UTF-8', '; CHARSET=utf-8', '; charset=latin1', '; charset=utf8', '; charset="utf-8"', '; foo=bar', '; charset=utf-8; foo=bar', ';', '; charset=utf-8,text/plain');
+    await runProperty(
+      'Content-Type header',
+      fc.record({ type, subtype, parameter, pad: fc.constantFrom('', ' ', '\t'), absent: fc.constantFrom(false, false, false, false, true) }),
+      async ({ type: ty, subtype: sub, parameter: par, pad, absent }) => {
+        const value = `${pad}${ty}/${sub}${par}${pad}`;
+        const headers: Record<string, string> = { ...authorized(), 'Idempotency-Key': freshKey() };
+        if (!absent) headers['Content-Type'] = value;
+        const where = absent ? 'no Content-Type' : `Content-Type ${JSON.stringify(value)}`;
+        const response = await exchange(where, 'POST', '/v1/queues', headers, REFUSED_BODY.createQueue);
+        const json = /^application$/i.test(ty) && /^json$/i.test(sub);
+        const accepted = !absent && json && /^(|\s*;\s*charset=utf-8)$/i.test(par);
+        const ambiguous = !absent && json && /charset="utf-8"/i.test(par);
+        if (accepted) assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'name', location: 'body' }, log);
+        else if (ambiguous) assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: ['name', 'Content-Type'] }, log);
+        else assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'Content-Type', location: 'header' }, log);
+      },
+      { numRuns: 250, timeLimitMs: 3_000 },
+    );
+  });
+
+  test('Idempotency-Key of 0..200 characters with spaces, control and non-ASCII characters: 1-128 of [!-~] or 400 naming the header', async () => {
+    const unit = fc.oneof(
+      { weight: 8, arbitrary: fc.integer({ min: 0x21, max: 0x7e }) },
+      { weight: 1, arbitrary: fc.constantFrom(0x20, 0x09, 0x01, 0x1f, 0x7f, 0x0b, 0x0c) },
+      { weight: 1, arbitrary: fc.integer({ min: 0x80, max: 0xff }) },
+    ).map((c) => String.fromCharCode(c));
+    const key = fc.oneof(
+      fc.string({ unit, minLength: 0, maxLength: 200 }),
+      fc.integer({ min: 120, max: 136 }).map((n) => 'k'.repeat(n)),
+      fc.string({ maxLength: 20, unit: 'grapheme' }).map((s) => Buffer.from(s, 'utf8').toString('latin1')),
+      fc.constantFrom('', ' ', 'k', ' k', 'k ', 'a b', 'clé', '\tk\t'),
+    );
+    await runProperty(
+      'Idempotency-Key header',
+      fc.record({ key, absent: fc.constantFrom(false, false, false, true) }),
+      async ({ key: k, absent }) => {
+        const headers: Record<string, string> = { ...authorized(), 'Content-Type': 'application/json' };
+        if (!absent) headers['Idempotency-Key'] = k;
+        const where = absent ? 'no Idempotency-Key' : `Idempotency-Key ${JSON.stringify(k).slice(0, 160)} (${k.length} characters)`;
+        const response = await exchange(where, 'POST', '/v1/queues/fuzz/tasks', headers, REFUSED_BODY.submitTask);
+        // What the server receives: header values lose leading and trailing spaces and tabs (fetch's normalisation).
+        const received = k.replace(/^[ \t]+|[ \t]+$/g, '');
+        const valid = !absent && /^[!-~]{1,128}$/.test(received);
+        if (valid) assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'priority', location: 'body' }, log);
+        else assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'Idempotency-Key', location: 'header' }, log);
+      },
+      { numRuns: 300, timeLimitMs: 3_000 },
+    );
+  });
+
+  test('X-Request-Id from the client is never echoed: every answer carries a fresh 32-hex id, the same in the body and the header', async () => {
+    await runProperty(
+      'X-Request-Id input',
+      fc.record({ input: fc.oneof(headerText(80), fc.stringMatching(/^[0-9a-f]{32}$/), fc.integer({ min: 100, max: 8000 }).map((n) => 'f'.repeat(n))), request: fc.constantFrom('ok', 'unauthenticated', 'invalid', 'not-found') }),
+      async ({ input, request }) => {
+        const headers: Record<string, string> = { 'X-Request-Id': input };
+        if (request !== 'unauthenticated') headers.Authorization = `Bearer ${token}`;
+        const path = request === 'invalid' ? '/v1/queues?limit=0' : request === 'not-found' ? '/v1/queues/nope' : '/v1/queues';
+        const where = `X-Request-Id ${JSON.stringify(input).slice(0, 100)} on ${request}`;
+        const response = await exchange(where, 'GET', path, headers);
+        assert.match(String(response.body?.request_id), HEX, `${where}: request_id`);
+        assert.equal(response.headers.get('x-request-id'), response.body.request_id, `${where}: X-Request-Id must equal request_id`);
+        assert.notEqual(response.body.request_id, input.trim(), `${where}: the client's X-Request-Id was echoed instead of a fresh id`);
+      },
+      { numRuns: 150, timeLimitMs: 2_000 },
+    );
+  });
+
+  // -------------------------------------------------------------------------------------------
+  // Methods
+  // -------------------------------------------------------------------------------------------
+
+  const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'patch', 'FOO', 'PROPFIND'];
+
+  test('a method a known path does not serve is 405 METHOD_NOT_ALLOWED with an Allow header listing the methods served, in the envelope', async () => {
+    await runProperty(
+      'wrong methods on known paths',
+      fc.record({ template: fc.constantFrom(...specPaths), method: fc.constantFrom(...METHODS), param: fc.oneof(fc.constantFrom('fuzz', 'TASK', 'q.x'), nastyString(12).map((s) => encodeURIComponent(wellFormed(s)) || 'x'), fc.constantFrom('%zz', '%2561', 'a:b')) }),
+      async ({ template, method, param }) => {
+        const filled = param === 'TASK' ? taskId : param;
+        const path = template.replace('{queue}', filled).replace('{task_id}', filled);
+        const served = specMethodsAt(path);
+        const upper = method.toUpperCase();
+        const where = `${method} ${path} (served: ${served.join(', ')})`;
+        const isServed = served.includes(upper) || (upper === 'HEAD' && served.includes('GET'));
+        // The in-process app serves no worker sockets (its `workers` is null): only wrong methods are checked there.
+        fc.pre(!(template === '/v1/workers/connect' && isServed));
+        const headers = upper === 'GET' || upper === 'HEAD' ? authorized() : postHeaders();
+        if (upper === 'HEAD') {
+          // No body by definition: the status and the Allow header are what can be checked.
+          const head = await sendRaw(api.app, method, path, headers);
+          assertNever5xx(head, where, log);
+          if (isServed) assert.notEqual(head.status, 405, `${where}: HEAD of a GET route was refused with 405`);
+          else {
+            assert.equal(head.status, 405, `${where}: expected 405`);
+            assert.ok(head.headers.get('allow'), `${where}: 405 without Allow`);
+          }
+          return;
+        }
+        const response = await exchange(where, method, path, headers, upper === 'GET' ? undefined : '{}');
+        if (isServed) {
+          assert.notEqual(response.status, 405, `${where}: a method the path serves was refused with 405`);
+          return;
+        }
+        if (upper === 'OPTIONS' && response.status < 300) {
+          assert.ok(response.headers.get('allow'), `${where}: an OPTIONS answer without Allow`);
+          return;
+        }
+        assertRefused(response, where, { status: 405, code: 'METHOD_NOT_ALLOWED' }, log);
+        const allow = (response.headers.get('allow') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
+        assert.ok(allow.length > 0, `${where}: 405 without an Allow header`);
+        for (const m of served) assert.ok(allow.includes(m), `${where}: Allow (${allow.join(', ')}) lacks ${m}`);
+        assert.ok(!allow.includes(upper), `${where}: Allow lists the refused method`);
+        const details = response.body.error.details as { allow?: string[] } | undefined;
+        if (details?.allow !== undefined) assert.deepEqual([...details.allow].sort(), [...allow].sort(), `${where}: details.allow differs from the Allow header`);
+      },
+      { numRuns: 400, timeLimitMs: 5_000 },
+    );
+  });
+
+  test('an unknown path is 404 NOT_FOUND in the envelope, whatever the method', async () => {
+    const segment = fc.stringMatching(/^[a-z0-9_-]{1,12}$/);
+    await runProperty(
+      'unknown paths',
+      fc.record({ segments: fc.array(segment, { minLength: 1, maxLength: 5 }), prefix: fc.constantFrom('/v1/', '/', '/v2/', '/v1/queues/fuzz/', '/v1/tasks/'), trailingSlash: fc.boolean(), method: fc.constantFrom('GET', 'POST', 'DELETE') }),
+      async ({ segments, prefix, trailingSlash, method }) => {
+        const path = `${prefix}${segments.join('/')}${trailingSlash ? '/' : ''}`;
+        fc.pre(specMethodsAt(path).length === 0);
+        const where = `${method} ${path}`;
+        const response = await exchange(where, method, path, method === 'GET' ? authorized() : postHeaders(), method === 'GET' ? undefined : '{}');
+        assertRefused(response, where, { status: 404, code: 'NOT_FOUND' }, log);
+      },
+      { numRuns: 150, timeLimitMs: 2_000 },
+    );
+  });
+});

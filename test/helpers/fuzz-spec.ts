@@ -1,0 +1,169 @@
+/**
+ * What the specs say about a generated input, read from openapi.yaml and asyncapi.yaml
+ * themselves (not from the generated code): whether a request body, path parameter or worker
+ * frame is valid, and if not, every field an INVALID_ARGUMENT may name (Ajv with allErrors; the
+ * server reports one of them).
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { fieldNames } from './fuzz-common.ts';
+import { OPENAPI_FILE, operationById, operations, type JsonSchema, type SpecOperation } from '../contract/spec-validator.ts';
+
+export const ASYNCAPI_FILE = fileURLToPath(new URL('../../asyncapi.yaml', import.meta.url));
+export const OPENAPI_TEXT = readFileSync(OPENAPI_FILE, 'utf8');
+export const ASYNCAPI_TEXT = readFileSync(ASYNCAPI_FILE, 'utf8');
+
+const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
+
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajv.addKeyword({
+  keyword: MAX_JSON_BYTES,
+  schemaType: 'number',
+  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data) ?? '', 'utf8') <= max,
+});
+
+/** The schema without `x-` keywords other than the byte limit (Ajv does not know them). */
+function stripExtensions(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(stripExtensions);
+  if (schema === null || typeof schema !== 'object') return schema;
+  return Object.fromEntries(
+    Object.entries(schema as Record<string, unknown>)
+      .filter(([k]) => !k.startsWith('x-') || k === MAX_JSON_BYTES)
+      .map(([k, v]) => [k, k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, stripExtensions(s)])) : stripExtensions(v)]),
+  );
+}
+
+/** The spellings of the field an Ajv error is about (see `fieldNames`). */
+function errorFields(error: ErrorObject, root: string): string[] {
+  const segments = error.instancePath
+    .split('/')
+    .slice(1)
+    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  if (error.keyword === 'required') segments.push(String(error.params.missingProperty));
+  if (error.keyword === 'additionalProperties') segments.push(String(error.params.additionalProperty));
+  return fieldNames(segments, root);
+}
+
+export interface Verdict {
+  valid: boolean;
+  /** Every field an INVALID_ARGUMENT may name, in every accepted spelling (empty when valid). */
+  fields: string[];
+}
+
+function verdict(validate: ValidateFunction, value: unknown, root: string): Verdict {
+  if (validate(value)) return { valid: true, fields: [] };
+  return { valid: false, fields: [...new Set((validate.errors ?? []).flatMap((e) => errorFields(e, root)))] };
+}
+
+const bodyValidators = new Map<string, ValidateFunction>();
+
+/** Operations with a JSON request body. */
+export const bodyOperations: SpecOperation[] = operations.filter((op) => op.requestSchema !== null);
+
+/** The spec's verdict on a request body; `root` ('body') is what the server names for the whole body. */
+export function bodyVerdict(operationId: string, value: unknown): Verdict {
+  let validate = bodyValidators.get(operationId);
+  if (!validate) {
+    validate = ajv.compile(stripExtensions(operationById(operationId).requestSchema) as JsonSchema);
+    bodyValidators.set(operationId, validate);
+  }
+  const result = verdict(validate, value, 'body');
+  // A rule openapi.yaml states in words: "delay_seconds … must be less than deadline_seconds".
+  if (operationId === 'submitTask' && result.valid && value && typeof value === 'object') {
+    const body = value as { delay_seconds?: number; deadline_seconds?: number };
+    if ((body.delay_seconds ?? 0) >= (body.deadline_seconds ?? 86400)) return { valid: false, fields: ['delay_seconds'] };
+  }
+  return result;
+}
+
+const parameterValidators = new Map<string, ValidateFunction>();
+
+/** The spec's verdict on one path or query parameter value of an operation. */
+export function parameterVerdict(operationId: string, name: string, value: unknown): boolean {
+  const key = `${operationId} ${name}`;
+  let validate = parameterValidators.get(key);
+  if (!validate) {
+    const parameter = operationById(operationId).parameters.find((p) => p.name === name);
+    if (!parameter) throw new Error(`${operationId} has no parameter ${name}`);
+    validate = ajv.compile(parameter.schema);
+    parameterValidators.set(key, validate);
+  }
+  return validate(value) as boolean;
+}
+
+// ---------------------------------------------------------------------------------------------
+// asyncapi.yaml: worker → server frames
+// ---------------------------------------------------------------------------------------------
+
+const asyncapi = parse(ASYNCAPI_TEXT) as {
+  components: { messages: Record<string, { payload: { $ref: string } }>; schemas: Record<string, unknown> };
+  operations: Record<string, { action: string; messages: Array<{ $ref: string }> }>;
+};
+
+function resolveAsync(node: unknown, depth = 0): unknown {
+  if (depth > 40) throw new Error('recursive $ref in asyncapi.yaml');
+  if (Array.isArray(node)) return node.map((n) => resolveAsync(n, depth + 1));
+  if (node === null || typeof node !== 'object') return node;
+  const object = node as Record<string, unknown>;
+  if (typeof object.$ref === 'string') {
+    let target: unknown = asyncapi;
+    for (const part of object.$ref.slice(2).split('/')) target = (target as Record<string, unknown>)[part];
+    return resolveAsync(target, depth + 1);
+  }
+  return Object.fromEntries(Object.entries(object).map(([k, v]) => [k, resolveAsync(v, depth + 1)]));
+}
+
+/** The frame types a worker sends (asyncapi.yaml, operation `receiveWorkerFrames`). */
+export const WORKER_FRAME_TYPES: string[] = (() => {
+  const receive = Object.values(asyncapi.operations).find((o) => o.action === 'receive');
+  if (!receive) throw new Error('asyncapi.yaml has no receive operation');
+  return receive.messages.map((m) => m.$ref.split('/').pop() as string);
+})();
+
+/** The frame types the server sends. */
+export const SERVER_FRAME_TYPES: string[] = Object.keys(asyncapi.components.messages).filter((t) => !WORKER_FRAME_TYPES.includes(t));
+
+const frameValidators = new Map<string, ValidateFunction>();
+
+/** The schema of a worker frame type, dereferenced. */
+export function frameSchema(type: string): JsonSchema {
+  const message = asyncapi.components.messages[type];
+  if (!message) throw new Error(`asyncapi.yaml has no message ${type}`);
+  return stripExtensions(resolveAsync(message.payload)) as JsonSchema;
+}
+
+/**
+ * The spec's verdict on a worker frame: not an object → 'frame'; no or unknown `type` → 'type';
+ * otherwise the frame's schema. The server names the whole frame 'frame'.
+ */
+export function frameVerdict(value: unknown): Verdict {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { valid: false, fields: ['frame'] };
+  const type = (value as { type?: unknown }).type;
+  if (typeof type !== 'string' || !WORKER_FRAME_TYPES.includes(type)) return { valid: false, fields: ['type'] };
+  let validate = frameValidators.get(type);
+  if (!validate) {
+    validate = ajv.compile(frameSchema(type));
+    frameValidators.set(type, validate);
+  }
+  const result = verdict(validate, value, 'frame');
+  // asyncapi.yaml in words: `retryable` "With `failed`" (the server refuses it with other outcomes).
+  if (result.valid && type === 'complete') {
+    const frame = value as { outcome?: string; retryable?: unknown };
+    if (frame.retryable !== undefined && frame.outcome !== 'failed') return { valid: false, fields: ['retryable'] };
+  }
+  return result;
+}
+
+/** Errors of a frame the server sent against its schema in asyncapi.yaml (empty when it matches). */
+export function serverFrameErrors(frame: unknown): string[] {
+  const type = (frame as { type?: unknown } | null)?.type;
+  if (typeof type !== 'string' || !SERVER_FRAME_TYPES.includes(type)) return [`not a server frame type: ${JSON.stringify(type)}`];
+  let validate = frameValidators.get(`server ${type}`);
+  if (!validate) {
+    validate = ajv.compile(frameSchema(type));
+    frameValidators.set(`server ${type}`, validate);
+  }
+  return validate(frame) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath || '(root)'} ${e.message ?? e.keyword}`);
+}

@@ -187,7 +187,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
         fc.pre(Buffer.byteLength(c.text) <= MAX_BODY_BYTES); // larger bodies have their own property
         const where = `${c.label}: ${c.text.slice(0, 160)}`;
         const response = await exchange(where, c.base, c.text);
-        if (c.nonFinite && response.status === 400) {
+        if (c.unrepresentable && response.status === 400) {
           assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' }, log);
           return;
         }
@@ -304,10 +304,10 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assert.notEqual(documentedDepthLimit(ASYNCAPI_TEXT), null, 'asyncapi.yaml does not say how deeply a frame may nest');
   });
 
-  test('user data with numbers JSON cannot keep (1e400, -1e400) is refused or kept, never silently changed', async () => {
+  test('user data with numbers JSON cannot keep (1e400, -1e400, 1e-400) is refused naming where, never silently stored as null or 0', async () => {
     await runProperty(
-      'non-finite numbers in payload',
-      fc.record({ literal: fc.constantFrom('1e400', '-1e400', '1E999'), nest: fc.boolean() }),
+      'unrepresentable numbers in payload',
+      fc.record({ literal: fc.constantFrom('1e400', '-1e400', '1E999', '1e-400', '-2.5e-999'), nest: fc.boolean() }),
       async ({ literal, nest }) => {
         const text = nest ? `{"payload":{"a":[${literal}]}}` : `{"payload":{"a":${literal}}}`;
         const where = `payload with ${literal}`;
@@ -318,9 +318,9 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
         }
         const stored = (await api.request('GET', `/v1/tasks/${response.body.data.task.task_id}`, { token })).body.data.payload;
         const a = nest ? stored.a[0] : stored.a;
-        assert.notEqual(a, null, `${where}: accepted (200), but the number was stored as null`);
+        assert.fail(`${where}: accepted (${response.status}), and the number was stored as ${JSON.stringify(a)}`);
       },
-      { numRuns: 6, timeLimitMs: 3_000 },
+      { numRuns: 10, timeLimitMs: 3_000 },
     );
   });
 
@@ -362,7 +362,8 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
   describe('chunked uploads without Content-Length, to a real server process', () => {
     let server: ServerProcess;
     before(async () => {
-      server = await startServerProcess(t.url);
+      // Recovery would expire tasks with short deadlines (valid bodies may ask for 1 s) while refusals are compared: its first pass is 45+ s away.
+      server = await startServerProcess(t.url, { ORBIT_RECOVERY_INTERVAL_MS: '60000' });
     });
     after(async () => {
       await server?.stop();
@@ -457,7 +458,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
             assertRefused(asTest, where);
             assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request changed the database`);
           }
-          if (c.nonFinite && asTest.status === 400) assertRefused(asTest, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' });
+          if (c.unrepresentable && asTest.status === 400) assertRefused(asTest, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' });
           else if (c.duplicate !== null) assertRefused(asTest, where, { status: 400, field: fieldNames(c.duplicate, 'body'), location: 'body' });
           else {
             const verdict = bodyVerdict(c.base, JSON.parse(c.text));

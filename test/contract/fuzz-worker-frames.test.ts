@@ -192,7 +192,7 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
         fc.pre(Buffer.byteLength(c.text) <= MAX_FRAME_BYTES); // larger frames close the socket (their own property)
         const where = `${c.label}: ${summarize(c.text, 200)}`;
         const answer = await exchange(where, (s) => s.sendText(c.text));
-        if (c.nonFinite && answer.type === 'error' && answer.code === 'INVALID_ARGUMENT') {
+        if (c.unrepresentable && answer.type === 'error' && answer.code === 'INVALID_ARGUMENT') {
           assert.equal(answer.details?.location, 'frame', `${where}: details.location`);
         } else if (c.duplicate !== null) {
           assert.equal(answer.type, 'error', `${where}: a duplicate key was accepted`);
@@ -408,13 +408,13 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
 
   test('frames before hello: refused (never INTERNAL, nothing changed); hello afterwards opens the session', async () => {
     const frame = fc.oneof(
-      mutatedDocument(VALID_FRAMES, 2).map((c) => ({ text: c.text, duplicate: c.duplicate, nonFinite: c.nonFinite })),
-      fc.jsonValue({ maxDepth: 3 }).map((v) => ({ text: JSON.stringify(v), duplicate: null as Path | null, nonFinite: false })),
+      mutatedDocument(VALID_FRAMES, 2).map((c) => ({ text: c.text, duplicate: c.duplicate, unrepresentable: c.unrepresentable })),
+      fc.jsonValue({ maxDepth: 3 }).map((v) => ({ text: JSON.stringify(v), duplicate: null as Path | null, unrepresentable: false })),
     );
     await runProperty(
       'frames before hello',
       frame,
-      async ({ text, duplicate, nonFinite }) => {
+      async ({ text, duplicate, unrepresentable }) => {
         fc.pre(Buffer.byteLength(text) <= MAX_FRAME_BYTES); // larger frames close the socket (their own property)
         const where = `before hello: ${summarize(text, 160)}`;
         // Sessions of earlier runs are closed by the server asynchronously: their state is left out.
@@ -430,7 +430,7 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
           } catch {
             value = undefined;
           }
-          const refusedNumber = nonFinite && answer.type === 'error' && answer.code === 'INVALID_ARGUMENT';
+          const refusedNumber = unrepresentable && answer.type === 'error' && answer.code === 'INVALID_ARGUMENT';
           const verdict = refusedNumber
             ? { valid: false, fields: [String(answer.details?.field)] }
             : duplicate === null

@@ -112,6 +112,14 @@ export function withEscapedKeys(value: Json): string {
   return `{${Object.entries(value).map(([k, v]) => `${escapedKey(k)}:${withEscapedKeys(v)}`).join(',')}}`;
 }
 
+/** A number literal that JSON.parse turns into ±Infinity, or into 0 although it is not zero. */
+export function isUnrepresentable(literal: string): boolean {
+  const n = Number(literal);
+  if (!Number.isFinite(n)) return true;
+  const mantissa = literal.replace(/^-/, '').split(/[eE]/)[0] as string;
+  return n === 0 && /[1-9]/.test(mantissa);
+}
+
 export interface MutatedDocument {
   /** Which valid document it started from (an operation id, a frame type). */
   base: string;
@@ -119,10 +127,11 @@ export interface MutatedDocument {
   /** Where the duplicate key is, when the text has one (its spellings: `fieldNames`). */
   duplicate: Path | null;
   /**
-   * The text holds a number literal JSON.parse turns into ±Infinity (`1e400`): the spec does not
-   * say, so refusing it (naming where) is as right as the verdict on the parsed value.
+   * The text holds a number literal JSON.parse cannot keep: ±Infinity (`1e400`) or 0 for a
+   * non-zero number (`1e-400`). The spec does not say, so refusing it (naming where) is as
+   * right as the verdict on the parsed value.
    */
-  nonFinite: boolean;
+  unrepresentable: boolean;
   label: string;
 }
 
@@ -150,7 +159,7 @@ export function mutatedDocument(valid: Record<string, JsonObject>, maxMutations 
         } else text = JSON.stringify(value);
       } else text = writing === 'escaped-keys' ? withEscapedKeys(value) : JSON.stringify(value);
       for (const raw of raws) text = text.replace(JSON.stringify(SENTINEL), raw);
-      const nonFinite = raws.some((raw) => !Number.isFinite(Number(raw)));
-      return { base, text, duplicate, nonFinite, label: `${base} ${writing} ${mutations.map((m) => m.kind).join('+') || 'unchanged'}` };
+      const unrepresentable = raws.some(isUnrepresentable);
+      return { base, text, duplicate, unrepresentable, label: `${base} ${writing} ${mutations.map((m) => m.kind).join('+') || 'unchanged'}` };
     });
 }

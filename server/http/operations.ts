@@ -9,6 +9,7 @@ import { OrbitError, invalidArgument } from '../errors.ts';
 import { routes, type Handlers, type OperationId, type OperationInput, type RouteSpec } from '../generated/routes.ts';
 import type { Principal } from '../domain/principal.ts';
 import { parseStrictJson } from './strict-json.ts';
+import { fieldPath } from './field-path.ts';
 import { validationError } from './validation-errors.ts';
 import { renderData } from './envelope.ts';
 import type { AppEnv } from './env.ts';
@@ -88,9 +89,9 @@ function readQuery(c: Context, route: RouteSpec): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const name of new Set(url.searchParams.keys())) {
     const type = route.queryParams[name];
-    if (type === undefined) throw invalidArgument(name, 'is not a query parameter of this operation', 'query');
+    if (type === undefined) throw invalidArgument(fieldPath([name]), 'is not a query parameter of this operation', 'query');
     const values = url.searchParams.getAll(name);
-    if (values.length > 1) throw invalidArgument(name, 'must appear at most once', 'query');
+    if (values.length > 1) throw invalidArgument(fieldPath([name]), 'must appear at most once', 'query');
     const value = values[0] as string;
     // Integers are converted only when they look like integers; anything else stays a string
     // and the validator reports the type.

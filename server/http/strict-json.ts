@@ -27,6 +27,8 @@
 /** How deeply objects and arrays may nest in a request body or a worker frame, user data included (openapi.yaml, asyncapi.yaml). */
 export const MAX_JSON_DEPTH = 64;
 
+import { fieldAt, fieldPath } from './field-path.ts';
+
 export type StrictJsonResult =
   | { ok: true; value: unknown }
   | { ok: false; field: string; reason: string };
@@ -34,6 +36,7 @@ export type StrictJsonResult =
 /** Internal: thrown by the scanner, caught in `parseStrictJson`. */
 class ScanFailure {
   constructor(
+    /** A path inside the document (field-path.ts); '' for the document as a whole. */
     readonly field: string,
     readonly reason: string,
   ) {}
@@ -88,17 +91,19 @@ const AFTER_VALUE = 2;
 /**
  * Parses `text` as JSON, refusing duplicate object keys at any depth.
  *
- * - invalid JSON → `{ ok: false, field: 'body', reason: 'is not valid JSON: …' }`
+ * - invalid JSON → `{ ok: false, field: <root>, reason: 'is not valid JSON: …' }` (root: `body`
+ *   unless `options.root` names the document otherwise, e.g. `frame`)
  * - duplicate key → `{ ok: false, field: <dotted path, e.g. payload.items[2].x>,
  *   reason: 'duplicate key "<key>"' }`
  * - otherwise `{ ok: true, value }` with `value` exactly as `JSON.parse(text)`.
  */
-export function parseStrictJson(text: string): StrictJsonResult {
+export function parseStrictJson(text: string, options: { root?: string } = {}): StrictJsonResult {
+  const root = options.root ?? 'body';
   try {
     scan(text);
   } catch (err) {
     if (err instanceof ScanFailure) {
-      return { ok: false, field: err.field, reason: err.reason };
+      return { ok: false, field: fieldAt(root, err.field), reason: err.reason };
     }
     throw err;
   }
@@ -108,7 +113,7 @@ export function parseStrictJson(text: string): StrictJsonResult {
   } catch (err) {
     // Unreachable if the scanner matches JSON.parse; fail closed anyway.
     const message = err instanceof Error ? err.message : String(err);
-    return { ok: false, field: 'body', reason: `is not valid JSON: ${truncate(message, 120)}` };
+    return { ok: false, field: root, reason: `is not valid JSON: ${truncate(message, 120)}` };
   }
   return { ok: true, value };
 }
@@ -119,7 +124,7 @@ function scan(text: string): void {
   let top: Frame | undefined;
   let mode = EXPECT_VALUE;
   let i = skipWhitespace(text, 0);
-  /** First duplicate key found; reported only if the whole text is valid JSON. */
+  /** First duplicate key (or number JSON.parse would change) found; reported only if the whole text is valid JSON. */
   let duplicate: ScanFailure | undefined;
 
   for (;;) {
@@ -156,7 +161,13 @@ function scan(text: string): void {
       if (c === QUOTE) {
         i = scanString(text, i);
       } else if (c === MINUS || (c >= DIGIT_0 && c <= DIGIT_9)) {
+        const start = i;
         i = scanNumber(text, i);
+        // `1e400` is valid JSON, but JSON.parse makes it Infinity (stored as null), and `1e-400`
+        // becomes 0: user data must come back as it was sent, so such a number is refused.
+        const problem = unrepresentable(text.slice(start, i));
+        // Like a duplicate, reported only if the whole text is valid JSON.
+        if (problem !== null && duplicate === undefined) duplicate = new ScanFailure(pathToCurrent(stack), problem);
       } else if (c === LOWER_T) {
         i = scanLiteral(text, i, 'true');
       } else if (c === LOWER_F) {
@@ -388,29 +399,29 @@ function scanLiteral(text: string, i: number, literal: string): number {
 }
 
 /** Dotted path of member `key` inside the innermost object on `stack`. */
+/** The segments of every frame's current child but the innermost frame's, which is at `key`. */
 function pathTo(stack: readonly Frame[], key: string): string {
-  const parts: string[] = [];
-  // Every frame but the innermost contributes the position of its current child.
+  const segments: Array<string | number> = [];
   for (let d = 0; d < stack.length - 1; d++) {
     const frame = stack[d] as Frame;
-    if (frame.isObject) {
-      parts.push(parts.length === 0 ? frame.key : `.${frame.key}`);
-    } else {
-      parts.push(`[${frame.index}]`);
-    }
+    segments.push(frame.isObject ? frame.key : frame.index);
   }
-  parts.push(parts.length === 0 ? key : `.${key}`);
-  return parts.join('');
+  segments.push(key);
+  return fieldPath(segments);
 }
 
-/** The position of the value being scanned: every frame contributes its current child. */
+/** Why JSON.parse would not keep this number literal (beyond the double range), or null. */
+function unrepresentable(literal: string): string | null {
+  const value = Number(literal);
+  if (!Number.isFinite(value)) return 'is a number too large to represent (beyond ±1.8e308)';
+  // Zero from a mantissa with a non-zero digit: the exponent took it below the smallest double.
+  if (value === 0 && /[1-9]/.test(literal.split(/[eE]/)[0] as string)) return 'is a number too small to represent (it would become 0)';
+  return null;
+}
+
+/** The position of the value being scanned: every frame contributes its current child ('' at the root). */
 function pathToCurrent(stack: readonly Frame[]): string {
-  let path = '';
-  for (const frame of stack) {
-    if (frame.isObject) path += path === '' ? frame.key : `.${frame.key}`;
-    else path += `[${frame.index}]`;
-  }
-  return path === '' || path.startsWith('[') ? `body${path}` : path;
+  return fieldPath(stack.map((frame) => (frame.isObject ? frame.key : frame.index)));
 }
 
 function tooDeep(stack: readonly Frame[]): ScanFailure {
@@ -418,7 +429,7 @@ function tooDeep(stack: readonly Frame[]): ScanFailure {
 }
 
 function invalid(description: string): ScanFailure {
-  return new ScanFailure('body', `is not valid JSON: ${description}`);
+  return new ScanFailure('', `is not valid JSON: ${description}`);
 }
 
 function endOfInput(i: number): ScanFailure {

@@ -4,14 +4,17 @@
  */
 import { invalidArgument, type FieldLocation, type OrbitError } from '../errors.ts';
 import type { ValidationError } from '../generated/routes.ts';
+import { fieldAt, fieldPath } from './field-path.ts';
 
-function fieldPath(instancePath: string, extra?: string): string {
+/** Ajv's JSON Pointer (`/payload/items/2`) plus an optional child → `payload.items[2]`. */
+function pointerPath(instancePath: string, extra?: string): string {
   const parts = instancePath
     .split('/')
     .slice(1)
     .map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'));
   if (extra !== undefined) parts.push(extra);
-  return parts.reduce((path, part) => (/^\d+$/.test(part) ? `${path}[${part}]` : path === '' ? part : `${path}.${part}`), '');
+  // Only Orbit's own fields reach here (user data is free JSON), and arrays of them hold no objects with numeric keys.
+  return fieldPath(parts.map((part) => (/^(0|[1-9]\d*)$/.test(part) ? Number(part) : part)));
 }
 
 function declaredProperties(parentSchema: unknown): string[] {
@@ -23,33 +26,33 @@ function describe(error: ValidationError): { field: string; reason: string } {
   const params = error.params;
   switch (error.keyword) {
     case 'required':
-      return { field: fieldPath(error.instancePath, String(params.missingProperty)), reason: 'is required' };
+      return { field: pointerPath(error.instancePath, String(params.missingProperty)), reason: 'is required' };
     case 'additionalProperties': {
       const name = String(params.additionalProperty);
       const sameIgnoringCase = declaredProperties(error.parentSchema).find((p) => p.toLowerCase() === name.toLowerCase());
       const hint = sameIgnoringCase ? ` (names are case-sensitive: did you mean "${sameIgnoringCase}"?)` : '';
-      return { field: fieldPath(error.instancePath, name), reason: `is not a known field${hint}` };
+      return { field: pointerPath(error.instancePath, name), reason: `is not a known field${hint}` };
     }
     case 'type': {
       const data = (error as { data?: unknown }).data;
       const expected = String(params.type);
-      return { field: fieldPath(error.instancePath), reason: data === null ? `must not be null (expected ${expected})` : `must be ${article(expected)} ${expected}` };
+      return { field: pointerPath(error.instancePath), reason: data === null ? `must not be null (expected ${expected})` : `must be ${article(expected)} ${expected}` };
     }
     case 'minimum':
     case 'maximum':
     case 'exclusiveMinimum':
     case 'exclusiveMaximum':
-      return { field: fieldPath(error.instancePath), reason: `must be ${String(params.comparison)} ${String(params.limit)}` };
+      return { field: pointerPath(error.instancePath), reason: `must be ${String(params.comparison)} ${String(params.limit)}` };
     case 'minLength':
-      return { field: fieldPath(error.instancePath), reason: Number(params.limit) === 1 ? 'must not be empty' : `must have at least ${String(params.limit)} characters` };
+      return { field: pointerPath(error.instancePath), reason: Number(params.limit) === 1 ? 'must not be empty' : `must have at least ${String(params.limit)} characters` };
     case 'maxLength':
-      return { field: fieldPath(error.instancePath), reason: `must have at most ${String(params.limit)} characters` };
+      return { field: pointerPath(error.instancePath), reason: `must have at most ${String(params.limit)} characters` };
     case 'pattern':
-      return { field: fieldPath(error.instancePath), reason: patternReason(String(params.pattern)) };
+      return { field: pointerPath(error.instancePath), reason: patternReason(String(params.pattern)) };
     case 'enum':
-      return { field: fieldPath(error.instancePath), reason: `must be one of ${(params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` };
+      return { field: pointerPath(error.instancePath), reason: `must be one of ${(params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` };
     default:
-      return { field: fieldPath(error.instancePath), reason: error.message ?? `fails ${error.keyword}` };
+      return { field: pointerPath(error.instancePath), reason: error.message ?? `fails ${error.keyword}` };
   }
 }
 
@@ -74,5 +77,5 @@ export function validationError(errors: ValidationError[] | null | undefined, lo
   const first = errors?.find((e) => e.keyword === 'additionalProperties') ?? errors?.[0];
   if (!first) return invalidArgument(location, 'is invalid', location);
   const { field, reason } = describe(first);
-  return invalidArgument(field === '' ? location : field, reason, location);
+  return invalidArgument(fieldAt(location, field), reason, location);
 }

@@ -15,8 +15,8 @@ export const MAX_FRAME_BYTES = 1024 * 1024;
 
 export function parseWorkerFrame(data: unknown): WorkerFrame {
   if (typeof data !== 'string') throw invalidArgument('frame', 'must be a JSON text frame', 'frame');
-  const parsed = parseStrictJson(data);
-  if (!parsed.ok) throw invalidArgument(parsed.field === 'body' ? 'frame' : parsed.field, parsed.reason, 'frame');
+  const parsed = parseStrictJson(data, { root: 'frame' });
+  if (!parsed.ok) throw invalidArgument(parsed.field, parsed.reason, 'frame');
   const value = parsed.value;
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalidArgument('frame', 'must be a JSON object', 'frame');
   const type = (value as { type?: unknown }).type;

@@ -370,6 +370,17 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     });
 
     const lastServerError = () => describeLogLine([...server.logs].reverse().find((l) => Number(l.level) >= 50));
+    /** A raw chunked-upload answer as a TestResponse; a 5xx fails at once, with the server's last error line. */
+    function answered(response: { status: number; headers: unknown; text: string }, where: string): TestResponse {
+      let body: unknown;
+      try {
+        body = JSON.parse(response.text);
+      } catch {
+        body = undefined;
+      }
+      if (response.status >= 500) assert.fail(`${where}: answered ${response.status}: ${response.text.slice(0, 300)}\n    ${lastServerError()}`);
+      return { status: response.status, headers: new Headers(response.headers as Record<string, string>), text: response.text, body };
+    }
 
     /**
      * A chunked POST. Resolves with the response as soon as it arrives - also before the body is
@@ -445,15 +456,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
           const before = await dbFingerprint(t.db);
           const response = await chunked(pathFor(c.base), split(bytes, sizes), { end: true, waitMs: 5000 });
           assert.ok(response, `${where}: no answer within 5 s`);
-          const body = (() => {
-            try {
-              return JSON.parse(response.text);
-            } catch {
-              return undefined;
-            }
-          })();
-          const asTest: TestResponse = { status: response.status, headers: new Headers(response.headers as Record<string, string>), text: response.text, body };
-          if (asTest.status >= 500) assert.fail(`${where}: answered ${asTest.status}: ${asTest.text.slice(0, 300)}\n    ${lastServerError()}`);
+          const asTest = answered(response, where);
           if (asTest.status >= 400) {
             assertRefused(asTest, where);
             assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request changed the database`);
@@ -482,15 +485,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
           // The request is never ended: a server that reads the whole body before checking its size never answers.
           const response = await chunked(pathFor('submitTask'), split(bytes, [chunk]), { end: false, waitMs: 2500 });
           assert.ok(response, `${where}: no answer within 2.5 s of passing the limit - the body is read to its end before the size check`);
-          const body = (() => {
-            try {
-              return JSON.parse(response.text);
-            } catch {
-              return undefined;
-            }
-          })();
-          const asTest: TestResponse = { status: response.status, headers: new Headers(response.headers as Record<string, string>), text: response.text, body };
-          if (asTest.status >= 500) assert.fail(`${where}: answered ${asTest.status}: ${asTest.text.slice(0, 300)}\n    ${lastServerError()}`);
+          const asTest = answered(response, where);
           assertRefused(asTest, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'body', location: 'body' });
           assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request changed the database`);
         },

@@ -21,13 +21,12 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { Ajv2020 } from 'ajv/dist/2020.js';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { ALL_ACTIONS } from '../../server/domain/actions.ts';
-import { assertMatchesSpec, operations, type JsonSchema, type SpecOperation } from './spec-validator.ts';
+import { MAX_JSON_BYTES, assertMatchesSpec, operations, requestSchemaValidator, type JsonSchema, type SpecOperation } from './spec-validator.ts';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
@@ -172,31 +171,8 @@ function objectsOf(schema: JsonSchema, path: FieldPath = []): FieldPath[] {
   return out;
 }
 
-/** openapi.yaml's own keyword: the largest UTF-8 size of the value serialised as compact JSON. */
-const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajv.addKeyword({
-  keyword: MAX_JSON_BYTES,
-  schemaType: 'number',
-  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data), 'utf8') <= max,
-});
-const validatorCache = new Map<JsonSchema, ReturnType<typeof ajv.compile>>();
 function specAccepts(schema: JsonSchema, value: unknown): boolean {
-  let validate = validatorCache.get(schema);
-  if (!validate) {
-    validate = ajv.compile(stripExtensions(schema) as JsonSchema);
-    validatorCache.set(schema, validate);
-  }
-  return validate(value) as boolean;
-}
-function stripExtensions(schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(stripExtensions);
-  if (schema === null || typeof schema !== 'object') return schema;
-  return Object.fromEntries(
-    Object.entries(schema as Record<string, unknown>)
-      .filter(([k]) => !k.startsWith('x-') || k === MAX_JSON_BYTES)
-      .map(([k, v]) => [k, k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, stripExtensions(s)])) : stripExtensions(v)]),
-  );
+  return requestSchemaValidator(schema)(value) as boolean;
 }
 
 interface RequestShape {

@@ -24,6 +24,7 @@ import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import {
   OPENAPI_FILE,
+  STATUS_OF_CODE,
   assertErrorEnvelope,
   assertHeadersMatchSpec,
   assertMatchesSpec,
@@ -107,19 +108,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     if (isJson) assertOrbitValues(response.body, where);
     if (response.status >= 400 && isEnvelope) {
       const code = response.body.error.code as string;
-      const expectedStatus: Record<string, number> = {
-        INVALID_ARGUMENT: 400,
-        UNAUTHENTICATED: 401,
-        PERMISSION_DENIED: 403,
-        NOT_FOUND: 404,
-        STATE_CONFLICT: 409,
-        IDEMPOTENCY_CONFLICT: 409,
-        APPLICATION_FULL: 429,
-        QUEUE_FULL: 429,
-        UNAVAILABLE: 503,
-        INTERNAL: 500,
-      };
-      assert.equal(response.status, expectedStatus[code], `${where}: ${code} is HTTP ${expectedStatus[code]}`);
+      assert.equal(response.status, STATUS_OF_CODE[code], `${where}: ${code} is HTTP ${STATUS_OF_CODE[code]}`);
     }
     if (!seen.has(op.operationId)) seen.set(op.operationId, new Set());
     seen.get(op.operationId)?.add(response.status);

@@ -20,6 +20,53 @@ export const OPENAPI_FILE = fileURLToPath(new URL('../../openapi.yaml', import.m
 
 export type JsonSchema = Record<string, unknown>;
 
+/** HTTP status of each ErrorCode, written out here as an oracle independent of server/errors.ts. */
+export const STATUS_OF_CODE: Record<string, number> = {
+  INVALID_ARGUMENT: 400,
+  UNAUTHENTICATED: 401,
+  PERMISSION_DENIED: 403,
+  NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
+  STATE_CONFLICT: 409,
+  IDEMPOTENCY_CONFLICT: 409,
+  APPLICATION_FULL: 429,
+  QUEUE_FULL: 429,
+  UNAVAILABLE: 503,
+  INTERNAL: 500,
+};
+
+/** openapi.yaml's own keyword: the largest UTF-8 size of the value serialised as compact JSON. */
+export const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
+const requestAjv = new Ajv2020({ strict: false, allErrors: true });
+requestAjv.addKeyword({
+  keyword: MAX_JSON_BYTES,
+  schemaType: 'number',
+  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data) ?? '', 'utf8') <= max,
+});
+
+/** The schema without `x-` keywords other than the byte limit (Ajv does not know them). */
+function stripExtensions(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(stripExtensions);
+  if (schema === null || typeof schema !== 'object') return schema;
+  return Object.fromEntries(
+    Object.entries(schema as Record<string, unknown>)
+      .filter(([k]) => !k.startsWith('x-') || k === MAX_JSON_BYTES)
+      .map(([k, v]) => [k, k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, stripExtensions(s)])) : stripExtensions(v)]),
+  );
+}
+
+const requestValidators = new Map<unknown, ValidateFunction>();
+
+/** An Ajv validator (all errors) for a request schema of the spec, with the byte-limit keyword; compiled once per schema. */
+export function requestSchemaValidator(schema: unknown): ValidateFunction {
+  let validate = requestValidators.get(schema);
+  if (!validate) {
+    validate = requestAjv.compile(stripExtensions(schema) as JsonSchema);
+    requestValidators.set(schema, validate);
+  }
+  return validate;
+}
+
 interface OpenApiOperation {
   operationId: string;
   security?: unknown[];

@@ -17,7 +17,7 @@ import fc from 'fast-check';
 import { pino, type Logger } from 'pino';
 import type { Database } from '../../server/store/database.ts';
 import type { TestResponse } from './app.ts';
-import { assertErrorEnvelope } from '../contract/spec-validator.ts';
+import { STATUS_OF_CODE, assertErrorEnvelope } from '../contract/spec-validator.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Seed, runs, reporting
@@ -171,20 +171,6 @@ export async function sendRaw(
   return { status: raw.status, headers: raw.headers, text, body: parsed };
 }
 
-/** HTTP status of each ErrorCode (openapi.yaml's ErrorCode enum; the envelope check refuses codes outside it). */
-export const STATUS_OF_CODE: Record<string, number> = {
-  INVALID_ARGUMENT: 400,
-  UNAUTHENTICATED: 401,
-  PERMISSION_DENIED: 403,
-  NOT_FOUND: 404,
-  METHOD_NOT_ALLOWED: 405,
-  STATE_CONFLICT: 409,
-  IDEMPOTENCY_CONFLICT: 409,
-  APPLICATION_FULL: 429,
-  QUEUE_FULL: 429,
-  UNAVAILABLE: 503,
-  INTERNAL: 500,
-};
 
 /** Error lines of a server log, kept so a 5xx can be reported with its stack. */
 export class LogCapture {

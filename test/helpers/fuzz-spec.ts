@@ -7,33 +7,14 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
-import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';
 import { fieldNames } from './fuzz-common.ts';
-import { OPENAPI_FILE, operationById, operations, type JsonSchema, type SpecOperation } from '../contract/spec-validator.ts';
+import { OPENAPI_FILE, operationById, operations, requestSchemaValidator, type JsonSchema, type SpecOperation } from '../contract/spec-validator.ts';
 
 export const ASYNCAPI_FILE = fileURLToPath(new URL('../../asyncapi.yaml', import.meta.url));
 export const OPENAPI_TEXT = readFileSync(OPENAPI_FILE, 'utf8');
 export const ASYNCAPI_TEXT = readFileSync(ASYNCAPI_FILE, 'utf8');
 
-const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
-
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajv.addKeyword({
-  keyword: MAX_JSON_BYTES,
-  schemaType: 'number',
-  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data) ?? '', 'utf8') <= max,
-});
-
-/** The schema without `x-` keywords other than the byte limit (Ajv does not know them). */
-function stripExtensions(schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(stripExtensions);
-  if (schema === null || typeof schema !== 'object') return schema;
-  return Object.fromEntries(
-    Object.entries(schema as Record<string, unknown>)
-      .filter(([k]) => !k.startsWith('x-') || k === MAX_JSON_BYTES)
-      .map(([k, v]) => [k, k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, stripExtensions(s)])) : stripExtensions(v)]),
-  );
-}
 
 /** The spellings of the field an Ajv error is about (see `fieldNames`). */
 function errorFields(error: ErrorObject, root: string): string[] {
@@ -66,7 +47,7 @@ export const bodyOperations: SpecOperation[] = operations.filter((op) => op.requ
 export function bodyVerdict(operationId: string, value: unknown): Verdict {
   let validate = bodyValidators.get(operationId);
   if (!validate) {
-    validate = ajv.compile(stripExtensions(operationById(operationId).requestSchema) as JsonSchema);
+    validate = requestSchemaValidator(operationById(operationId).requestSchema);
     bodyValidators.set(operationId, validate);
   }
   const result = verdict(validate, value, 'body');
@@ -87,7 +68,7 @@ export function parameterVerdict(operationId: string, name: string, value: unkno
   if (!validate) {
     const parameter = operationById(operationId).parameters.find((p) => p.name === name);
     if (!parameter) throw new Error(`${operationId} has no parameter ${name}`);
-    validate = ajv.compile(parameter.schema);
+    validate = requestSchemaValidator(parameter.schema);
     parameterValidators.set(key, validate);
   }
   return validate(value) as boolean;
@@ -131,7 +112,7 @@ const frameValidators = new Map<string, ValidateFunction>();
 export function frameSchema(type: string): JsonSchema {
   const message = asyncapi.components.messages[type];
   if (!message) throw new Error(`asyncapi.yaml has no message ${type}`);
-  return stripExtensions(resolveAsync(message.payload)) as JsonSchema;
+  return resolveAsync(message.payload) as JsonSchema;
 }
 
 /**
@@ -144,7 +125,7 @@ export function frameVerdict(value: unknown): Verdict {
   if (typeof type !== 'string' || !WORKER_FRAME_TYPES.includes(type)) return { valid: false, fields: ['type'] };
   let validate = frameValidators.get(type);
   if (!validate) {
-    validate = ajv.compile(frameSchema(type));
+    validate = requestSchemaValidator(frameSchema(type));
     frameValidators.set(type, validate);
   }
   const result = verdict(validate, value, 'frame');
@@ -162,7 +143,7 @@ export function serverFrameErrors(frame: unknown): string[] {
   if (typeof type !== 'string' || !SERVER_FRAME_TYPES.includes(type)) return [`not a server frame type: ${JSON.stringify(type)}`];
   let validate = frameValidators.get(`server ${type}`);
   if (!validate) {
-    validate = ajv.compile(frameSchema(type));
+    validate = requestSchemaValidator(frameSchema(type));
     frameValidators.set(`server ${type}`, validate);
   }
   return validate(frame) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath || '(root)'} ${e.message ?? e.keyword}`);

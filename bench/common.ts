@@ -7,8 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { Agent, request } from 'node:http';
 import os from 'node:os';
 import mysql from 'mysql2/promise';
-import { migrate } from '../server/store/migrate.ts';
-import { createDatabase, type Database } from '../server/store/database.ts';
+import { migrate } from '../server/store/database/migrate.ts';
+import { createDatabase, type Database } from '../server/store/database/database.ts';
 
 export async function benchDatabase(): Promise<{ url: string; db: Database; drop(): Promise<void> }> {
   let serverUrl = process.env.ORBIT_BENCH_DATABASE_URL ?? process.env.ORBIT_TEST_DATABASE_URL;

@@ -12,11 +12,11 @@ import { hexToId, idToHex, isHexId } from '../ids.ts';
 import { APPLICATION_ACTIONS, NAMESPACE_ACTIONS, isAction, type Action } from '../domain/actions.ts';
 import { OrbitError } from '../errors.ts';
 import { sqlToRfc3339 } from '../time.ts';
-import { createDatabase, type Database } from '../store/database.ts';
-import { migrate, MigrationMismatchError } from '../store/migrate.ts';
-import { credentialCreate, credentialRevoke } from '../store/credentials.ts';
-import { tenantBootstrap } from '../store/bootstrap.ts';
-import { ENVIRONMENTS, applicationSetEnabled, namespaceFindById, namespaceSetEnabled, type Environment } from '../store/tenancy.ts';
+import { createDatabase, type Database } from '../store/database/database.ts';
+import { migrate, MigrationMismatchError } from '../store/database/migrate.ts';
+import { credentialCreate, credentialRevoke } from '../store/tenancy/credentials.ts';
+import { tenantBootstrap } from '../store/tenancy/bootstrap.ts';
+import { ENVIRONMENTS, applicationSetEnabled, namespaceFindById, namespaceSetEnabled, type Environment } from '../store/tenancy/tenancy.ts';
 import { UsageError, parseFlags, usageFailure, wantsHelp, type FlagSpecs, type Flags } from './args.ts';
 import { VERIFY_USAGE, verifyCommand } from './verify-command.ts';
 

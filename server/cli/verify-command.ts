@@ -1,7 +1,7 @@
 /**
  * `orbit-admin verify [--repair] [--application-id ID]`: the usage counters of every
  * application, queue and keyed permit against a recount from the tasks and attempts
- * (server/store/verify.ts has the recount and the consistency argument).
+ * (server/store/quotas/verify.ts has the recount and the consistency argument).
  *
  * stdout, one line per difference, then a summary:
  *
@@ -17,8 +17,8 @@
  */
 import { DEFAULT_DATABASE_URL } from '../config.ts';
 import { hexToId, isHexId, newRequestId } from '../ids.ts';
-import { createDatabase } from '../store/database.ts';
-import { countersRepair, countersVerify, formatDifference } from '../store/verify.ts';
+import { createDatabase } from '../store/database/database.ts';
+import { countersRepair, countersVerify, formatDifference } from '../store/quotas/verify.ts';
 import { UsageError, parseFlags, wantsHelp } from './args.ts';
 
 export const VERIFY_USAGE = `usage: orbit-admin verify [--repair] [--application-id ID]

@@ -5,7 +5,7 @@
 import { Hono } from 'hono';
 import { newRequestId } from '../ids.ts';
 import { OrbitError } from '../errors.ts';
-import { credentialAuthenticate, credentialExplainInvalid, isNoLongerValid } from '../store/credentials.ts';
+import { credentialAuthenticate, credentialExplainInvalid, isNoLongerValid } from '../store/tenancy/credentials.ts';
 import type { Handlers } from '../generated/routes.ts';
 import { allowedMethods, mountOperations, rawPathOf, type RequestContext } from './operations.ts';
 import { PrincipalCache } from './principal-cache.ts';

@@ -1,10 +1,10 @@
 /** What the HTTP app and its handlers are built from; tests build the same with their own database. */
-import type { Database } from '../store/database.ts';
-import type { Clock } from '../store/clock.ts';
+import type { Database } from '../store/database/database.ts';
+import type { Clock } from '../store/database/clock.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import type { KeyedBatcher } from '../domain/batcher.ts';
-import type { SubmitItem, SubmitOutcome } from '../store/admission.ts';
+import type { SubmitItem, SubmitOutcome } from '../store/tasks/admission.ts';
 import type { Context } from 'hono';
 import type { Principal } from '../domain/principal.ts';
 

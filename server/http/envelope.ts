@@ -7,7 +7,7 @@
  */
 import type { Context } from 'hono';
 import { OrbitError } from '../errors.ts';
-import { isDatabaseUnreachable, isRetryableTransactionError } from '../store/database.ts';
+import { isDatabaseUnreachable, isRetryableTransactionError } from '../store/database/database.ts';
 
 export function toOrbitError(error: unknown): OrbitError {
   if (error instanceof OrbitError) return error;

@@ -5,9 +5,9 @@
  */
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
-import type { Database } from '../store/database.ts';
-import { expireDeadlines, recoverExpiredAttempts } from '../store/recovery.ts';
-import { sessionCloseStale } from '../store/sessions.ts';
+import type { Database } from '../store/database/database.ts';
+import { expireDeadlines, recoverExpiredAttempts } from '../store/attempts/recovery.ts';
+import { sessionCloseStale } from '../store/attempts/sessions.ts';
 
 export interface RecoveryLoopOptions {
   db: Database;

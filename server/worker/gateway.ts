@@ -12,11 +12,11 @@ import type { Principal } from '../domain/principal.ts';
 import { KeyedBatcher } from '../domain/batcher.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
-import { placeholders, type Database } from '../store/database.ts';
-import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts.ts';
-import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempt-results.ts';
-import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempt-fast-paths.ts';
-import { sessionHeartbeat, sessionMarkClosed } from '../store/sessions.ts';
+import { placeholders, type Database } from '../store/database/database.ts';
+import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts/attempts.ts';
+import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempts/attempt-results.ts';
+import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempts/attempt-fast-paths.ts';
+import { sessionHeartbeat, sessionMarkClosed } from '../store/attempts/sessions.ts';
 import { WorkerSession } from './session.ts';
 import type { UpgradeEnv } from './upgrade.ts';
 

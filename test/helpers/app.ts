@@ -5,9 +5,9 @@ import type { AppDeps } from '../../server/http/deps.ts';
 import { silentLogger } from '../../server/log.ts';
 import { createMetrics } from '../../server/metrics.ts';
 import { KeyedBatcher } from '../../server/domain/batcher.ts';
-import { taskSubmitBatch } from '../../server/store/admission.ts';
-import { DatabaseClock } from '../../server/store/clock.ts';
-import type { Database } from '../../server/store/database.ts';
+import { taskSubmitBatch } from '../../server/store/tasks/admission.ts';
+import { DatabaseClock } from '../../server/store/database/clock.ts';
+import type { Database } from '../../server/store/database/database.ts';
 import { OPENAPI_PATH } from '../../server/server.ts';
 
 export interface TestResponse {

@@ -5,8 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
-import { createDatabase, type Database } from '../../server/store/database.ts';
-import { migrate } from '../../server/store/migrate.ts';
+import { createDatabase, type Database } from '../../server/store/database/database.ts';
+import { migrate } from '../../server/store/database/migrate.ts';
 
 export function testServerUrl(): string {
   return (process.env.ORBIT_TEST_DATABASE_URL || 'mysql://root@127.0.0.1:3306').replace(/\/+$/, '');

@@ -15,7 +15,7 @@
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { pino, type Logger } from 'pino';
-import type { Database } from '../../server/store/database.ts';
+import type { Database } from '../../server/store/database/database.ts';
 import type { TestResponse } from './app.ts';
 import { STATUS_OF_CODE, assertErrorEnvelope } from '../contract/spec-validator.ts';
 

@@ -1,9 +1,9 @@
 /** Applications, namespaces, queues and credentials for tests, made the way `orbit-admin bootstrap` makes them. */
 import { APPLICATION_ACTIONS, NAMESPACE_ACTIONS, type Action } from '../../server/domain/actions.ts';
 import { idToHex } from '../../server/ids.ts';
-import { tenantBootstrap } from '../../server/store/bootstrap.ts';
-import { credentialCreate } from '../../server/store/credentials.ts';
-import type { Database } from '../../server/store/database.ts';
+import { tenantBootstrap } from '../../server/store/tenancy/bootstrap.ts';
+import { credentialCreate } from '../../server/store/tenancy/credentials.ts';
+import type { Database } from '../../server/store/database/database.ts';
 
 export interface TestTenant {
   applicationId: string;

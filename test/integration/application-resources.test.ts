@@ -4,8 +4,8 @@ import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { credentialRevoke } from '../../server/store/credentials.ts';
-import { applicationSetEnabled, namespaceSetEnabled } from '../../server/store/tenancy.ts';
+import { credentialRevoke } from '../../server/store/tenancy/credentials.ts';
+import { applicationSetEnabled, namespaceSetEnabled } from '../../server/store/tenancy/tenancy.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 
 const CONFIGURE = '/v1/application/resources:configure';

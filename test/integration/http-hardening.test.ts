@@ -15,8 +15,8 @@ import { configureQueue } from '../helpers/server-process.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
-import { credentialRevoke } from '../../server/store/credentials.ts';
-import { applicationSetEnabled, namespaceSetEnabled } from '../../server/store/tenancy.ts';
+import { credentialRevoke } from '../../server/store/tenancy/credentials.ts';
+import { applicationSetEnabled, namespaceSetEnabled } from '../../server/store/tenancy/tenancy.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 
 describe('refusals name what is wrong, and no more', () => {

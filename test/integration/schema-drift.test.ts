@@ -1,5 +1,5 @@
 /**
- * The migrations are the schema; `server/store/schema.ts` is its drizzle mirror. This test
+ * The migrations are the schema; `server/store/database/schema.ts` is its drizzle mirror. This test
  * migrates a fresh database and compares the two through information_schema: table set, every
  * column (order, SQL type incl. character set, nullability, default, auto-increment), primary
  * keys and indexes (columns in order, direction, uniqueness). It also checks the storage rules
@@ -12,7 +12,7 @@ import { Column, SQL, StringChunk, is } from 'drizzle-orm';
 import { getTableConfig, type MySqlColumn, type MySqlTable } from 'drizzle-orm/mysql-core';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { allTables } from '../../server/store/schema.ts';
+import { allTables } from '../../server/store/database/schema.ts';
 
 interface DbTable {
   TABLE_NAME: string;
@@ -189,7 +189,7 @@ function assertNoProblems(problems: string[], what: string): void {
 
 // ---------------------------------------------------------------------------------------------
 
-describe('schema drift: migrations vs server/store/schema.ts', () => {
+describe('schema drift: migrations vs server/store/database/schema.ts', () => {
   let t: TestDatabase;
   let dbTables: Map<string, DbTable>;
   let dbColumns: Map<string, DbColumn[]>;
@@ -232,8 +232,8 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
     const extra = inDrizzle.filter((name) => !dbTables.has(name));
     assertNoProblems(
       [
-        ...missing.map((name) => `table ${name} exists in the migrated database but has no mysqlTable in server/store/schema.ts (and allTables)`),
-        ...extra.map((name) => `table ${name} is defined in server/store/schema.ts but no migration creates it`),
+        ...missing.map((name) => `table ${name} exists in the migrated database but has no mysqlTable in server/store/database/schema.ts (and allTables)`),
+        ...extra.map((name) => `table ${name} is defined in server/store/database/schema.ts but no migration creates it`),
       ],
       'table sets differ',
     );
@@ -275,7 +275,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
         if (dbAuto !== drizzleAuto) problems.push(`${where}: AUTO_INCREMENT is ${dbAuto} in the database but ${drizzleAuto} in schema.ts`);
       }
     }
-    assertNoProblems(problems, 'columns drifted between the migrations and server/store/schema.ts');
+    assertNoProblems(problems, 'columns drifted between the migrations and server/store/database/schema.ts');
   });
 
   test('primary keys and indexes: same names, uniqueness, columns in order and direction', () => {
@@ -296,7 +296,7 @@ describe('schema drift: migrations vs server/store/schema.ts', () => {
         if (!db.indexes.has(name)) problems.push(`${tableName}: index ${name} ${shape} is in schema.ts but not in the database`);
       }
     }
-    assertNoProblems(problems, 'keys drifted between the migrations and server/store/schema.ts');
+    assertNoProblems(problems, 'keys drifted between the migrations and server/store/database/schema.ts');
   });
 
   test('every table is InnoDB, utf8mb4_bin, and has a Chinese COMMENT', () => {

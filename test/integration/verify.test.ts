@@ -18,7 +18,7 @@ import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
-import { countersVerify, formatDifference } from '../../server/store/verify.ts';
+import { countersVerify, formatDifference } from '../../server/store/quotas/verify.ts';
 import { OrbitWorker } from '../../sdk/worker.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/orbit-admin.mjs', import.meta.url));

@@ -14,7 +14,7 @@ import { startServer, type RunningServer } from '../../server/server.ts';
 import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NonRetryableError, OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
-import { applicationSetEnabled } from '../../server/store/tenancy.ts';
+import { applicationSetEnabled } from '../../server/store/tenancy/tenancy.ts';
 
 const LEASE_SECONDS = 2;
 

@@ -1,7 +1,7 @@
 import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
-import { applicationResourcesConfigure, applicationResourcesGet } from '../../store/application-resources.ts';
+import { applicationResourcesConfigure, applicationResourcesGet } from '../../store/quotas/application-resources.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 
 type ApplicationResourcesHandlers = Pick<Handlers<RequestContext>, 'getApplicationResources' | 'configureApplicationResources'>;

@@ -2,8 +2,8 @@ import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
 import { invalidArgument } from '../../errors.ts';
-import { auditList } from '../../store/audit.ts';
-import { eventList } from '../../store/events.ts';
+import { auditList } from '../../store/records/audit.ts';
+import { eventList } from '../../store/records/events.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 
 type FeedHandlers = Pick<Handlers<RequestContext>, 'listAuditEvents' | 'listEvents'>;

@@ -2,7 +2,7 @@ import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
 import { QUEUE_DEFAULTS } from '../../domain/limits.ts';
-import { queueConfigure, queueCreate, queueGetVisible, queueList, toQueue } from '../../store/queues.ts';
+import { queueConfigure, queueCreate, queueGetVisible, queueList, toQueue } from '../../store/quotas/queues.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 

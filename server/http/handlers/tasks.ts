@@ -5,10 +5,10 @@ import { invalidArgument, notFound } from '../../errors.ts';
 import { hexToId, idToHex, isHexId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { TASK_DEFAULTS } from '../../domain/limits.ts';
-import type { SubmitRequest } from '../../store/admission.ts';
-import { queueIdLookup } from '../../store/queues.ts';
-import { taskGetVisible, taskList, toTask } from '../../store/tasks.ts';
-import { taskCancel, taskResolve } from '../../store/task-decisions.ts';
+import type { SubmitRequest } from '../../store/tasks/admission.ts';
+import { queueIdLookup } from '../../store/quotas/queues.ts';
+import { taskGetVisible, taskList, toTask } from '../../store/tasks/tasks.ts';
+import { taskCancel, taskResolve } from '../../store/tasks/task-decisions.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 

@@ -5,8 +5,8 @@
  * first. Exactly-once release comes from the callers deriving deltas from state changes of rows
  * they hold locked; the unsigned columns only add that a counter never goes below zero.
  */
-import type { IdBytes } from '../ids.ts';
-import type { Queryable } from './database.ts';
+import type { IdBytes } from '../../ids.ts';
+import type { Queryable } from '../database/database.ts';
 
 export interface CounterDelta {
   unfinished?: number;

@@ -2,12 +2,12 @@
  * Task rows and their API shape; reads (get, list). Admission is in admission.ts, operator
  * decisions (cancel, resolve) in task-decisions.ts, the worker side in attempts.ts.
  */
-import { notFound } from '../errors.ts';
-import { idToHex, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { sqlToRfc3339 } from '../time.ts';
-import type { components } from '../../sdk/generated/openapi.ts';
-import type { Queryable } from './database.ts';
+import { notFound } from '../../errors.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { sqlToRfc3339 } from '../../time.ts';
+import type { components } from '../../../sdk/generated/openapi.ts';
+import type { Queryable } from '../database/database.ts';
 
 export type Task = components['schemas']['Task'];
 export type TaskState = components['schemas']['TaskState'];

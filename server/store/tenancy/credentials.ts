@@ -4,11 +4,11 @@
  * random bytes, so a fast hash is enough) and it is compared in constant time.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { OrbitError } from '../errors.ts';
-import { hexToId, idToHex, newId, type IdBytes } from '../ids.ts';
-import { isAction, type Action } from '../domain/actions.ts';
-import type { Principal } from '../domain/principal.ts';
-import { placeholders, type Queryable } from './database.ts';
+import { OrbitError } from '../../errors.ts';
+import { hexToId, idToHex, newId, type IdBytes } from '../../ids.ts';
+import { isAction, type Action } from '../../domain/actions.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { placeholders, type Queryable } from '../database/database.ts';
 
 const TOKEN = /^orbit_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/;
 

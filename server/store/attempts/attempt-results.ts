@@ -4,11 +4,11 @@
  * attempt handed to the settlement engine in attempts.ts, which locks, writes and releases the
  * counters.
  */
-import type { IdBytes } from '../ids.ts';
-import { afterLostLease, afterResult, afterUnstartedReservation, type AttemptOutcome, type TaskFacts, type TaskState } from '../domain/task-transitions.ts';
-import { sqlToMillis } from '../time.ts';
+import type { IdBytes } from '../../ids.ts';
+import { afterLostLease, afterResult, afterUnstartedReservation, type AttemptOutcome, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
+import { sqlToMillis } from '../../time.ts';
 import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTask, type Settlement } from './attempts.ts';
-import type { Database } from './database.ts';
+import type { Database } from '../database/database.ts';
 
 function facts(task: LockedTask): TaskFacts {
   return {

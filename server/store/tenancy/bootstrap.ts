@@ -4,11 +4,11 @@
  * name are used as they are, so running the README's sequence again works; a namespace with
  * another environment, or anything disabled, is an error.
  */
-import { OrbitError } from '../errors.ts';
-import { idToHex, type IdBytes } from '../ids.ts';
-import type { Action } from '../domain/actions.ts';
+import { OrbitError } from '../../errors.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
+import type { Action } from '../../domain/actions.ts';
 import { credentialCreate } from './credentials.ts';
-import { queueFind, queueInsert } from './queues.ts';
+import { queueFind, queueInsert } from '../quotas/queues.ts';
 import {
   applicationCreate,
   applicationFindById,
@@ -19,7 +19,7 @@ import {
   type Environment,
   type NamespaceRow,
 } from './tenancy.ts';
-import type { Database } from './database.ts';
+import type { Database } from '../database/database.ts';
 
 export interface BootstrapParams {
   /** Exactly one of the two. */

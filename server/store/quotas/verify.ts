@@ -43,11 +43,11 @@
  *   `unfinished_tasks + n` applies on top of the repaired value. Task and attempt rows are read,
  *   not locked (nothing needs them locked, and locking every unfinished task would be heavy).
  */
-import { idToHex, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { auditInsert } from './audit.ts';
-import { byIdAscending } from './lock-order.ts';
-import { placeholders, type Database, type Queryable, type Row } from './database.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { auditInsert } from '../records/audit.ts';
+import { byIdAscending } from '../database/lock-order.ts';
+import { placeholders, type Database, type Queryable, type Row } from '../database/database.ts';
 import type { ResultSetHeader } from 'mysql2/promise';
 
 const UNFINISHED = "'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'";

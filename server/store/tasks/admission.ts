@@ -22,15 +22,15 @@
  * same key can succeed later. A replay of an accepted submission returns its original receipt
  * even when the application or the queue is full now.
  */
-import { OrbitError } from '../errors.ts';
-import { idToHex, newId, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { millisToSql } from '../time.ts';
-import type { Clock } from './clock.ts';
-import { isDuplicateKeyError, isGuardError, placeholders, type Database, type Queryable, type Row } from './database.ts';
-import { byIdAscending } from './lock-order.ts';
-import { receiptReplay, type ReceiptIdentity } from './receipts.ts';
-import { credentialsStillValid, noLongerValid } from './credentials.ts';
+import { OrbitError } from '../../errors.ts';
+import { idToHex, newId, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { millisToSql } from '../../time.ts';
+import type { Clock } from '../database/clock.ts';
+import { isDuplicateKeyError, isGuardError, placeholders, type Database, type Queryable, type Row } from '../database/database.ts';
+import { byIdAscending } from '../database/lock-order.ts';
+import { receiptReplay, type ReceiptIdentity } from '../records/receipts.ts';
+import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import type { Task } from './tasks.ts';
 
 export interface SubmitRequest {

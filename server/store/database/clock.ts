@@ -5,7 +5,7 @@
  * Tests inject a fixed or stepping clock instead (River's injectable `now`).
  */
 import type { Queryable } from './database.ts';
-import { sqlToMillis } from '../time.ts';
+import { sqlToMillis } from '../../time.ts';
 
 export interface Clock {
   /** Epoch milliseconds in database time. */

@@ -1,8 +1,8 @@
 /** Applications and namespaces: created and switched on or off by `orbit-admin` only. */
-import { OrbitError } from '../errors.ts';
-import { newId, type IdBytes } from '../ids.ts';
-import { applicationResourcesInsert } from './application-resources.ts';
-import type { Queryable } from './database.ts';
+import { OrbitError } from '../../errors.ts';
+import { newId, type IdBytes } from '../../ids.ts';
+import { applicationResourcesInsert } from '../quotas/application-resources.ts';
+import type { Queryable } from '../database/database.ts';
 
 export const ENVIRONMENTS = ['development', 'staging', 'production'] as const;
 export type Environment = (typeof ENVIRONMENTS)[number];

@@ -3,11 +3,11 @@
  * the first lock of a claim (lock order step 2), which serialises one session's claims so its
  * capacity cannot be overrun by two claims at once.
  */
-import { OrbitError } from '../errors.ts';
-import { newId, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { byIdAscending } from './lock-order.ts';
-import { placeholders, type Database, type Queryable } from './database.ts';
+import { OrbitError } from '../../errors.ts';
+import { newId, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { byIdAscending } from '../database/lock-order.ts';
+import { placeholders, type Database, type Queryable } from '../database/database.ts';
 
 export interface SessionQueue {
   queueId: IdBytes;

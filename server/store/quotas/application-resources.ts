@@ -2,14 +2,14 @@
  * The application's shared quota row: three limits, a config revision and live usage.
  * This row serialises one application's short transactions; see lock-order.ts.
  */
-import { OrbitError } from '../errors.ts';
-import { idToHex, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import type { components } from '../../sdk/generated/openapi.ts';
-import { auditInsert } from './audit.ts';
-import { eventInsert } from './events.ts';
-import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
-import type { Database, Queryable } from './database.ts';
+import { OrbitError } from '../../errors.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import type { components } from '../../../sdk/generated/openapi.ts';
+import { auditInsert } from '../records/audit.ts';
+import { eventInsert } from '../records/events.ts';
+import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
+import type { Database, Queryable } from '../database/database.ts';
 
 export type ApplicationResources = components['schemas']['ApplicationResources'];
 export type ApplicationLimits = Pick<ApplicationResources, 'max_unfinished_tasks' | 'max_concurrency' | 'rate_per_second'>;

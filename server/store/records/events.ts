@@ -4,9 +4,9 @@
  * from AUTO_INCREMENT at insert time, so under that lock one application's events commit in
  * sequence order, and a reader paging with `after=` never skips an event that commits later.
  */
-import { newId, idToHex, type IdBytes } from '../ids.ts';
-import { sqlToRfc3339 } from '../time.ts';
-import type { Queryable } from './database.ts';
+import { newId, idToHex, type IdBytes } from '../../ids.ts';
+import { sqlToRfc3339 } from '../../time.ts';
+import type { Queryable } from '../database/database.ts';
 
 export interface EventRecord {
   applicationId: IdBytes;

@@ -6,11 +6,11 @@
  * never queues up behind a hot application. Nothing here looks at credentials or `enabled`:
  * disabled applications are recovered like any other.
  */
-import { idToHex, type IdBytes } from '../ids.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
 import { attemptExpireBatch, type ExpiryKind } from './attempt-results.ts';
 import type { AttemptRef } from './attempts.ts';
-import { counterAdjustSql } from './counters.ts';
-import { placeholders, type Database } from './database.ts';
+import { counterAdjustSql } from '../quotas/counters.ts';
+import { placeholders, type Database } from '../database/database.ts';
 
 function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Map<string, T[]> {
   const groups = new Map<string, T[]>();

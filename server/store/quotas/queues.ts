@@ -3,16 +3,16 @@
  * changes lock the application row first (lock order, and the event feed's ordering rule),
  * then the queue row.
  */
-import { OrbitError, notFound } from '../errors.ts';
-import { newId, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { QUEUE_DEFAULTS } from '../domain/limits.ts';
-import { sqlToRfc3339 } from '../time.ts';
-import type { components } from '../../sdk/generated/openapi.ts';
-import { auditInsert } from './audit.ts';
-import { eventInsert } from './events.ts';
-import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
-import { isDuplicateKeyError, placeholders, type Database, type Queryable } from './database.ts';
+import { OrbitError, notFound } from '../../errors.ts';
+import { newId, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { QUEUE_DEFAULTS } from '../../domain/limits.ts';
+import { sqlToRfc3339 } from '../../time.ts';
+import type { components } from '../../../sdk/generated/openapi.ts';
+import { auditInsert } from '../records/audit.ts';
+import { eventInsert } from '../records/events.ts';
+import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
+import { isDuplicateKeyError, placeholders, type Database, type Queryable } from '../database/database.ts';
 
 export type Queue = components['schemas']['Queue'];
 export interface QueueLimits {

@@ -10,12 +10,12 @@
  * gives back one unfinished), so each counter is released exactly once: a second settlement of
  * the same attempt finds it no longer active and changes nothing.
  */
-import { idToHex as hex, type IdBytes } from '../ids.ts';
-import { tryStart, windowOfRow, type WindowState } from '../domain/start-window.ts';
-import { isTerminal, type TaskState } from '../domain/task-transitions.ts';
-import { millisToSql, sqlToMillis } from '../time.ts';
-import { placeholders, type Database, type Queryable, type Row, type Transaction } from './database.ts';
-import { counterAdjustSql } from './counters.ts';
+import { idToHex as hex, type IdBytes } from '../../ids.ts';
+import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { isTerminal, type TaskState } from '../../domain/task-transitions.ts';
+import { millisToSql, sqlToMillis } from '../../time.ts';
+import { placeholders, type Database, type Queryable, type Row, type Transaction } from '../database/database.ts';
+import { counterAdjustSql } from '../quotas/counters.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;

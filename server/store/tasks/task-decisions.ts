@@ -3,15 +3,15 @@
  * idempotent mutations with an audit record and an event, in one transaction that locks the
  * application row, the queue row, then the task (and its attempt).
  */
-import { OrbitError, notFound } from '../errors.ts';
-import { idToHex, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { auditInsert } from './audit.ts';
-import { counterAdjust, permitRelease } from './counters.ts';
-import { eventInsert } from './events.ts';
-import { idempotentMutation, type ReceiptIdentity } from './receipts.ts';
+import { OrbitError, notFound } from '../../errors.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { auditInsert } from '../records/audit.ts';
+import { counterAdjust, permitRelease } from '../quotas/counters.ts';
+import { eventInsert } from '../records/events.ts';
+import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { taskFind, taskGetVisible, toTask, type Task, type TaskRow, type TaskState } from './tasks.ts';
-import type { Database, Queryable } from './database.ts';
+import type { Database, Queryable } from '../database/database.ts';
 
 interface LockedTask {
   state: TaskState;

@@ -4,10 +4,10 @@
  * again. Same key + same content replays the stored snapshot; other content is
  * IDEMPOTENCY_CONFLICT.
  */
-import { OrbitError } from '../errors.ts';
-import type { IdBytes } from '../ids.ts';
-import { isDuplicateKeyError, type Database, type Queryable } from './database.ts';
-import { credentialsStillValid, noLongerValid } from './credentials.ts';
+import { OrbitError } from '../../errors.ts';
+import type { IdBytes } from '../../ids.ts';
+import { isDuplicateKeyError, type Database, type Queryable } from '../database/database.ts';
+import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 
 export interface ReceiptIdentity {
   applicationId: IdBytes;

@@ -8,9 +8,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import mysql from 'mysql2/promise';
 import { SQL_MODE } from './database.ts';
-import { checkDatabaseUrl } from '../config.ts';
+import { checkDatabaseUrl } from '../../config.ts';
 
-export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations/', import.meta.url));
 
 export interface MigrationFile {
   version: number;

@@ -2,10 +2,10 @@
  * Management audit records, written in the same transaction as the change they describe, in
  * the initiating credential's namespace, with the application id kept explicitly.
  */
-import { newId, idToHex, type IdBytes } from '../ids.ts';
-import type { Principal } from '../domain/principal.ts';
-import { sqlToRfc3339 } from '../time.ts';
-import type { Queryable } from './database.ts';
+import { newId, idToHex, type IdBytes } from '../../ids.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { sqlToRfc3339 } from '../../time.ts';
+import type { Queryable } from '../database/database.ts';
 
 export interface AuditRecord {
   principal: Principal;

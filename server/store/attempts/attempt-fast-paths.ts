@@ -12,10 +12,10 @@
  * permits - and, since the statements and the COMMIT travel together, the application row is
  * never held across a round trip to this process.
  */
-import { idToHex as hex, type IdBytes } from '../ids.ts';
-import type { TaskState } from '../domain/task-transitions.ts';
-import { sqlToMillis } from '../time.ts';
-import { isRetryableTransactionError, type Database, type Row } from './database.ts';
+import { idToHex as hex, type IdBytes } from '../../ids.ts';
+import type { TaskState } from '../../domain/task-transitions.ts';
+import { sqlToMillis } from '../../time.ts';
+import { isRetryableTransactionError, type Database, type Row } from '../database/database.ts';
 import type { AttemptRef } from './attempts.ts';
 
 export interface KnownAttempt extends AttemptRef {

@@ -18,13 +18,13 @@
  * both levels, permit holders, the session's waiting mark. A reservation is not an attempt:
  * the task's `attempts` only grows at Start.
  */
-import { OrbitError } from '../errors.ts';
-import { idToHex as hex, newId, type IdBytes } from '../ids.ts';
-import { claimRoomUnderRate, windowOfRow } from '../domain/start-window.ts';
-import { millisToSql, sqlToMillis } from '../time.ts';
-import { placeholders, type Database, type Queryable, type Row, type Transaction } from './database.ts';
+import { OrbitError } from '../../errors.ts';
+import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
+import { claimRoomUnderRate, windowOfRow } from '../../domain/start-window.ts';
+import { millisToSql, sqlToMillis } from '../../time.ts';
+import { placeholders, type Database, type Queryable, type Row, type Transaction } from '../database/database.ts';
 import type { SessionInfo } from './sessions.ts';
-import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from './credentials.ts';
+import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from '../tenancy/credentials.ts';
 
 export interface ClaimedAttemptInfo {
   attemptId: IdBytes;

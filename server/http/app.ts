@@ -9,7 +9,8 @@ import { credentialAuthenticate, credentialExplainInvalid, isNoLongerValid } fro
 import type { Handlers } from '../generated/routes.ts';
 import { allowedMethods, mountOperations, rawPathOf, type RequestContext } from './operations.ts';
 import { PrincipalCache } from './principal-cache.ts';
-import { renderError, toOrbitError } from './envelope.ts';
+import { renderError } from './envelope.ts';
+import { toOrbitError } from '../failures.ts';
 import type { AppEnv } from './env.ts';
 import type { AppDeps } from './deps.ts';
 import { systemHandlers } from './handlers/system.ts';

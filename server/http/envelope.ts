@@ -1,21 +1,11 @@
 /**
- * The one place that renders Orbit's envelope: `{request_id, data}` on success and
+ * The one place that renders Orbit's HTTP envelope: `{request_id, data}` on success and
  * `{request_id, error: {code, message, details}}` on failure, with `X-Request-Id` (and
- * `Retry-After` for 429) headers. Anything that is not an OrbitError becomes UNAVAILABLE when
- * the database is unreachable or busy (the outcome is unknown: keep the key and retry) and
- * INTERNAL otherwise.
+ * `Retry-After` for 429) headers. What an arbitrary failure becomes (UNAVAILABLE, INTERNAL)
+ * is decided before, for HTTP and worker frames alike, by `toOrbitError` (server/failures.ts).
  */
 import type { Context } from 'hono';
-import { OrbitError } from '../errors.ts';
-import { isDatabaseUnreachable, isRetryableTransactionError } from '../store/database/database.ts';
-
-export function toOrbitError(error: unknown): OrbitError {
-  if (error instanceof OrbitError) return error;
-  if (isRetryableTransactionError(error) || isDatabaseUnreachable(error)) {
-    return new OrbitError('UNAVAILABLE', 'the database is unavailable or busy; the outcome is unknown - retry with the same Idempotency-Key', { cause: error });
-  }
-  return new OrbitError('INTERNAL', 'internal error', { cause: error });
-}
+import type { OrbitError } from '../errors.ts';
 
 export function errorBody(requestId: string, error: OrbitError): Record<string, unknown> {
   const body: Record<string, unknown> = { code: error.code, message: error.message };

@@ -8,9 +8,9 @@ import type { Context, Hono } from 'hono';
 import { OrbitError, invalidArgument } from '../errors.ts';
 import { routes, type Handlers, type OperationId, type OperationInput, type RouteSpec } from '../generated/routes.ts';
 import type { Principal } from '../domain/principal.ts';
-import { parseStrictJson } from './strict-json.ts';
-import { fieldPath } from './field-path.ts';
-import { validationError } from './validation-errors.ts';
+import { parseStrictJson } from '../input/strict-json.ts';
+import { fieldPath } from '../input/field-path.ts';
+import { validationError } from '../input/validation-errors.ts';
 import { renderData } from './envelope.ts';
 import type { AppEnv } from './env.ts';
 

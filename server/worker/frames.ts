@@ -5,8 +5,8 @@
  */
 import { invalidArgument } from '../errors.ts';
 import * as validators from '../generated/frame-validators.js';
-import { parseStrictJson } from '../http/strict-json.ts';
-import { validationError } from '../http/validation-errors.ts';
+import { parseStrictJson } from '../input/strict-json.ts';
+import { validationError } from '../input/validation-errors.ts';
 import { WORKER_FRAME_TYPES, type ErrorFrame, type ServerFrame, type WorkerFrame } from '../../sdk/generated/frames.ts';
 import type { OrbitError } from '../errors.ts';
 

@@ -8,7 +8,7 @@ import type { WSContext } from 'hono/ws';
 import { OrbitError } from '../errors.ts';
 import { idToHex, hexToId } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
-import { toOrbitError } from '../http/envelope.ts';
+import { toOrbitError } from '../failures.ts';
 import { attemptClaimBatch } from '../store/attempts/claims.ts';
 import { credentialExplainInvalid, isNoLongerValid } from '../store/tenancy/credentials.ts';
 import { attemptRenew, type AttemptRef } from '../store/attempts/attempts.ts';

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MAX_JSON_DEPTH, parseStrictJson } from '../../server/http/strict-json.ts';
+import { MAX_JSON_DEPTH, parseStrictJson } from '../../server/input/strict-json.ts';
 
 function expectOk(text: string): unknown {
   const result = parseStrictJson(text);

@@ -1,10 +1,20 @@
 /**
  * Ajv's first error → INVALID_ARGUMENT naming the field. Ajv says where (`instancePath`) and
  * what (`keyword`); this turns that into `payload.items[2]`-style field names and short reasons.
+ * Transport-neutral: HTTP inputs (server/http/operations.ts) and worker frames
+ * (server/worker/frames.ts) both word their validation errors here.
  */
 import { invalidArgument, type FieldLocation, type OrbitError } from '../errors.ts';
-import type { ValidationError } from '../generated/routes.ts';
 import { fieldAt, fieldPath } from './field-path.ts';
+
+/** One error of an Ajv standalone validator (the generated HTTP and frame validators both report these). */
+export interface ValidationError {
+  instancePath: string;
+  keyword: string;
+  params: Record<string, unknown>;
+  message?: string;
+  parentSchema?: unknown;
+}
 
 /** Ajv's JSON Pointer (`/payload/items/2`) plus an optional child → `payload.items[2]`. */
 function pointerPath(instancePath: string, extra?: string): string {

@@ -1,7 +1,8 @@
 /**
  * asyncapi.yaml → frame types for both sides and strict validators:
- * - `sdk/generated/frames.ts`: one type per frame, `WorkerFrame` (worker → server) and
- *   `ServerFrame` (server → worker) unions; the server imports them from here too.
+ * - `server/generated/frames.ts` and `sdk/generated/frames.ts`: one type per frame,
+ *   `WorkerFrame` (worker → server) and `ServerFrame` (server → worker) unions; the same
+ *   contents written twice, so the server never imports sdk/.
  * - `server/generated/frame-validators.js`: Ajv standalone validators of worker frames, by type.
  * - `sdk/generated/frame-validators.js`: the same for server frames, used by the worker SDK.
  */
@@ -84,8 +85,10 @@ export function generateAsyncApi(root: string): Record<string, string> {
   const serverFrames = framesOf(doc, 'send');
   const server = generateValidators(doc, workerFrames);
   const sdk = generateValidators(doc, serverFrames);
+  const types = generateTypes(doc, workerFrames, serverFrames);
   return {
-    'sdk/generated/frames.ts': generateTypes(doc, workerFrames, serverFrames),
+    'server/generated/frames.ts': types,
+    'sdk/generated/frames.ts': types,
     'server/generated/frame-validators.js': server.js,
     'server/generated/frame-validators.d.ts': server.dts,
     'sdk/generated/frame-validators.js': sdk.js,

@@ -1,8 +1,10 @@
 /**
- * openapi.yaml → the server's route table and validators, and the SDK's types.
+ * openapi.yaml → the server's route table, validators and types, and the SDK's types.
  *
- * - `sdk/generated/openapi.ts`: `paths`, `components`, `operations` from openapi-typescript,
- *   used by openapi-fetch in the SDK and by the server's handler interface.
+ * - `server/generated/openapi.ts` and `sdk/generated/openapi.ts`: `paths`, `components`,
+ *   `operations` from openapi-typescript, written twice with the same contents: the server's
+ *   copy backs its handler interface and error codes, the SDK's copy is used by openapi-fetch.
+ *   Nothing under server/ imports sdk/ (the SDK is to become a package of its own).
  * - `server/generated/validators.js`: Ajv standalone validators for every operation's path,
  *   query, header and body input.
  * - `server/generated/routes.ts`: the route table (method, Hono path, action, parameters,
@@ -116,7 +118,7 @@ function quote(value: string): string {
 function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   const lines: string[] = [generatedHeader('openapi.yaml')];
   lines.push(`import * as validators from './validators.js';`);
-  lines.push(`import type { operations } from '../../sdk/generated/openapi.ts';`);
+  lines.push(`import type { operations } from './openapi.ts';`);
   lines.push('');
   lines.push(`/** An Ajv standalone validator. */`);
   lines.push(`export type ValidateFunction = ((data: unknown) => boolean) & { errors?: ValidationError[] | null };`);
@@ -231,10 +233,11 @@ export async function generateOpenApi(root: string): Promise<Record<string, stri
   const doc = loadYaml(specPath);
   const operations = readOperations(doc);
   const ast = await openapiTS(pathToFileURL(specPath), { alphabetize: false });
-  const sdkTypes = generatedHeader('openapi.yaml') + astToString(ast);
+  const types = generatedHeader('openapi.yaml') + astToString(ast);
   const { js, dts } = generateValidators(doc, operations);
   return {
-    'sdk/generated/openapi.ts': sdkTypes,
+    'server/generated/openapi.ts': types,
+    'sdk/generated/openapi.ts': types,
     'server/generated/validators.js': js,
     'server/generated/validators.d.ts': dts,
     'server/generated/routes.ts': generateRoutes(doc, operations),

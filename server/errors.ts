@@ -2,7 +2,7 @@
  * The one error type of Orbit. Whatever layer finds a problem throws an OrbitError; the HTTP
  * error handler and the worker session each render it in one place (envelope or error frame).
  */
-import type { components } from '../sdk/generated/openapi.ts';
+import type { components } from './generated/openapi.ts';
 
 /** HTTP error codes (openapi.yaml) plus the two the worker protocol adds. */
 export type ErrorCode = components['schemas']['ErrorCode'] | 'RATE_LIMITED' | 'LEASE_LOST';

@@ -2,7 +2,7 @@
  * Where a task goes when an attempt ends (docs/worker-protocol.md#where-a-task-goes). Pure: the
  * store applies the answer and releases counters from it.
  */
-import type { components } from '../../sdk/generated/openapi.ts';
+import type { components } from '../generated/openapi.ts';
 
 export type TaskState = components['schemas']['TaskState'];
 

@@ -2,7 +2,7 @@
 // Change openapi.yaml (or codegen/) and run `npm run codegen`; `npm run codegen:check` fails when this file is stale.
 
 import * as validators from './validators.js';
-import type { operations } from '../../sdk/generated/openapi.ts';
+import type { operations } from './openapi.ts';
 
 /** An Ajv standalone validator. */
 export type ValidateFunction = ((data: unknown) => boolean) & { errors?: ValidationError[] | null };

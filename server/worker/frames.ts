@@ -7,7 +7,7 @@ import { invalidArgument } from '../errors.ts';
 import * as validators from '../generated/frame-validators.js';
 import { parseStrictJson } from '../input/strict-json.ts';
 import { validationError } from '../input/validation-errors.ts';
-import { WORKER_FRAME_TYPES, type ErrorFrame, type ServerFrame, type WorkerFrame } from '../../sdk/generated/frames.ts';
+import { WORKER_FRAME_TYPES, type ErrorFrame, type ServerFrame, type WorkerFrame } from '../generated/frames.ts';
 import type { OrbitError } from '../errors.ts';
 
 /** Frames larger than this are refused by the WebSocket layer (results are at most 256 KiB). */

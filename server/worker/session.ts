@@ -14,7 +14,7 @@ import { credentialExplainInvalid, isNoLongerValid } from '../store/tenancy/cred
 import { attemptRenew, type AttemptRef } from '../store/attempts/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempts/attempt-results.ts';
 import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
-import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } from '../../sdk/generated/frames.ts';
+import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } from '../generated/frames.ts';
 import { encodeFrame, errorFrame, parseWorkerFrame } from './frames.ts';
 import type { WorkerGateway } from './gateway.ts';
 

@@ -5,7 +5,7 @@
 import { OrbitError } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
-import type { components } from '../../../sdk/generated/openapi.ts';
+import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';

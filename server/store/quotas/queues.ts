@@ -8,7 +8,7 @@ import { newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { QUEUE_DEFAULTS } from '../../domain/limits.ts';
 import { sqlToRfc3339 } from '../../time.ts';
-import type { components } from '../../../sdk/generated/openapi.ts';
+import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';

@@ -6,7 +6,7 @@ import { notFound } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
-import type { components } from '../../../sdk/generated/openapi.ts';
+import type { components } from '../../generated/openapi.ts';
 import type { Queryable } from '../database/database.ts';
 
 export type Task = components['schemas']['Task'];

@@ -20,7 +20,11 @@
  */
 import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
-import { claimRoomUnderRate, windowOfRow } from '../../domain/start-window.ts';
+import { windowOfRow } from '../../domain/start-window.ts';
+import {
+  claimBudget, levelRoom, permitKey as permitOf, pickCandidates, queueRoom, sessionRoom,
+  type ClaimCandidate, type QueueAllowance, type QuotaLevel,
+} from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { placeholders, type Database, type Queryable, type Row, type Transaction } from '../database/database.ts';
 import type { SessionInfo } from './sessions.ts';
@@ -71,16 +75,20 @@ const WAITING_WINDOW_SECONDS = 10;
 const MAX_PICK_ROUNDS = 3;
 
 
-/** Room at one level: concurrency left and rate room left (pending starts hold window room). */
-function roomOf(row: QuotaRow, nowMs: number): number {
-  const concurrency = row.max_concurrency - Number(row.active_attempts);
-  const rate = claimRoomUnderRate(windowOfRow(row), Number(row.pending_starts), row.rate_per_second, nowMs);
-  return Math.max(0, Math.min(concurrency, rate));
+/** One quota row as the claim decisions (server/domain/claim-decisions.ts) take it. */
+function levelOf(row: QuotaRow): QuotaLevel {
+  return {
+    maxConcurrency: row.max_concurrency,
+    activeAttempts: Number(row.active_attempts),
+    pendingStarts: Number(row.pending_starts),
+    ratePerSecond: row.rate_per_second,
+    window: windowOfRow(row),
+  };
 }
 
 
 function permitKey(queueId: Buffer, resourceKey: string): string {
-  return `${hex(queueId)}/${resourceKey}`;
+  return permitOf(hex(queueId), resourceKey);
 }
 
 export async function attemptClaimBatch(
@@ -140,21 +148,20 @@ export async function attemptClaimBatch(
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
     const nowMs = sqlToMillis(app.now);
 
-    const sessionRoom = Math.max(0, sessionRow.capacity - Number(held[0]?.held ?? 0));
-    const wanted = Math.min(params.max, sessionRoom);
-    const appRoom = roomOf(app, nowMs);
-    let budget = Math.min(wanted, appRoom);
     // Scarce room: take at most this node's fair share among the nodes waiting for it.
-    if (appRoom < wanted) budget = Math.min(budget, Math.ceil(appRoom / (Number(waitingNodes[0]?.nodes ?? 0) + 1)));
-    const queueRoom = new Map<string, number>();
-    const keyConcurrency = new Map<string, number>();
+    const { wanted, budget } = claimBudget({
+      max: params.max,
+      sessionRoom: sessionRoom(sessionRow.capacity, Number(held[0]?.held ?? 0)),
+      applicationRoom: levelRoom(levelOf(app), nowMs),
+      otherWaitingNodes: Number(waitingNodes[0]?.nodes ?? 0),
+    });
+    const queues = new Map<string, QueueAllowance>();
     for (const q of queueRows) {
-      queueRoom.set(hex(q.queue_id), q.paused ? 0 : roomOf(q, nowMs));
-      keyConcurrency.set(hex(q.queue_id), q.key_concurrency);
+      queues.set(hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency });
     }
 
     const chosen: CandidateRow[] = [];
-    if (budget > 0) await pick(tx, { budget, queueRoom, keyConcurrency, applicationId: principal.applicationId, chosen, initial });
+    if (budget > 0) await pick(tx, { budget, queues, applicationId: principal.applicationId, chosen, initial });
 
     const nameOf = new Map(session.queues.map((q) => [hex(q.queueId), q.name]));
     const leaseMs = params.leaseSeconds * 1000;
@@ -196,8 +203,8 @@ async function pick(
   tx: Queryable,
   ctx: {
     budget: number;
-    queueRoom: Map<string, number>;
-    keyConcurrency: Map<string, number>;
+    /** Each queue's room and key_concurrency; replaced after each round by what is left. */
+    queues: Map<string, QueueAllowance>;
     applicationId: IdBytes;
     chosen: CandidateRow[];
     /** Candidates read in the first round trip. */
@@ -206,14 +213,14 @@ async function pick(
 ): Promise<void> {
   const taken = new Set<string>();
   const fullKeys = new Set<string>();
-  const permitHolders = new Map<string, number>();
+  let permitHolders = new Map<string, number>();
   for (let round = 0; round < MAX_PICK_ROUNDS && ctx.chosen.length < ctx.budget; round++) {
     let candidates: CandidateRow[];
     if (round === 0) candidates = ctx.initial;
     else {
       // Keyed tasks were passed over because their key was full: look again without those keys.
       const left = ctx.budget - ctx.chosen.length;
-      const queues = [...ctx.queueRoom].filter(([, room]) => room > 0);
+      const queues = [...ctx.queues].filter(([, q]) => q.room > 0).map(([queueHex, q]) => [queueHex, q.room] as const);
       if (queues.length === 0) return;
       const statements: string[] = [];
       const args: unknown[] = [];
@@ -225,32 +232,24 @@ async function pick(
       // One statement alone comes back as plain rows, several as a list of row sets.
       candidates = statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as string, args) : ((await tx.batch(statements.join(';\n'), args)) as CandidateRow[][]).flat();
     }
-    candidates.sort((a, b) => b.priority - a.priority || a.available_at.localeCompare(b.available_at) || Buffer.compare(a.task_id, b.task_id));
     for (const c of candidates) taken.add(hex(c.task_id));
     // Permit rows for keys not seen yet: created on demand, then locked (last in the lock order).
     const newKeys = [...new Set(candidates.filter((c) => c.resource_key !== null).map((c) => permitKey(c.queue_id, c.resource_key as string)))].filter(
       (k) => !permitHolders.has(k),
     );
     if (newKeys.length > 0) await lockPermits(tx, ctx.applicationId, newKeys, permitHolders);
-    let passedOver = false;
-    for (const c of candidates) {
-      const queueHex = hex(c.queue_id);
-      const room = ctx.queueRoom.get(queueHex) ?? 0;
-      if (ctx.chosen.length >= ctx.budget || room <= 0) continue;
-      if (c.resource_key !== null) {
-        const key = permitKey(c.queue_id, c.resource_key);
-        const holders = permitHolders.get(key) ?? 0;
-        if (holders >= (ctx.keyConcurrency.get(queueHex) ?? 1)) {
-          fullKeys.add(key);
-          passedOver = true;
-          continue;
-        }
-        permitHolders.set(key, holders + 1);
-      }
-      ctx.queueRoom.set(queueHex, room - 1);
-      ctx.chosen.push(c);
-    }
-    if (!passedOver) return;
+    // Claim order, budget, queue room and keyed permits: claim-decisions.ts.
+    const picked = pickCandidates(
+      candidates.map((row): ClaimCandidate & { row: CandidateRow } => ({
+        queue: hex(row.queue_id), taskId: hex(row.task_id), priority: row.priority, availableAt: row.available_at, resourceKey: row.resource_key, row,
+      })),
+      { left: ctx.budget - ctx.chosen.length, queues: ctx.queues, holders: permitHolders },
+    );
+    ctx.chosen.push(...picked.picked.map((c) => c.row));
+    ctx.queues = picked.queues;
+    permitHolders = picked.holders;
+    for (const key of picked.fullKeys) fullKeys.add(key);
+    if (picked.fullKeys.length === 0) return;
   }
 }
 

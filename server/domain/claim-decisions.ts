@@ -1,0 +1,150 @@
+/**
+ * The decisions of a claim (docs/quotas-and-locking.md#how-the-checks-combine), without SQL:
+ * server/store/attempts/claims.ts locks and reads the rows, asks these functions what to grant,
+ * and writes the result. Pure: plain numbers, strings and arrays in, what to grant out.
+ *
+ *   room at one level   = max(0, min(max_concurrency - active_attempts,
+ *                                    rate_per_second - starts in the current window - pending_starts))
+ *   a queue's room      = the same, and 0 while the queue is paused
+ *   the session's room  = max(0, capacity - attempts it holds)
+ *   the claim's budget  = min(max asked, session room, application room), and when the
+ *                         application's room is smaller than what the claim wants, at most
+ *                         ceil(room / (other waiting nodes + 1)) - the node's fair share
+ *   the pick            = candidates in claim order (priority, then oldest available_at, then
+ *                         task id), while the budget lasts, each queue's room lasts, and the
+ *                         candidate's (queue, resource_key) has fewer than key_concurrency holders
+ */
+import { claimRoomUnderRate, type WindowState } from './start-window.ts';
+
+/** One quota level (the application's row or a queue's row), as read in the claim transaction. */
+export interface QuotaLevel {
+  maxConcurrency: number;
+  /** Attempts reserved or running. */
+  activeAttempts: number | bigint;
+  /** Reserved attempts not yet started (a subset of activeAttempts); they hold start-window room. */
+  pendingStarts: number | bigint;
+  ratePerSecond: number;
+  window: WindowState;
+}
+
+/**
+ * How many more attempts a claim may reserve at one level: concurrency left and start-rate room
+ * left, whichever is smaller. Never negative: usage above a lowered limit leaves 0.
+ */
+export function levelRoom(level: QuotaLevel, nowMs: number): number {
+  const concurrency = level.maxConcurrency - Number(level.activeAttempts);
+  const rate = claimRoomUnderRate(level.window, Number(level.pendingStarts), level.ratePerSecond, nowMs);
+  return Math.max(0, Math.min(concurrency, rate));
+}
+
+/** A queue's room: its level's room, and nothing at all while it is paused. */
+export function queueRoom(level: QuotaLevel & { paused: boolean }, nowMs: number): number {
+  return level.paused ? 0 : levelRoom(level, nowMs);
+}
+
+/** What the session may still reserve: its capacity less the attempts it holds (reserved or running). */
+export function sessionRoom(capacity: number, held: number | bigint): number {
+  return Math.max(0, capacity - Number(held));
+}
+
+/**
+ * A node's fair share of scarce room: the room divided among this node and the other nodes
+ * waiting for room, rounded up (so some node always makes progress while there is room).
+ */
+export function fairShare(room: number, otherWaitingNodes: number): number {
+  return Math.ceil(room / (otherWaitingNodes + 1));
+}
+
+export interface ClaimBudget {
+  /** What the claim wants: what was asked for, within the session's room. A claim granted less is "waiting". */
+  wanted: number;
+  /** At most this many attempts may be reserved (queue room and keyed permits may leave fewer). */
+  budget: number;
+}
+
+/**
+ * The claim's budget at the application level: what it wants within the application's room,
+ * and only its fair share when that room is smaller than what it wants.
+ */
+export function claimBudget(input: { max: number; sessionRoom: number; applicationRoom: number; otherWaitingNodes: number }): ClaimBudget {
+  const wanted = Math.min(input.max, input.sessionRoom);
+  let budget = Math.min(wanted, input.applicationRoom);
+  if (input.applicationRoom < wanted) budget = Math.min(budget, fairShare(input.applicationRoom, input.otherWaitingNodes));
+  return { wanted, budget };
+}
+
+/** A claimable task, as the pick needs it. */
+export interface ClaimCandidate {
+  /** The queue's id (any stable text, e.g. hex); keys the queue allowances. */
+  queue: string;
+  /** The task's id in hex: the last tie-break of the claim order. */
+  taskId: string;
+  priority: number;
+  /** DATETIME(6) text in database time. */
+  availableAt: string;
+  resourceKey: string | null;
+}
+
+/** What one queue still allows in this claim. */
+export interface QueueAllowance {
+  /** Attempts this claim may still reserve in the queue (0 while paused). */
+  room: number;
+  /** Reserved or running attempts allowed per (queue, resource_key). */
+  keyConcurrency: number;
+}
+
+/** The identity of a keyed permit: (queue, resource_key). */
+export function permitKey(queue: string, resourceKey: string): string {
+  return `${queue}/${resourceKey}`;
+}
+
+/** Claim order: higher priority first, then the oldest available_at, then task id. */
+export function claimOrder(a: ClaimCandidate, b: ClaimCandidate): number {
+  return b.priority - a.priority || a.availableAt.localeCompare(b.availableAt) || (a.taskId < b.taskId ? -1 : a.taskId > b.taskId ? 1 : 0);
+}
+
+export interface Pick<C> {
+  /** The candidates granted, in claim order. */
+  picked: C[];
+  /** Each queue's allowance after the grants. */
+  queues: Map<string, QueueAllowance>;
+  /** Each permit's holders after the grants (the holders given, plus this pick's). */
+  holders: Map<string, number>;
+  /**
+   * Permit keys of candidates passed over because the key was full (a repeat per candidate).
+   * Non-empty: another look without those keys may find more work.
+   */
+  fullKeys: string[];
+}
+
+/**
+ * One round of picking: goes through the candidates in claim order and grants each one while
+ * `left` lasts, its queue has room, and - for a keyed task - its permit has fewer holders than
+ * the queue's key_concurrency. `holders` must know every key among the candidates (a key it does
+ * not know counts as having no holders). Tasks without a key need no permit.
+ */
+export function pickCandidates<C extends ClaimCandidate>(
+  candidates: readonly C[],
+  input: { left: number; queues: ReadonlyMap<string, QueueAllowance>; holders: ReadonlyMap<string, number> },
+): Pick<C> {
+  const queues = new Map([...input.queues].map(([id, q]) => [id, { ...q }]));
+  const holders = new Map(input.holders);
+  const picked: C[] = [];
+  const fullKeys: string[] = [];
+  for (const c of [...candidates].sort(claimOrder)) {
+    const queue = queues.get(c.queue);
+    if (picked.length >= input.left || !queue || queue.room <= 0) continue;
+    if (c.resourceKey !== null) {
+      const key = permitKey(c.queue, c.resourceKey);
+      const held = holders.get(key) ?? 0;
+      if (held >= queue.keyConcurrency) {
+        fullKeys.push(key);
+        continue;
+      }
+      holders.set(key, held + 1);
+    }
+    queue.room -= 1;
+    picked.push(c);
+  }
+  return { picked, queues, holders, fullKeys };
+}

@@ -2,8 +2,6 @@
  * One Orbit server process: HTTP and WebSocket on one port, plus the background loops.
  * Stateless: everything that matters is in MySQL, so any number of these run side by side.
  */
-import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { createNodeWebSocket } from '@hono/node-ws';
@@ -12,17 +10,16 @@ import { createLogger, type Logger } from './log.ts';
 import { createMetrics } from './metrics.ts';
 import { createDatabase } from './store/database/database.ts';
 import { DatabaseClock, type Clock } from './store/database/clock.ts';
-import { migrationStatus, readMigrationFiles, type MigrationStatus } from './store/database/migrate.ts';
-import { KeyedBatcher } from './domain/batcher.ts';
-import { taskSubmitBatch } from './store/tasks/admission.ts';
+import { migrationStatus, readMigrationFiles } from './store/database/migrate.ts';
 import { createApp } from './http/app.ts';
 import type { AppDeps } from './http/deps.ts';
+import { buildDeps } from './deps.ts';
 import { WorkerGateway } from './worker/gateway.ts';
 import { MAX_FRAME_BYTES } from './worker/frames.ts';
 import { serveWorkerUpgrades } from './worker/upgrade.ts';
 import { RecoveryLoop } from './loops/recovery.ts';
 
-export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
+export { OPENAPI_PATH } from './deps.ts';
 
 export interface RunningServer {
   url: string;
@@ -33,12 +30,6 @@ export interface RunningServer {
 
 /** Why this process cannot start, in one line (main prints it and exits 1). */
 export class StartupError extends Error {}
-
-function readiness(status: MigrationStatus): { ok: boolean; detail?: string } {
-  if (status.mismatch) return { ok: false, detail: status.mismatch };
-  if (status.pending.length > 0) return { ok: false, detail: `pending migrations: ${status.pending.join(', ')}` };
-  return { ok: true };
-}
 
 /** `serve`, with listen errors (port in use, say) as a rejection instead of an uncaught 'error' event. */
 function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port: number): Promise<ServerType> {
@@ -63,7 +54,7 @@ function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port:
 export async function startServer(config: ServerConfig, options: { log?: Logger; clock?: Clock } = {}): Promise<RunningServer> {
   const log = options.log ?? createLogger(config.logLevel);
   const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize, timeoutMs: config.databaseTimeoutMs });
-  // Read once: /readyz compares the database with these on every probe.
+  // Read once: the start-up check below and /readyz (buildDeps) compare the database with these.
   const migrationFiles = readMigrationFiles();
   const status = await migrationStatus((sql) => db.rows(sql), migrationFiles).catch(async (error: unknown) => {
     await db.close();
@@ -82,24 +73,8 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     clock = dbClock;
   }
   const metrics = createMetrics();
-  const admissionClock = clock;
   const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds });
-  const deps: AppDeps = {
-    db,
-    clock,
-    log,
-    metrics,
-    admission: new KeyedBatcher((_applicationId, items) => {
-      const end = metrics.transactionSeconds.startTimer({ operation: 'submit' });
-      return taskSubmitBatch(db, admissionClock, items).finally(end);
-    }, { maxBatch: 64, maxInFlight: config.admissionInFlight }),
-    openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
-    authCacheMs: config.authCacheMs,
-    workers,
-    async ready() {
-      return readiness(await migrationStatus((sql) => db.rows(sql), migrationFiles));
-    },
-  };
+  const deps = buildDeps({ db, clock, log, config, workers, metrics, migrationFiles });
   const app = createApp(deps);
   const nodeWs = createNodeWebSocket({ app });
   nodeWs.wss.options.maxPayload = MAX_FRAME_BYTES;

@@ -1,14 +1,14 @@
-/** The real Hono app over a test database, called with `app.request()` (no socket). */
-import { readFileSync } from 'node:fs';
+/**
+ * The real Hono app over a test database, called with `app.request()` (no socket). Its
+ * dependencies are wired by the server's own buildDeps (server/deps.ts), with the default
+ * configuration: the same admission batcher, readiness probe and documents as orbit-server.
+ */
 import { createApp } from '../../server/http/app.ts';
-import type { AppDeps } from '../../server/http/deps.ts';
+import { buildDeps } from '../../server/deps.ts';
+import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
-import { createMetrics } from '../../server/metrics.ts';
-import { KeyedBatcher } from '../../server/domain/batcher.ts';
-import { taskSubmitBatch } from '../../server/store/tasks/admission.ts';
 import { DatabaseClock } from '../../server/store/database/clock.ts';
 import type { Database } from '../../server/store/database/database.ts';
-import { OPENAPI_PATH } from '../../server/server.ts';
 
 export interface TestResponse {
   status: number;
@@ -26,21 +26,18 @@ export interface RequestOptions {
   headers?: Record<string, string>;
 }
 
-/** `authCacheMs` as in production by default (1000 ms). */
-export async function testApp(db: Database, options: { authCacheMs?: number } = {}) {
+/** Settings as in production by default (`authCacheMs` 1000 ms, `admissionInFlight` 1); no worker gateway. */
+export async function testApp(db: Database, options: { authCacheMs?: number; admissionInFlight?: number } = {}) {
   const clock = new DatabaseClock(db);
   await clock.sample();
-  const deps: AppDeps = {
+  const defaults = loadConfig({});
+  const deps = buildDeps({
     db,
     clock,
     log: silentLogger(),
-    metrics: createMetrics(),
-    admission: new KeyedBatcher((_key, items) => taskSubmitBatch(db, clock, items), { maxBatch: 64, maxInFlight: 2 }),
-    openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
-    authCacheMs: options.authCacheMs ?? 1000,
+    config: { authCacheMs: options.authCacheMs ?? defaults.authCacheMs, admissionInFlight: options.admissionInFlight ?? defaults.admissionInFlight },
     workers: null,
-    ready: async () => ({ ok: true }),
-  };
+  });
   const app = createApp(deps);
   async function request(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse> {
     const headers: Record<string, string> = { ...options.headers };

@@ -1,0 +1,72 @@
+/**
+ * The one wiring of what the HTTP app runs on (`AppDeps`, server/http/deps.ts): orbit-server
+ * (server.ts) and the tests' in-process app (test/helpers/app.ts) both build it here, so the
+ * tests exercise the same admission batcher (its in-flight bound from the configuration), the
+ * same readiness probe and the same documents as production.
+ *
+ * Everything a process keeps between requests is created here, per call, never at module
+ * level: two apps in one process (tests) share nothing but the database. The principal cache
+ * is per app (server/http/app.ts).
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { ServerConfig } from './config.ts';
+import type { Logger } from './log.ts';
+import { createMetrics, type Metrics } from './metrics.ts';
+import type { Database } from './store/database/database.ts';
+import type { Clock } from './store/database/clock.ts';
+import { migrationStatus, readMigrationFiles, type MigrationFile, type MigrationStatus } from './store/database/migrate.ts';
+import { taskSubmitBatch } from './store/tasks/admission.ts';
+import { KeyedBatcher } from './domain/batcher.ts';
+import type { AppDeps } from './http/deps.ts';
+
+export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
+
+/** Submissions one admission transaction takes at most. */
+const ADMISSION_MAX_BATCH = 64;
+
+export interface BuildDepsOptions {
+  db: Database;
+  clock: Clock;
+  log: Logger;
+  /** The settings the app depends on (the rest of ServerConfig is the server's: listening, pool, loops). */
+  config: Pick<ServerConfig, 'admissionInFlight' | 'authCacheMs'>;
+  /** The worker gateway, or null where only HTTP is served (tests of the HTTP API). */
+  workers: AppDeps['workers'];
+  /** Created when not given; the server passes the registry its gateway and loops count into too. */
+  metrics?: Metrics;
+  /**
+   * This build's migrations, which /readyz compares with the database on every probe. Read
+   * from migrations/ when not given; the server passes the ones its start-up check read.
+   */
+  migrationFiles?: MigrationFile[];
+}
+
+export function readiness(status: MigrationStatus): { ok: boolean; detail?: string } {
+  if (status.mismatch) return { ok: false, detail: status.mismatch };
+  if (status.pending.length > 0) return { ok: false, detail: `pending migrations: ${status.pending.join(', ')}` };
+  return { ok: true };
+}
+
+export function buildDeps(options: BuildDepsOptions): AppDeps {
+  const { db, clock, log, config, workers } = options;
+  const metrics = options.metrics ?? createMetrics();
+  // Read once: /readyz compares the database with these on every probe.
+  const migrationFiles = options.migrationFiles ?? readMigrationFiles();
+  return {
+    db,
+    clock,
+    log,
+    metrics,
+    admission: new KeyedBatcher((_applicationId, items) => {
+      const end = metrics.transactionSeconds.startTimer({ operation: 'submit' });
+      return taskSubmitBatch(db, clock, items).finally(end);
+    }, { maxBatch: ADMISSION_MAX_BATCH, maxInFlight: config.admissionInFlight }),
+    openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
+    authCacheMs: config.authCacheMs,
+    workers,
+    async ready() {
+      return readiness(await migrationStatus((sql) => db.rows(sql), migrationFiles));
+    },
+  };
+}

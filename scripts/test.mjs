@@ -38,7 +38,11 @@ if (!process.env.ORBIT_TEST_DATABASE_URL) {
   }
 }
 
-// (b) Test files: the ones given on the command line, or every test/**/*.test.ts.
+// (b) Every transaction of the tests, and of the server processes they start, is checked
+// against the lock order (server/store/database/lock-order.ts).
+process.env.ORBIT_CHECK_LOCK_ORDER ??= '1';
+
+// (c) Test files: the ones given on the command line, or every test/**/*.test.ts.
 const args = process.argv.slice(2);
 const flags = args.filter((a) => a.startsWith('-'));
 let files = args.filter((a) => !a.startsWith('-'));
@@ -65,7 +69,7 @@ if (files.length === 0) {
   files = files.map((f) => path.relative(root, path.resolve(base, f)) || f);
 }
 
-// (c) Type-check everything first; a type error fails fast. Use the project's own tsc
+// (d) Type-check everything first; a type error fails fast. Use the project's own tsc
 // (not `npx tsc`, which offers to install an unrelated "tsc" package if it is missing).
 const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 if (!fs.existsSync(tsc)) fail('node_modules/typescript is missing; run `npm ci` first');
@@ -77,7 +81,7 @@ const typecheck = spawnSync(process.execPath, [tsc, '--noEmit', '-p', 'tsconfig.
 if (typecheck.error) fail(`could not run tsc: ${typecheck.error.message}`);
 if (exitCodeOf(typecheck) !== 0) fail('type-check failed', exitCodeOf(typecheck));
 
-// (d) Run them.
+// (e) Run them.
 const runner = spawn(
   process.execPath,
   ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...flags, ...files],

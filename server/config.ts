@@ -23,6 +23,8 @@ export interface ServerConfig {
   admissionInFlight: number;
   /** The longest a statement, a connect or a wait for a pooled connection may take before the request answers 503. */
   databaseTimeoutMs: number;
+  /** Test mode: every transaction is checked against the lock order; a violation stops the process. */
+  checkLockOrder: boolean;
   logLevel: string;
 }
 
@@ -49,6 +51,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'ORBIT_AUTH_CACHE_MS', default: '1000', range: '0 to 60000', meaning: 'how long a process reuses a successful authentication for reads (writes always re-check; 0 turns it off)' },
   { name: 'ORBIT_DB_POOL_SIZE', default: '24', range: '2 to 500', meaning: 'database connections per server process' },
   { name: 'ORBIT_DB_TIMEOUT_MS', default: '5000', range: '100 to 600000', meaning: 'the longest one database round trip, connect or wait for a pooled connection may take; past it the request answers 503 UNAVAILABLE (a database that stops answering never hangs a request)' },
+  { name: 'ORBIT_CHECK_LOCK_ORDER', default: '0', range: '0 or 1', meaning: 'for tests: every transaction checks that it takes row locks in the lock order, and a violation stops the process (npm test sets 1)' },
   { name: 'ORBIT_ADMISSION_IN_FLIGHT', default: '1', range: '1 to 64', meaning: 'submission transactions one application may have in flight at once per process (the rest wait and are group-committed)' },
   { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
 ];
@@ -144,6 +147,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),
     databaseTimeoutMs: intFromEnv(env, 'ORBIT_DB_TIMEOUT_MS', 5000, 100, 600_000),
+    checkLockOrder: intFromEnv(env, 'ORBIT_CHECK_LOCK_ORDER', 0, 0, 1) === 1,
     logLevel: logLevelFromEnv(env),
   };
 }

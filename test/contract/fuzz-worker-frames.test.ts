@@ -22,7 +22,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call } from '../helpers/server-process.ts';
@@ -31,7 +31,6 @@ import { EXPECTED_DEPTH_LIMIT, FUZZ_SEED, LogCapture, dbFingerprint, documentedD
 import { mutatedDocument, type Path } from '../helpers/fuzz-mutations.ts';
 import { ASYNCAPI_TEXT, SERVER_FRAME_TYPES, WORKER_FRAME_TYPES, frameVerdict, serverFrameErrors } from '../helpers/fuzz-spec.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 
 const DEPTH_LIMIT = documentedDepthLimit(ASYNCAPI_TEXT) ?? EXPECTED_DEPTH_LIMIT;
 const MAX_FRAME_BYTES = 1024 * 1024;
@@ -77,7 +76,7 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
   before(async () => {
     t = await freshDatabase('fuzzframes');
     tenant = await createTenant(t.db, { namespace: 'fuzz-frames', queues: [EMPTY_QUEUE, WORK_QUEUE], resourceAccess: true });
-    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0, leaseSeconds: 60 }, { log: log.logger });
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: 60 }, { log: log.logger });
     session = await open([EMPTY_QUEUE]);
   });
 

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
@@ -20,7 +20,6 @@ import { connectRaw } from '../helpers/ws-session.ts';
 import { ALL_ACTIONS, NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { createApp } from '../../server/http/app.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import {
   OPENAPI_FILE,
@@ -451,7 +450,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   });
 
   test('connectWorker over a real socket: 101 and hello/welcome; 400 without an upgrade; 401; 403', async () => {
-    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0 }, { log: silentLogger() });
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0 }, { log: silentLogger() });
     const base = server.url;
     const fetchChecked = async (token: string | null, status: number) => {
       const raw = await fetch(`${base}/v1/workers/connect`, { headers: token === null ? {} : { Authorization: `Bearer ${token}` } });

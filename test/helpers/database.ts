@@ -6,10 +6,19 @@
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import { createDatabase, type Database } from '../../server/store/database/database.ts';
+import { loadConfig, type ServerConfig } from '../../server/config.ts';
 import { migrate } from '../../server/store/database/migrate.ts';
 
 export function testServerUrl(): string {
   return (process.env.ORBIT_TEST_DATABASE_URL || 'mysql://root@127.0.0.1:3306').replace(/\/+$/, '');
+}
+
+/** `npm test` sets ORBIT_CHECK_LOCK_ORDER=1: every transaction of the tests and of the servers they start is checked against the lock order. */
+export const CHECK_LOCK_ORDER = process.env.ORBIT_CHECK_LOCK_ORDER === '1';
+
+/** The server settings of an in-process test server: the defaults, with the lock-order check as `npm test` asks. */
+export function testConfig(): ServerConfig {
+  return loadConfig({ ORBIT_CHECK_LOCK_ORDER: CHECK_LOCK_ORDER ? '1' : '0' });
 }
 
 export interface TestDatabase {
@@ -23,7 +32,7 @@ export async function freshDatabase(label = 'test'): Promise<TestDatabase> {
   const name = `orbit_${label.replace(/[^a-z0-9]/gi, '_').slice(0, 24)}_${randomBytes(4).toString('hex')}`;
   const url = `${testServerUrl()}/${name}`;
   await migrate(url);
-  const db = createDatabase({ url, connectionLimit: 30 });
+  const db = createDatabase({ url, connectionLimit: 30, checkLockOrder: CHECK_LOCK_ORDER });
   return {
     name,
     url,

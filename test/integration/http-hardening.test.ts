@@ -7,13 +7,12 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { configureQueue } from '../helpers/server-process.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { credentialRevoke } from '../../server/store/tenancy/credentials.ts';
 import { applicationSetEnabled, namespaceSetEnabled } from '../../server/store/tenancy/tenancy.ts';
@@ -25,7 +24,7 @@ describe('refusals name what is wrong, and no more', () => {
 
   before(async () => {
     t = await freshDatabase('hardening');
-    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0 }, { log: silentLogger() });
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0 }, { log: silentLogger() });
   });
   after(async () => {
     await server.close();

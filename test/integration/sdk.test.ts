@@ -6,11 +6,10 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { createOrbitClient, isOrbitError, OrbitError, type OrbitClient } from '../../sdk/index.ts';
@@ -47,7 +46,7 @@ describe('HTTP SDK', () => {
   before(async () => {
     t = await freshDatabase('sdk');
     server = await startServer(
-      { ...loadConfig({}), databaseUrl: t.url, listenPort: 0, databasePoolSize: 8, logLevel: 'silent' },
+      { ...testConfig(), databaseUrl: t.url, listenPort: 0, databasePoolSize: 8, logLevel: 'silent' },
       { log: silentLogger() },
     );
     tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['default'], resourceAccess: true });

@@ -12,10 +12,9 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { StartupError, startServer } from '../../server/server.ts';
-import { freshDatabase, testServerUrl, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, testServerUrl, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { startServerProcess } from '../helpers/server-process.ts';
 import { ROOT, admin, lines, occupiedPort, runProgram, server, unusedPort } from '../helpers/programs.ts';
 
@@ -157,7 +156,7 @@ describe('a busy port', () => {
     const busy = await occupiedPort();
     try {
       await assert.rejects(
-        startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: busy.port }, { log: silentLogger() }),
+        startServer({ ...testConfig(), databaseUrl: t.url, listenPort: busy.port }, { log: silentLogger() }),
         (error: unknown) => error instanceof StartupError && error.message === `127.0.0.1:${busy.port} is already in use; set ORBIT_LISTEN=host:port to listen elsewhere`,
       );
     } finally {

@@ -9,14 +9,13 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { countersVerify, formatDifference } from '../../server/store/quotas/verify.ts';
 import { OrbitWorker } from '../../sdk/worker.ts';
@@ -51,7 +50,7 @@ describe('orbit-admin verify', () => {
     first = await createTenant(t.db, { namespace: 'first', queues: ['first', 'keyed'] });
     other = await createTenant(t.db, { namespace: 'other', queues: ['other'] });
     api = await testApp(t.db);
-    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0, leaseSeconds: 30, recoveryIntervalMs: 100 }, { log: silentLogger() });
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: 30, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
     await server.close();

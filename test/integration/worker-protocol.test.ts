@@ -4,14 +4,13 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, configureQueue as configureQueueVia } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 
 const LEASE_SECONDS = 2;
@@ -25,7 +24,7 @@ describe('worker protocol', () => {
   before(async () => {
     t = await freshDatabase('worker');
     tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio'], resourceAccess: true });
-    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
     await server.close();

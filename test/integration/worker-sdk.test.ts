@@ -5,13 +5,12 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, configureQueue as configureQueueVia } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
-import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NonRetryableError, OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
 import { applicationSetEnabled } from '../../server/store/tenancy/tenancy.ts';
@@ -27,7 +26,7 @@ describe('worker SDK', () => {
   before(async () => {
     t = await freshDatabase('sdkworker');
     tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['results', 'cancel', 'long', 'rated', 'stop', 'disabled'], resourceAccess: true });
-    server = await startServer({ ...loadConfig({}), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
     await server.close();

@@ -9,6 +9,7 @@
  * lock-wait timeouts roll back and run the whole function again: it must not have effects
  * outside the database before it returns.
  */
+import { LockOrderCheck, LockOrderViolation } from './lock-order.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 
 export type Row = RowDataPacket & Record<string, unknown>;
@@ -121,17 +122,24 @@ function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
  * A transaction's queryable. `START TRANSACTION` is not sent on its own: it rides in front of
  * the transaction's first statement, which saves one round trip per transaction.
  */
-function transactionQueryable(conn: PoolConnection, timeoutMs: number): Transaction & { readonly finished: boolean } {
+function transactionQueryable(conn: PoolConnection, timeoutMs: number, lockOrder: LockOrderCheck | null): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
   const query = sender(conn, timeoutMs);
   /** The user's statements' results: one result for one statement, an array for several. */
   async function send(sql: string, params: unknown[], statements: 'one' | 'several'): Promise<unknown> {
     if (finished) throw new Error('the transaction has already committed');
-    if (begun) return query(sql, params);
-    begun = true;
-    const results = (await query(`START TRANSACTION;\n${sql}`, params)) as unknown as unknown[];
-    return statements === 'one' ? results[1] : results.slice(1);
+    lockOrder?.observe(sql, params);
+    let out: unknown;
+    if (begun) out = await query(sql, params);
+    else {
+      begun = true;
+      const results = (await query(`START TRANSACTION;\n${sql}`, params)) as unknown as unknown[];
+      out = statements === 'one' ? results[1] : results.slice(1);
+    }
+    // The rows locking reads returned are the rows this transaction now holds.
+    lockOrder?.locked(statements === 'one' ? [out] : (out as unknown[]));
+    return out;
   }
   return {
     get finished() {
@@ -154,6 +162,15 @@ function transactionQueryable(conn: PoolConnection, timeoutMs: number): Transact
   };
 }
 
+/**
+ * A lock-order violation is a bug that can deadlock production; in check mode it must not be
+ * swallowed by a caller that logs and carries on (the recovery loop does): stop the process.
+ */
+function failLoudly(error: LockOrderViolation): never {
+  process.stderr.write(`orbit: ${error.message}\n`);
+  process.exit(70);
+}
+
 export interface DatabaseOptions {
   url: string;
   connectionLimit?: number;
@@ -165,6 +182,11 @@ export interface DatabaseOptions {
    * take (orbit-admin: a migration or a verify of a large table), connects 10 s.
    */
   timeoutMs?: number;
+  /**
+   * Check every transaction against the lock order (lock-order.ts); a violation stops the
+   * process. Tests and the servers they start run with it (ORBIT_CHECK_LOCK_ORDER=1).
+   */
+  checkLockOrder?: boolean;
 }
 
 export const DEFAULT_DATABASE_TIMEOUT_MS = 5000;
@@ -237,7 +259,7 @@ export function createDatabase(options: DatabaseOptions): Database {
         const conn = await acquire();
         let result: T;
         try {
-          const tx = transactionQueryable(conn, timeoutMs);
+          const tx = transactionQueryable(conn, timeoutMs, options.checkLockOrder ? new LockOrderCheck() : null);
           result = await fn(tx);
           if (!tx.finished) await sender(conn, timeoutMs)('COMMIT', []);
         } catch (error) {
@@ -255,6 +277,7 @@ export function createDatabase(options: DatabaseOptions): Database {
               conn.destroy();
             }
           }
+          if (error instanceof LockOrderViolation) failLoudly(error);
           if (attempt < retries && isRetryableTransactionError(error)) {
             await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
             continue;

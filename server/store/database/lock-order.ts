@@ -1,35 +1,239 @@
 /**
- * THE lock order (docs/quotas-and-locking.md#the-lock-order). Every transaction that locks more
- * than one of these takes them in this order, so two transactions never wait on each other in a
- * cycle:
+ * THE lock order (docs/quotas-and-locking.md#the-lock-order), as code. Every transaction takes
+ * row locks level by level, never going back to a lower level it has not taken yet, so two
+ * transactions never wait on each other in a cycle:
  *
- *   1. credential / namespace / application identity rows - shared (`LOCK IN SHARE MODE`), or
- *      not at all on the HTTP hot paths (authentication is a plain read before the transaction)
- *   2. worker session row                    (orbit_worker_sessions, FOR UPDATE)
- *   3. application resources row             (orbit_application_resources, FOR UPDATE / UPDATE)
- *   4. queue rows, in ascending queue_id     (orbit_queues)
- *   5. task rows, then their attempt rows    (orbit_tasks, orbit_attempts)
- *   6. keyed permits, in ascending (queue_id, resource_key)   (orbit_key_permits)
+ *   identity     credential / namespace / application rows - shared (`LOCK IN SHARE MODE`), or
+ *                not at all on the HTTP hot paths (authentication is a plain read before the
+ *                transaction; writes re-check inside their statements)
+ *   session      the worker session row                  (orbit_worker_sessions)
+ *   schedule     schedule rows                            (orbit_schedules, when they exist)
+ *   application  the application resources row           (orbit_application_resources)
+ *   queue        queue rows, in ascending queue_id        (orbit_queues)
+ *   task         task rows                                (orbit_tasks)
+ *   attempt      their attempt rows                       (orbit_attempts)
+ *   permit       keyed permits, ascending (queue_id, key) (orbit_key_permits)
+ *   records      receipts, audit records, events - rows written once and never locked for
+ *                update afterwards; written last, under the locks they describe
+ *
+ * `LOCK_LEVEL_OF_TABLE` says which level a table's rows are. `LockOrderCheck` is the proof:
+ * with `checkLockOrder` (ORBIT_CHECK_LOCK_ORDER=1, which `npm test` sets for every test and
+ * every server process it starts), each transaction records the levels its statements lock -
+ * a locking read (`FOR UPDATE`, `LOCK IN SHARE MODE`), an UPDATE, INSERT or DELETE - and a
+ * statement that locks a level below the highest one taken, and not taken before in the same
+ * transaction, stops the process: it is a bug that could deadlock in production. Going back to
+ * a lower level is fine only for rows the transaction locked before, named by primary key
+ * (updating the application or queue row it locked at its start: the lock is already held);
+ * other rows of a lower level are a violation - unless the statement never waits for a lock
+ * (`SKIP LOCKED`, `NOWAIT`: a claim that picks more task rows after locking its permits), since
+ * a transaction that does not wait cannot close a cycle. Identity rows are shared locks only.
+ * Inserting rows with fresh ids locks nothing (`NEW_ROWS_ONLY_ON_INSERT`).
  *
  * How late a lock is taken is a speed decision, not a change of order: the admission fast path
- * inserts its new task and receipt rows first (new rows conflict with nobody but a duplicate
- * key), then updates the application row and the queue rows last and commits, holding the hot
- * rows for one round trip. Rows that are looked up without a lock (to find which queue a task is
- * in, say) are locked afterwards in this order and re-checked.
+ * sends its guarded UPDATEs of the application and queue rows, then inserts the new task and
+ * receipt rows and commits, all in one round trip. Rows looked up without a lock (to find which
+ * queue a task is in, say) are locked afterwards in this order and re-checked.
  *
- * Quota rows (3, 4) are separate from identity rows (1), so authentication never needs more
- * than a shared lock. Recovery takes a busy application row with SKIP LOCKED - alone, before
- * anything else - and tries again later (the round after, it waits).
+ * Quota rows (application, queue) are separate from identity rows, so authentication never
+ * needs more than a shared lock. Recovery takes a busy application row with SKIP LOCKED - alone,
+ * before anything else - and tries again later.
  *
  * Every writer of task, attempt and permit rows of an application holds its application row
- * first (admission writes only new rows). So those rows are in effect serialised per
- * application: the permit sequence "INSERT IGNORE (shared lock on an existing row), then
- * SELECT … FOR UPDATE" cannot deadlock against another claim, and the order in which permits
- * of one transaction are touched does not matter - as long as that rule holds. A new writer
- * of these rows must take the application row first as well.
+ * first (admission writes only new rows), so those rows are in effect serialised per
+ * application. Single statements outside a transaction that write a row of one level and
+ * hold no other lock cannot take part in a cycle, and are the named exceptions to "application
+ * row first": a lease renewal (one UPDATE of one attempt row), marking attempts as told of a
+ * cancel (one UPDATE of attempt rows), and the session heartbeat (one UPDATE of session rows).
  */
 
 /** Sorts ids the way rows of one table are locked: ascending bytes. */
 export function byIdAscending(a: Buffer, b: Buffer): number {
   return Buffer.compare(a, b);
+}
+
+export const LOCK_LEVELS = ['identity', 'session', 'schedule', 'application', 'queue', 'task', 'attempt', 'permit', 'records'] as const;
+export type LockLevel = (typeof LOCK_LEVELS)[number];
+
+export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
+  orbit_credentials: 'identity',
+  orbit_namespaces: 'identity',
+  orbit_applications: 'identity',
+  orbit_worker_sessions: 'session',
+  orbit_schedules: 'schedule',
+  orbit_application_resources: 'application',
+  orbit_queues: 'queue',
+  orbit_tasks: 'task',
+  orbit_attempts: 'attempt',
+  orbit_key_permits: 'permit',
+  orbit_idempotency_receipts: 'records',
+  orbit_audit_events: 'records',
+  orbit_events: 'records',
+};
+
+/** The statements of a multi-statement text, split at semicolons outside quotes. */
+export function splitStatements(sql: string): string[] {
+  const out: string[] = [];
+  let quote: string | null = null;
+  let start = 0;
+  for (let i = 0; i < sql.length; i++) {
+    const c = sql[i];
+    if (quote !== null) {
+      if (c === '\\') i++;
+      else if (c === quote) quote = null;
+    } else if (c === "'" || c === '"' || c === '`') quote = c;
+    else if (c === ';') {
+      out.push(sql.slice(start, i));
+      start = i + 1;
+    }
+  }
+  out.push(sql.slice(start));
+  return out.map((s) => s.trim()).filter((s) => s !== '');
+}
+
+const TABLE = /\borbit_[a-z_]+\b/g;
+
+/** The tables whose rows one statement locks (only Orbit's tables, only the locking kinds of statement). */
+export function lockedTables(statement: string): string[] {
+  const text = statement.replace(/\s+/g, ' ').trim();
+  const verb = /^(\w+)/.exec(text)?.[1]?.toUpperCase();
+  let tables: string[] = [];
+  if (verb === 'SELECT') {
+    if (!/\bFOR UPDATE\b|\bLOCK IN SHARE MODE\b|\bFOR SHARE\b/i.test(text)) return [];
+    tables = [...text.matchAll(/\b(?:FROM|JOIN) (orbit_[a-z_]+)/gi)].map((m) => m[1] as string);
+  } else if (verb === 'UPDATE') {
+    tables = (/^UPDATE (.*?) SET /i.exec(text)?.[1] ?? '').match(TABLE) ?? [];
+  } else if (verb === 'INSERT' || verb === 'REPLACE') {
+    const table = /^(?:INSERT|REPLACE)(?: IGNORE)? INTO (orbit_[a-z_]+)/i.exec(text)?.[1];
+    const updatesOnDuplicate = /\bON DUPLICATE KEY UPDATE\b/i.test(text);
+    tables = table === undefined || (NEW_ROWS_ONLY_ON_INSERT.has(table) && !updatesOnDuplicate && verb === 'INSERT') ? [] : [table];
+  } else if (verb === 'DELETE') {
+    tables = [/^DELETE FROM (orbit_[a-z_]+)/i.exec(text)?.[1] ?? ''].filter(Boolean);
+  }
+  return [...new Set(tables.filter((t) => t in LOCK_LEVEL_OF_TABLE))];
+}
+
+/**
+ * Tables whose INSERTs lock nothing another transaction can hold: the primary key is a fresh
+ * id made by this process (or, for events and audit records, a position decided under the
+ * application row), and there is no other unique key. Inserting such a row is not "taking" its
+ * level; updating or locking existing rows of the table is. Receipts and permits are not here:
+ * their unique keys are the caller's (namespace + Idempotency-Key, queue + resource key), so an
+ * INSERT can wait for another transaction's row.
+ */
+export const NEW_ROWS_ONLY_ON_INSERT: ReadonlySet<string> = new Set(['orbit_tasks', 'orbit_attempts', 'orbit_worker_sessions', 'orbit_audit_events', 'orbit_events']);
+
+/** The single-column primary keys of the tables whose rows are locked by key (permits: queue_id + resource_key). */
+const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
+  orbit_worker_sessions: ['session_id'],
+  orbit_application_resources: ['application_id'],
+  orbit_queues: ['queue_id'],
+  orbit_tasks: ['task_id'],
+  orbit_attempts: ['attempt_id'],
+  orbit_key_permits: ['queue_id', 'resource_key'],
+};
+
+/** How many `?` placeholders a statement has (outside quotes). */
+function placeholderCount(statement: string): number {
+  let n = 0;
+  let quote: string | null = null;
+  for (let i = 0; i < statement.length; i++) {
+    const c = statement[i];
+    if (quote !== null) {
+      if (c === '\\') i++;
+      else if (c === quote) quote = null;
+    } else if (c === "'" || c === '"' || c === '`') quote = c;
+    else if (c === '?') n++;
+  }
+  return n;
+}
+
+function keyText(value: unknown): string {
+  return Buffer.isBuffer(value) ? value.toString('hex') : String(value);
+}
+
+/**
+ * The rows of `table` a statement names by primary key (`WHERE pk = ?`, `pk IN (?, …)`,
+ * `pk1 = ? AND pk2 = ?`), or null when it cannot tell (a join, a range, a subquery): then the
+ * statement is taken to lock rows the transaction did not lock before.
+ */
+function rowsNamed(statement: string, params: readonly unknown[], table: string): string[] | null {
+  const columns = PRIMARY_KEY[table];
+  if (!columns) return null;
+  const text = statement.replace(/\s+/g, ' ');
+  const where = /\bWHERE\b/i.exec(text);
+  if (!where || /\bJOIN\b/i.test(text) || /\(\s*SELECT\b/i.test(text.slice(where.index))) return null;
+  const before = placeholderCount(text.slice(0, where.index));
+  const clause = text.slice(where.index);
+  const valuesOf = (column: string): unknown[] | null => {
+    const m = new RegExp(`\\b(?:\\w+\\.)?${column} (?:= \\?|IN \\(([?, ]+)\\))`, 'i').exec(clause);
+    if (!m) return null;
+    const offset = before + placeholderCount(clause.slice(0, m.index));
+    const count = m[1] === undefined ? 1 : placeholderCount(m[1]);
+    return params.slice(offset, offset + count);
+  };
+  const perColumn = columns.map(valuesOf);
+  if (perColumn.some((v) => v === null)) return null;
+  if (columns.length === 1) return (perColumn[0] as unknown[]).map(keyText);
+  const [queues, keys] = perColumn as [unknown[], unknown[]];
+  return queues.length === 1 && keys.length === 1 ? [`${keyText(queues[0])}/${keyText(keys[0])}`] : null;
+}
+
+export class LockOrderViolation extends Error {}
+
+/** One transaction's record of the levels and rows it has locked; `observe` each text sent, in order, with its parameters. */
+export class LockOrderCheck {
+  private readonly rows = new Map<LockLevel, Set<string>>();
+  private highest = -1;
+  private readonly history: string[] = [];
+
+  /** Locking reads of the text last observed, by statement index, whose returned rows carry the primary key. */
+  private capture: Array<{ index: number; level: LockLevel; columns: readonly string[] }> = [];
+
+  observe(sql: string, params: readonly unknown[] = []): void {
+    let offset = 0;
+    this.capture = [];
+    for (const [index, statement] of splitStatements(sql).entries()) {
+      const own = params.slice(offset);
+      offset += placeholderCount(statement);
+      const tables = lockedTables(statement).sort((a, b) => LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[a] as LockLevel) - LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[b] as LockLevel));
+      for (const table of tables) {
+        const level = LOCK_LEVEL_OF_TABLE[table] as LockLevel;
+        const rank = LOCK_LEVELS.indexOf(level);
+        const named = rowsNamed(statement, own, table);
+        const held = this.rows.get(level);
+        // Below the highest level taken: fine only for rows this transaction locked before.
+        const relocking = held !== undefined && named !== null && named.every((r) => held.has(r));
+        // A locking read that never waits (SKIP LOCKED, NOWAIT) cannot close a cycle of waits:
+        // a claim may lock more task rows after its permits that way.
+        const neverWaits = /\b(?:SKIP LOCKED|NOWAIT)\b/i.test(statement);
+        if (rank < this.highest && !relocking && !neverWaits && level !== 'identity') {
+          throw new LockOrderViolation(
+            `lock order: ${level} rows locked after ${LOCK_LEVELS[this.highest]} rows in one transaction\n` +
+              `  statement: ${statement.replace(/\s+/g, ' ').slice(0, 200)}\n  before it: ${this.history.join(' | ')}`,
+          );
+        }
+        const set = held ?? new Set<string>();
+        for (const r of named ?? []) set.add(r);
+        this.rows.set(level, set);
+        // A locking read that picks its rows (SKIP LOCKED candidates, say): they are known from what it returns.
+        if (named === null && tables.length === 1 && /^SELECT\b/i.test(statement)) this.capture.push({ index, level, columns: PRIMARY_KEY[table] ?? [] });
+        this.highest = Math.max(this.highest, rank);
+      }
+      if (tables.length > 0) this.history.push(tables.map((t) => LOCK_LEVEL_OF_TABLE[t]).join('+'));
+    }
+  }
+
+  /** The results of the text last observed, one per statement: records the keys of rows that locking reads returned. */
+  locked(results: readonly unknown[]): void {
+    for (const { index, level, columns } of this.capture) {
+      const rows = results[index];
+      if (!Array.isArray(rows) || columns.length === 0) continue;
+      const set = this.rows.get(level) ?? new Set<string>();
+      for (const row of rows as Array<Record<string, unknown>>) {
+        if (columns.every((c) => row[c] !== undefined)) set.add(columns.map((c) => keyText(row[c])).join('/'));
+      }
+      this.rows.set(level, set);
+    }
+    this.capture = [];
+  }
 }

@@ -4,15 +4,17 @@
  *
  * Fast path - the whole transaction in ONE round trip (docs/quotas-and-locking.md):
  *     START TRANSACTION;
- *     INSERT receipts; INSERT tasks;
  *     UPDATE application row SET unfinished = IF(unfinished + n <= max, unfinished + n, NULL);
  *     UPDATE each queue row  SET unfinished = IF(unfinished + k <= max, unfinished + k, NULL);  (ascending queue_id)
+ *     INSERT tasks; INSERT receipts;
  *     COMMIT
- * New rows first (they conflict with nobody but a duplicate key), the hot rows last, so the
- * application row is locked only while the server runs the last statements and the commit -
- * never across a round trip to this process. A row without room is "guarded": setting the NOT
- * NULL counter to NULL fails the statement (ER_BAD_NULL_ERROR), the server runs nothing after
- * it (no COMMIT), and the transaction is rolled back: nothing was written.
+ * In the lock order (lock-order.ts): the hot rows first, then the new rows. Sent in one round
+ * trip, the application row is locked only while the server runs these statements and the
+ * commit - never across a round trip to this process (its lock lasts until the commit either
+ * way). A row without room is "guarded": setting the NOT NULL counter to NULL fails the
+ * statement (ER_BAD_NULL_ERROR), the server runs nothing after it (no COMMIT), and the
+ * transaction is rolled back: nothing was written. So does a receipt whose credential may no
+ * longer act, or whose key is taken.
  * Careful path - after a guard or a duplicate receipt key: lock the application row, then the
  * queue rows (FOR UPDATE), look up the receipts, and decide item by item in order: replay,
  * APPLICATION_FULL (checked first, so it wins when both are full), QUEUE_FULL, or accept; then
@@ -116,13 +118,9 @@ const TASK_INSERT = `INSERT INTO orbit_tasks
   (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
    on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at) VALUES `;
 
+/** The task rows, then their receipts (the lock order: tasks before records). */
 function insertStatements(prepared: Prepared[]): { sql: string[]; params: unknown[] } {
   const params: unknown[] = [];
-  const receiptRows = prepared.map((p) => {
-    const id = p.item.receipt;
-    params.push(id.namespaceId, id.key, id.applicationId, id.operation, id.requestSha256, p.taskId, JSON.stringify(p.snapshot), p.times.created, id.credentialId);
-    return RECEIPT_ROW;
-  });
   const taskRows = prepared.map((p) => {
     const r = p.item.request;
     params.push(
@@ -131,7 +129,12 @@ function insertStatements(prepared: Prepared[]): { sql: string[]; params: unknow
     );
     return "(?, ?, ?, ?, 'WAITING', ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?)";
   });
-  return { sql: [RECEIPT_INSERT + receiptRows.join('\n  UNION ALL '), TASK_INSERT + taskRows.join(', ')], params };
+  const receiptRows = prepared.map((p) => {
+    const id = p.item.receipt;
+    params.push(id.namespaceId, id.key, id.applicationId, id.operation, id.requestSha256, p.taskId, JSON.stringify(p.snapshot), p.times.created, id.credentialId);
+    return RECEIPT_ROW;
+  });
+  return { sql: [TASK_INSERT + taskRows.join(', '), RECEIPT_INSERT + receiptRows.join('\n  UNION ALL ')], params };
 }
 
 /** Tasks per queue, in lock order. */
@@ -181,9 +184,11 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
   const prepared = items.map((item) => prepare(item, nowMs));
   const perQueue = countByQueue(prepared);
   try {
-    const inserts = insertStatements(prepared);
+    // Lock order: the application row, the queue rows, then the new tasks and their receipts -
+    // all in one round trip with the COMMIT, so the hot rows are held for no round trip at all.
     const updates = guardedCounterUpdates(applicationId, prepared.length, perQueue);
-    await db.oneShot([...inserts.sql, ...updates.sql].join(';\n'), [...inserts.params, ...updates.params]);
+    const inserts = insertStatements(prepared);
+    await db.oneShot([...updates.sql, ...inserts.sql].join(';\n'), [...updates.params, ...inserts.params]);
     return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
   } catch (error) {
     // No room somewhere, a credential that may no longer act, or a key already used: nothing
@@ -268,12 +273,13 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
     if (accepted.length > 0) {
       const inserts = insertStatements(accepted);
       const perAcceptedQueue = countByQueue(accepted);
+      // Lock order: counters (rows locked above), then the new tasks and their receipts.
       const sql = [
-        ...inserts.sql,
         'UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ? WHERE application_id = ?',
         ...perAcceptedQueue.map(() => 'UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ? WHERE queue_id = ?'),
+        ...inserts.sql,
       ];
-      const params = [...inserts.params, accepted.length, applicationId, ...perAcceptedQueue.flatMap((q) => [q.count, q.queueId])];
+      const params = [accepted.length, applicationId, ...perAcceptedQueue.flatMap((q) => [q.count, q.queueId]), ...inserts.params];
       await tx.batch(sql.join(';\n'), params);
     }
     return result;

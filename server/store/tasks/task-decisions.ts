@@ -83,26 +83,28 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
     let eventType = 'task.cancelled';
     switch (locked.state) {
       case 'WAITING':
+      // Writes in the lock order (lock-order.ts): counters (application, queue), task, attempt, permit.
       case 'NEEDS_REVIEW':
+        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
         await tx.exec(
           "UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ?, updated_at = NOW(6) WHERE task_id = ?",
           [error, found.task_id],
         );
-        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
         break;
       case 'LEASED': {
         const attemptId = locked.current_attempt_id;
         if (attemptId === null) throw new OrbitError('INTERNAL', 'a LEASED task without an attempt');
-        const released = await tx.exec(
-          "UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ? AND state = 'RESERVED'",
-          [attemptId],
-        );
-        if (released.affectedRows !== 1) throw new OrbitError('INTERNAL', 'a LEASED task whose attempt is not reserved');
+        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
         await tx.exec(
           "UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ?, updated_at = NOW(6) WHERE task_id = ?",
           [error, found.task_id],
         );
-        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
+        const released = await tx.exec(
+          "UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ? AND state = 'RESERVED'",
+          [attemptId],
+        );
+        // Rolls the whole transaction back, counters included.
+        if (released.affectedRows !== 1) throw new OrbitError('INTERNAL', 'a LEASED task whose attempt is not reserved');
         await permitRelease(tx, found.queue_id, locked.resource_key);
         break;
       }
@@ -153,12 +155,12 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
         [found.task_id],
       );
     } else {
+      await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
       await tx.exec(
         `UPDATE orbit_tasks SET state = ?, result = COALESCE(?, result), error = COALESCE(?, error), finished_at = NOW(6), updated_at = NOW(6)
           WHERE task_id = ?`,
         [params.outcome === 'succeeded' ? 'SUCCEEDED' : 'FAILED', json(params.result), json(params.error), found.task_id],
       );
-      await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
     }
     const task = await record(tx, params, {
       action: 'task.resolve',

@@ -9,7 +9,9 @@
  * included, while this classification depends on the store's knowledge of database errors.
  */
 import { OrbitError } from './errors.ts';
-import { isDatabaseUnreachable, isRetryableTransactionError } from './store/database/database.ts';
+import type { Principal } from './domain/principal.ts';
+import { isDatabaseUnreachable, isRetryableTransactionError, type Queryable } from './store/database/database.ts';
+import { credentialExplainInvalid, isNoLongerValid } from './store/tenancy/credentials.ts';
 
 export function toOrbitError(error: unknown): OrbitError {
   if (error instanceof OrbitError) return error;
@@ -17,4 +19,16 @@ export function toOrbitError(error: unknown): OrbitError {
     return new OrbitError('UNAVAILABLE', 'the database is unavailable or busy; the outcome is unknown - retry with the same Idempotency-Key', { cause: error });
   }
   return new OrbitError('INTERNAL', 'internal error', { cause: error });
+}
+
+/**
+ * `toOrbitError` for a failure of an authenticated caller's request or frame: a write refused
+ * inside its transaction because the credential may no longer act (it may have been
+ * authenticated from the cache) names the precise cause, as a fresh authentication would - the
+ * caller presented the right secret.
+ */
+export async function toCallerError(error: unknown, db: Queryable, principal: Principal | undefined): Promise<OrbitError> {
+  const orbitError = toOrbitError(error);
+  if (!isNoLongerValid(error) || principal === undefined) return orbitError;
+  return credentialExplainInvalid(db, principal.credentialId, orbitError).catch(() => orbitError);
 }

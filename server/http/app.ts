@@ -5,12 +5,12 @@
 import { Hono } from 'hono';
 import { newRequestId } from '../ids.ts';
 import { OrbitError } from '../errors.ts';
-import { credentialAuthenticate, credentialExplainInvalid, isNoLongerValid } from '../store/tenancy/credentials.ts';
+import { credentialAuthenticate } from '../store/tenancy/credentials.ts';
 import type { Handlers } from '../generated/routes.ts';
 import { allowedMethods, mountOperations, rawPathOf, type RequestContext } from './operations.ts';
 import { PrincipalCache } from './principal-cache.ts';
 import { renderError } from './envelope.ts';
-import { toOrbitError } from '../failures.ts';
+import { toCallerError } from '../failures.ts';
 import type { AppEnv } from './env.ts';
 import type { AppDeps } from './deps.ts';
 import { systemHandlers } from './handlers/system.ts';
@@ -65,13 +65,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   });
   app.onError(async (error, c) => {
     const requestId = c.get('requestId') ?? newRequestId();
-    let orbitError = toOrbitError(error);
-    const principal = c.get('principal');
-    if (isNoLongerValid(error) && principal) {
-      // The caller presented the right secret (maybe checked from the cache): name the cause,
-      // as a fresh authentication would.
-      orbitError = await credentialExplainInvalid(deps.db, principal.credentialId, orbitError).catch(() => orbitError);
-    }
+    const orbitError = await toCallerError(error, deps.db, c.get('principal'));
     if (orbitError.status >= 500) deps.log.error({ err: error, requestId, path: c.req.path }, orbitError.message);
     return renderError(c, requestId, orbitError);
   });

@@ -8,9 +8,8 @@ import type { WSContext } from 'hono/ws';
 import { OrbitError } from '../errors.ts';
 import { idToHex, hexToId } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
-import { toOrbitError } from '../failures.ts';
+import { toCallerError, toOrbitError } from '../failures.ts';
 import { attemptClaimBatch } from '../store/attempts/claims.ts';
-import { credentialExplainInvalid, isNoLongerValid } from '../store/tenancy/credentials.ts';
 import { attemptRenew, type AttemptRef } from '../store/attempts/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempts/attempt-results.ts';
 import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
@@ -87,8 +86,7 @@ export class WorkerSession {
           return await this.onRelease(frame.attempt_id);
       }
     } catch (error) {
-      let orbitError = toOrbitError(error);
-      if (isNoLongerValid(error)) orbitError = await credentialExplainInvalid(this.gateway.db, this.principal.credentialId, orbitError).catch(() => orbitError);
+      const orbitError = await toCallerError(error, this.gateway.db, this.principal);
       if (orbitError.status >= 500) this.gateway.log.error({ err: error, frame: frame.type }, orbitError.message);
       this.send(errorFrame(orbitError, ids));
       if (orbitError.code === 'UNAUTHENTICATED') this.socket.close(4401, 'unauthenticated');

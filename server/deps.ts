@@ -17,6 +17,7 @@ import type { Database } from './store/database/database.ts';
 import type { Clock } from './store/database/clock.ts';
 import { migrationStatus, readMigrationFiles, type MigrationFile, type MigrationStatus } from './store/database/migrate.ts';
 import { taskSubmitBatch } from './store/tasks/admission.ts';
+import { QueueIdCache } from './store/quotas/queues.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
 import type { AppDeps } from './http/deps.ts';
 
@@ -64,6 +65,7 @@ export function buildDeps(options: BuildDepsOptions): AppDeps {
     }, { maxBatch: ADMISSION_MAX_BATCH, maxInFlight: config.admissionInFlight }),
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
     authCacheMs: config.authCacheMs,
+    queueIds: new QueueIdCache(),
     workers,
     async ready() {
       return readiness(await migrationStatus((sql) => db.rows(sql), migrationFiles));

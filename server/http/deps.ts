@@ -6,6 +6,7 @@ import type { Metrics } from '../metrics.ts';
 import type { KeyedBatcher } from '../domain/batcher.ts';
 import type { SubmitItem, SubmitOutcome } from '../store/tasks/admission.ts';
 import type { Context } from 'hono';
+import type { QueueIdCache } from '../store/quotas/queues.ts';
 import type { Principal } from '../domain/principal.ts';
 
 export interface AppDeps {
@@ -19,6 +20,8 @@ export interface AppDeps {
   openApiDocument: string;
   /** How long a successful authentication is reused by this process (0: never). */
   authCacheMs: number;
+  /** (namespace, queue name) → queue id, for the operations that name a queue in their path. */
+  queueIds: QueueIdCache;
   /** Worker sessions (the WebSocket side); null where only HTTP is served (tests of the HTTP API). */
   workers: { connect(c: Context, principal: Principal): Promise<Response> } | null;
   /** Readiness: the database answers and no migration is pending. */

@@ -6,7 +6,6 @@ import { hexToId, idToHex, isHexId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { TASK_DEFAULTS } from '../../domain/limits.ts';
 import type { SubmitRequest } from '../../store/tasks/admission.ts';
-import { queueIdLookup } from '../../store/quotas/queues.ts';
 import { taskGetVisible, taskList, toTask } from '../../store/tasks/tasks.ts';
 import { taskCancel, taskResolve } from '../../store/tasks/task-decisions.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
@@ -17,7 +16,7 @@ type TaskHandlers = Pick<Handlers<RequestContext>, 'submitTask' | 'listTasks' | 
 export function taskHandlers(deps: AppDeps): TaskHandlers {
   async function visibleQueueId(ctx: RequestContext, name: string) {
     const principal = ctx.principal();
-    const queueId = canAccessQueue(principal, name) ? await queueIdLookup(deps.db, principal.namespaceId, name) : null;
+    const queueId = canAccessQueue(principal, name) ? await deps.queueIds.lookup(deps.db, principal.namespaceId, name) : null;
     if (!queueId) throw notFound(`queue "${name}"`);
     return queueId;
   }

@@ -212,18 +212,21 @@ export async function queueList(
 }
 
 /**
- * (namespace, name) → queue id, cached for the life of the process: queues are never deleted
- * or renamed, so a found id never goes stale. Misses are not cached.
+ * (namespace, name) → queue id, cached for the life of the process (one cache per app, made by
+ * buildDeps): queues are never deleted or renamed, so a found id never goes stale. Misses are not
+ * cached.
  */
-const queueIds = new Map<string, IdBytes>();
+export class QueueIdCache {
+  private readonly ids = new Map<string, IdBytes>();
 
-export async function queueIdLookup(db: Queryable, namespaceId: IdBytes, name: string): Promise<IdBytes | null> {
-  const cacheKey = `${namespaceId.toString('hex')}/${name}`;
-  const cached = queueIds.get(cacheKey);
-  if (cached) return cached;
-  const [row] = await db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [namespaceId, name]);
-  if (!row) return null;
-  if (queueIds.size > 100_000) queueIds.clear();
-  queueIds.set(cacheKey, row.queue_id);
-  return row.queue_id;
+  async lookup(db: Queryable, namespaceId: IdBytes, name: string): Promise<IdBytes | null> {
+    const cacheKey = `${namespaceId.toString('hex')}/${name}`;
+    const cached = this.ids.get(cacheKey);
+    if (cached) return cached;
+    const [row] = await db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [namespaceId, name]);
+    if (!row) return null;
+    if (this.ids.size > 100_000) this.ids.clear();
+    this.ids.set(cacheKey, row.queue_id);
+    return row.queue_id;
+  }
 }

@@ -88,7 +88,7 @@ function readQuery(c: Context, route: RouteSpec): Record<string, unknown> {
   const url = new URL(c.req.url);
   const out: Record<string, unknown> = {};
   for (const name of new Set(url.searchParams.keys())) {
-    const type = route.queryParams[name];
+    const type = Object.hasOwn(route.queryParams, name) ? route.queryParams[name] : undefined;
     if (type === undefined) throw invalidArgument(fieldPath([name]), 'is not a query parameter of this operation', 'query');
     const values = url.searchParams.getAll(name);
     if (values.length > 1) throw invalidArgument(fieldPath([name]), 'must appear at most once', 'query');
@@ -161,7 +161,9 @@ async function readBody(c: Context): Promise<unknown> {
     // Body bytes may be left unread: close the connection after answering, so they are not
     // taken for the next request.
     c.header('Connection', 'close');
-    throw error;
+    if (error instanceof OrbitError) throw error;
+    // The client went away (or broke the stream) mid-body: its problem, not the database's.
+    throw invalidArgument('body', 'could not be read to its end (the client closed or broke the request)', 'body');
   }
   let text: string;
   try {
@@ -180,6 +182,10 @@ export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestCon
     const handler = handlers[route.operationId] as (input: OperationInput<OperationId>, context: RequestContext) => Promise<unknown>;
     app.on(route.method, route.honoPath, async (c) => {
       const requestId = c.get('requestId');
+      // Only the worker session is an HTTP upgrade (server/worker/upgrade.ts marks such requests).
+      if (route.operationId !== 'connectWorker' && (c.env as { viaUpgrade?: boolean } | undefined)?.viaUpgrade === true) {
+        throw invalidArgument('Upgrade', 'is accepted only by GET /v1/workers/connect', 'header');
+      }
       let principal: Principal | null = null;
       if (route.action !== null) {
         principal = await authenticate(c.req.header('Authorization'));

@@ -109,6 +109,11 @@ export class WorkerGateway {
   /** The handler of `GET /v1/workers/connect`, after authentication and the `workers:consume` check. */
   async connect(c: Context, principal: Principal): Promise<Response> {
     if (c.req.header('Upgrade')?.toLowerCase() !== 'websocket') throw invalidArgument('Upgrade', 'must be websocket: this is the worker WebSocket endpoint (see asyncapi.yaml)', 'header');
+    // A request that did not come as an HTTP upgrade (no `Connection: Upgrade`) cannot become one.
+    if ((c.env as Partial<UpgradeEnv> | undefined)?.viaUpgrade !== true) throw invalidArgument('Connection', 'must be Upgrade: a worker session is a WebSocket upgrade', 'header');
+    // What the WebSocket server would refuse with a bare 400, refused here in the envelope.
+    if (!/^[+/0-9A-Za-z]{22}==$/.test(c.req.header('Sec-WebSocket-Key') ?? '')) throw invalidArgument('Sec-WebSocket-Key', 'must be 16 bytes in base64', 'header');
+    if (c.req.header('Sec-WebSocket-Version') !== '13') throw invalidArgument('Sec-WebSocket-Version', 'must be 13', 'header');
     if (!this.upgradeWebSocket) throw new OrbitError('UNAVAILABLE', 'worker sessions are not served by this process');
     let session: WorkerSession | null = null;
     const middleware = this.upgradeWebSocket(() => ({

@@ -10,10 +10,15 @@ import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { WebSocketServer } from 'ws';
 
-/** `c.env` of an upgrade request; the worker route sets `accepted` when it took the upgrade. */
+/**
+ * `c.env` of a request that came as an HTTP upgrade: `viaUpgrade` tells the app so (only the
+ * worker route takes one; every other operation refuses it), and the worker route sets
+ * `accepted` when it took the upgrade.
+ */
 export interface UpgradeEnv {
   incoming: IncomingMessage;
   outgoing: undefined;
+  viaUpgrade: true;
   accepted?: boolean;
 }
 
@@ -41,8 +46,10 @@ export function serveWorkerUpgrades(server: Server, app: FetchApp, wss: WebSocke
       for (const [name, value] of Object.entries(request.headers)) {
         if (value !== undefined) headers.append(name, Array.isArray(value) ? (value[0] as string) : value);
       }
-      const env: UpgradeEnv = { incoming: request, outgoing: undefined };
-      const response = await app.request(url, { headers }, env);
+      const env: UpgradeEnv = { incoming: request, outgoing: undefined, viaUpgrade: true };
+      // The method as sent: Node hands every request with `Connection: Upgrade` here, whatever
+      // its path and method, and each must be answered as what it is (no body is read).
+      const response = await app.request(url, { method: request.method ?? 'GET', headers }, env);
       if (env.accepted) {
         wss.handleUpgrade(request, socket, head, (ws) => wss.emit('connection', ws, request));
         return;

@@ -7,6 +7,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
+import { request as httpRequest } from 'node:http';
 import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp } from '../helpers/app.ts';
@@ -135,5 +136,54 @@ describe('refusals name what is wrong, and no more', () => {
       });
       socket.on('unexpected-response', (_req, res) => reject(new Error(`refused with ${res.statusCode}`)));
     });
+  });
+
+  /** A raw request with exactly these headers; the status and the parsed body. */
+  function raw(method: string, path: string, headers: Record<string, string>): Promise<{ status: number; body: any; requestId: string | undefined }> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest(`${server.url}${path}`, { method, headers });
+      req.on('response', (res) => {
+        let text = '';
+        res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined, requestId: res.headers['x-request-id'] as string | undefined }));
+      });
+      req.on('upgrade', () => reject(new Error('upgraded')));
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
+  test('only the worker endpoint takes an upgrade, and only a well-formed one; every refusal is the envelope', async () => {
+    const tenant = await createTenant(t.db, { namespace: 'upgrade-only', queues: ['q'] });
+    const auth = { Authorization: `Bearer ${tenant.token}` };
+    const key = { 'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==', 'Sec-WebSocket-Version': '13' };
+    // A request sent with Connection: Upgrade is answered as what it is - not run as a GET -
+    // and another operation refuses the upgrade.
+    const deleted = await raw('DELETE', '/v1/queues/q', { ...auth, Connection: 'Upgrade', Upgrade: 'h2c' });
+    assert.equal(deleted.status, 405);
+    const otherPath = await raw('GET', '/v1/queues/q', { ...auth, Connection: 'Upgrade', Upgrade: 'h2c' });
+    assert.equal(otherPath.status, 400);
+    assert.equal(otherPath.body.error.details.field, 'Upgrade');
+    const asList = await raw('POST', '/v1/queues', { ...auth, Connection: 'Upgrade', Upgrade: 'websocket', ...key });
+    assert.equal(asList.status, 400);
+    assert.equal(asList.body.error.details.field, 'Upgrade');
+    // The worker endpoint without `Connection: Upgrade` is not half-upgraded into a 200.
+    const notUpgrade = await raw('GET', '/v1/workers/connect', { ...auth, Upgrade: 'websocket', ...key });
+    assert.equal(notUpgrade.status, 400);
+    assert.equal(notUpgrade.body.error.details.field, 'Connection');
+    for (const [name, value] of [['Sec-WebSocket-Version', '12'], ['Sec-WebSocket-Key', 'short']] as const) {
+      const bad = await raw('GET', '/v1/workers/connect', { ...auth, Connection: 'Upgrade', Upgrade: 'websocket', ...key, [name]: value });
+      assert.equal(bad.status, 400, name);
+      assert.equal(bad.body.error.details.field, name);
+      assert.equal(bad.requestId, bad.body.request_id);
+    }
+    // Names of Object.prototype are no query parameters either.
+    for (const name of ['__proto__', 'constructor', 'toString']) {
+      const r = await raw('GET', `/v1/queues?${name}=1`, auth);
+      assert.equal(r.status, 400, name);
+      assert.equal(r.body.error.details.location, 'query');
+    }
+    const [{ n }] = (await t.db.rows<{ n: string }>("SELECT COUNT(*) AS n FROM orbit_worker_sessions s JOIN orbit_namespaces ns ON ns.namespace_id = s.namespace_id WHERE ns.name = 'upgrade-only'")) as [{ n: string }];
+    assert.equal(n, '0', 'no refused upgrade opened a session');
   });
 });

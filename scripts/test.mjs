@@ -41,6 +41,7 @@ if (!process.env.ORBIT_TEST_DATABASE_URL) {
 // (b) Every transaction of the tests, and of the server processes they start, is checked
 // against the lock order (server/store/database/lock-order.ts).
 process.env.ORBIT_CHECK_LOCK_ORDER ??= '1';
+process.env.ORBIT_CHECK_SHARD_ROUTING ??= '1'; // every statement routes to one shard by application_id (shard-routing.ts)
 
 // (c) Test files: the ones given on the command line, or every test/**/*.test.ts.
 const args = process.argv.slice(2);

@@ -25,6 +25,8 @@ export interface ServerConfig {
   databaseTimeoutMs: number;
   /** Test mode: every transaction is checked against the lock order; a violation stops the process. */
   checkLockOrder: boolean;
+  /** Test mode: every statement is checked to route to one shard by application_id (docs/scale-out.md); a violation fails it. */
+  checkShardRouting: boolean;
   logLevel: string;
 }
 
@@ -52,6 +54,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'ORBIT_DB_POOL_SIZE', default: '24', range: '2 to 500', meaning: 'database connections per server process' },
   { name: 'ORBIT_DB_TIMEOUT_MS', default: '5000', range: '100 to 600000', meaning: 'the longest one database round trip, connect or wait for a pooled connection may take; past it the request answers 503 UNAVAILABLE (a database that stops answering never hangs a request)' },
   { name: 'ORBIT_CHECK_LOCK_ORDER', default: '0', range: '0 or 1', meaning: 'for tests: every transaction checks that it takes row locks in the lock order, and a violation stops the process (npm test sets 1)' },
+  { name: 'ORBIT_CHECK_SHARD_ROUTING', default: '0', range: '0 or 1', meaning: 'for tests: every statement sent checks that it would route to one shard when sharded by application_id (docs/scale-out.md), and a violation fails it (npm test sets 1)' },
   { name: 'ORBIT_ADMISSION_IN_FLIGHT', default: '1', range: '1 to 64', meaning: 'submission transactions one application may have in flight at once per process (the rest wait and are group-committed)' },
   { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
 ];
@@ -148,6 +151,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),
     databaseTimeoutMs: intFromEnv(env, 'ORBIT_DB_TIMEOUT_MS', 5000, 100, 600_000),
     checkLockOrder: intFromEnv(env, 'ORBIT_CHECK_LOCK_ORDER', 0, 0, 1) === 1,
+    checkShardRouting: intFromEnv(env, 'ORBIT_CHECK_SHARD_ROUTING', 0, 0, 1) === 1,
     logLevel: logLevelFromEnv(env),
   };
 }

@@ -15,10 +15,12 @@ export function testServerUrl(): string {
 
 /** `npm test` sets ORBIT_CHECK_LOCK_ORDER=1: every transaction of the tests and of the servers they start is checked against the lock order. */
 export const CHECK_LOCK_ORDER = process.env.ORBIT_CHECK_LOCK_ORDER === '1';
+/** `npm test` sets ORBIT_CHECK_SHARD_ROUTING=1: every statement of the tests' database and of the servers they start is checked to route by application_id. */
+export const CHECK_SHARD_ROUTING = process.env.ORBIT_CHECK_SHARD_ROUTING === '1';
 
 /** The server settings of an in-process test server: the defaults, with the lock-order check as `npm test` asks. */
 export function testConfig(): ServerConfig {
-  return loadConfig({ ORBIT_CHECK_LOCK_ORDER: CHECK_LOCK_ORDER ? '1' : '0' });
+  return loadConfig({ ORBIT_CHECK_LOCK_ORDER: CHECK_LOCK_ORDER ? '1' : '0', ORBIT_CHECK_SHARD_ROUTING: CHECK_SHARD_ROUTING ? '1' : '0' });
 }
 
 export interface TestDatabase {
@@ -32,7 +34,7 @@ export async function freshDatabase(label = 'test'): Promise<TestDatabase> {
   const name = `orbit_${label.replace(/[^a-z0-9]/gi, '_').slice(0, 24)}_${randomBytes(4).toString('hex')}`;
   const url = `${testServerUrl()}/${name}`;
   await migrate(url);
-  const db = createDatabase({ url, connectionLimit: 30, checkLockOrder: CHECK_LOCK_ORDER });
+  const db = createDatabase({ url, connectionLimit: 30, checkLockOrder: CHECK_LOCK_ORDER, checkShardRouting: CHECK_SHARD_ROUTING });
   return {
     name,
     url,

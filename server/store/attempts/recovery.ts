@@ -36,7 +36,7 @@ export interface RecoveryCounts {
 export async function recoverExpiredAttempts(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
   const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
   const rows = await db.rows<{ application_id: Buffer; attempt_id: Buffer; task_id: Buffer; queue_id: Buffer }>(
-    `SELECT application_id, attempt_id, task_id, queue_id FROM orbit_attempts
+    `SELECT /* scatter: recovery-expired-leases */ application_id, attempt_id, task_id, queue_id FROM orbit_attempts
       WHERE state IN ('RESERVED', 'RUNNING') AND lease_expires_at <= NOW(6)
       ORDER BY lease_expires_at LIMIT ?`,
     [params.limit],
@@ -61,7 +61,7 @@ export async function recoverExpiredAttempts(db: Database, params: { limit: numb
 export async function expireDeadlines(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
   const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
   const rows = await db.rows<{ application_id: Buffer; queue_id: Buffer; task_id: Buffer }>(
-    "SELECT application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ?",
+    "SELECT /* scatter: recovery-deadlines */ application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ?",
     [params.limit],
   );
   for (const [applicationHex, group] of groupByApplication(rows)) {

@@ -63,7 +63,7 @@ export async function sessionMarkClosed(tx: Queryable, sessionId: IdBytes): Prom
 /** Sessions whose server stopped heartbeating (it died): closed, so fairness stops counting them. Their attempts expire by lease. */
 export async function sessionCloseStale(db: Queryable, staleAfterSeconds: number): Promise<number> {
   const result = await db.exec(
-    `UPDATE orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL
+    `UPDATE /* scatter: recovery-stale-sessions */ orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL
       WHERE state = 'OPEN' AND last_seen_at < NOW(6) - INTERVAL ? SECOND`,
     [staleAfterSeconds],
   );

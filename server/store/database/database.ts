@@ -10,6 +10,7 @@
  * outside the database before it returns.
  */
 import { LockOrderCheck, LockOrderViolation } from './lock-order.ts';
+import { assertRoutable, ShardRoutingViolation } from './shard-routing.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 
 export type Row = RowDataPacket & Record<string, unknown>;
@@ -122,13 +123,20 @@ function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
  * A transaction's queryable. `START TRANSACTION` is not sent on its own: it rides in front of
  * the transaction's first statement, which saves one round trip per transaction.
  */
-function transactionQueryable(conn: PoolConnection, timeoutMs: number, lockOrder: LockOrderCheck | null): Transaction & { readonly finished: boolean } {
+function transactionQueryable(conn: PoolConnection, timeoutMs: number, lockOrder: LockOrderCheck | null, shardRouting: boolean): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
   const query = sender(conn, timeoutMs);
   /** The user's statements' results: one result for one statement, an array for several. */
   async function send(sql: string, params: unknown[], statements: 'one' | 'several'): Promise<unknown> {
     if (finished) throw new Error('the transaction has already committed');
+    if (shardRouting) {
+      try {
+        assertRoutable(sql);
+      } catch (error) {
+        throw reported(error);
+      }
+    }
     lockOrder?.observe(sql, params);
     let out: unknown;
     if (begun) out = await query(sql, params);
@@ -162,6 +170,12 @@ function transactionQueryable(conn: PoolConnection, timeoutMs: number, lockOrder
   };
 }
 
+/** A shard-routing violation is also written to stderr: callers that log and carry on (the recovery loop) must not hide it. */
+function reported(error: unknown): unknown {
+  if (error instanceof ShardRoutingViolation) process.stderr.write(`orbit: ${error.message}\n`);
+  return error;
+}
+
 /**
  * A lock-order violation is a bug that can deadlock production; in check mode it must not be
  * swallowed by a caller that logs and carries on (the recovery loop does): stop the process.
@@ -187,6 +201,12 @@ export interface DatabaseOptions {
    * process. Tests and the servers they start run with it (ORBIT_CHECK_LOCK_ORDER=1).
    */
   checkLockOrder?: boolean;
+  /**
+   * Check every statement sent (transactions and plain rows/exec/batch) routes to one shard when
+   * sharded by application_id (shard-routing.ts, docs/scale-out.md); a violation throws.
+   * Tests and the servers they start run with it (ORBIT_CHECK_SHARD_ROUTING=1).
+   */
+  checkShardRouting?: boolean;
 }
 
 export const DEFAULT_DATABASE_TIMEOUT_MS = 5000;
@@ -212,8 +232,16 @@ export function createDatabase(options: DatabaseOptions): Database {
   // Runs before any other statement on each new connection. Strict mode is not a preference:
   // the guarded statements (`IF(room, …, NULL)` on NOT NULL columns) must FAIL, not store a 0
   // with a warning, whatever the server's own default is.
+  // A lock wait must end (as a retryable ER_LOCK_WAIT_TIMEOUT, on a connection that stays
+  // usable) before the statement timeout cuts the connection off: InnoDB's own default is 50 s.
+  const lockWaitSeconds = timeoutMs > 0 ? Math.max(1, Math.floor(timeoutMs / 1000) - 1) : 50;
   pool.pool.on('connection', (conn) => {
-    conn.query(`SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED`);
+    const setup = `SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; SET SESSION innodb_lock_wait_timeout = ${lockWaitSeconds}`;
+    // With a callback, a failure here (the database going away right after the handshake) is
+    // this connection's problem, not an unhandled 'error' event; the connection is dropped.
+    conn.query(timeoutMs > 0 ? { sql: setup, timeout: timeoutMs } : { sql: setup }, (error: unknown) => {
+      if (error) conn.destroy();
+    });
   });
   /** A connection from the pool, or ORBIT_POOL_TIMEOUT when none frees up (or opens) in time. */
   async function acquire(): Promise<PoolConnection> {
@@ -249,17 +277,28 @@ export function createDatabase(options: DatabaseOptions): Database {
       throw error;
     }
   }
+  /** With checkShardRouting, a statement that would not route to one shard is rejected before it is sent. */
+  function routed<T>(sql: string, send: () => Promise<T>): Promise<T> {
+    if (options.checkShardRouting) {
+      try {
+        assertRoutable(sql);
+      } catch (error) {
+        return Promise.reject(reported(error));
+      }
+    }
+    return send();
+  }
   return {
     pool,
-    rows: (sql, params) => withConnection((q) => q.rows(sql, params)),
-    exec: (sql, params) => withConnection((q) => q.exec(sql, params)),
-    batch: (sql, params) => withConnection((q) => q.batch(sql, params)),
+    rows: (sql, params) => routed(sql, () => withConnection((q) => q.rows(sql, params))),
+    exec: (sql, params) => routed(sql, () => withConnection((q) => q.exec(sql, params))),
+    batch: (sql, params) => routed(sql, () => withConnection((q) => q.batch(sql, params))),
     async transaction<T>(fn: (tx: Transaction) => Promise<T>, { retries = 5 } = {}) {
       for (let attempt = 0; ; attempt++) {
         const conn = await acquire();
         let result: T;
         try {
-          const tx = transactionQueryable(conn, timeoutMs, options.checkLockOrder ? new LockOrderCheck() : null);
+          const tx = transactionQueryable(conn, timeoutMs, options.checkLockOrder ? new LockOrderCheck() : null, options.checkShardRouting === true);
           result = await fn(tx);
           if (!tx.finished) await sender(conn, timeoutMs)('COMMIT', []);
         } catch (error) {

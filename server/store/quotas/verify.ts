@@ -137,10 +137,12 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   if (lock && applicationId === null) throw new Error('a locking check covers one application');
   const forUpdate = lock ? ' FOR UPDATE' : '';
   const one = applicationId === null ? [] : [applicationId];
+  // Unscoped: every application's rows at once, a scatter query on Vitess (shard-routing.ts).
+  const scatter = applicationId === null ? ' /* scatter: verify-recount */' : '';
 
   // 1. Application rows.
   const applications = await q.rows<Row>(
-    `SELECT application_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
+    `SELECT${scatter} application_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
       ${applicationId === null ? '' : 'WHERE application_id = ?'} ORDER BY application_id${forUpdate}`,
     one,
   );
@@ -149,7 +151,7 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   // 2. Queue rows: which ones and their names by a plain read, then their counters, locked by
   //    primary key in ascending order when locking (namespace rows are never locked).
   const labels = await q.rows<StoredQueue>(
-    `SELECT q.queue_id, q.application_id, n.name AS namespace, q.name
+    `SELECT${scatter} q.queue_id, q.application_id, n.name AS namespace, q.name
        FROM orbit_queues q LEFT JOIN orbit_namespaces n ON n.namespace_id = q.namespace_id
       ${applicationId === null ? '' : 'WHERE q.application_id = ?'}`,
     one,
@@ -163,7 +165,7 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   const queueRows = noQueues
     ? []
     : await q.rows<Row>(
-        `SELECT queue_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_queues
+        `SELECT${scatter} queue_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_queues
           WHERE TRUE${inQueues('queue_id')} ORDER BY queue_id${forUpdate}`,
         queueParams,
       );
@@ -172,7 +174,7 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   const permitRows = noQueues
     ? []
     : await q.rows<{ queue_id: Buffer; resource_key: string; holders: unknown }>(
-        `SELECT queue_id, resource_key, holders FROM orbit_key_permits
+        `SELECT${scatter} queue_id, resource_key, holders FROM orbit_key_permits
           WHERE TRUE${inQueues('queue_id')} ORDER BY queue_id, resource_key${forUpdate}`,
         queueParams,
       );
@@ -180,17 +182,17 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   // 4. The recount: one round trip, counts grouped by owner (application or queue).
   const byApplication = applicationId === null ? '' : ' AND application_id = ?';
   const statements = [
-    `SELECT application_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${byApplication} GROUP BY application_id`,
-    `SELECT application_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
+    `SELECT${scatter} application_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${byApplication} GROUP BY application_id`,
+    `SELECT${scatter} application_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
       WHERE state IN (${ACTIVE})${byApplication} GROUP BY application_id`,
   ];
   const params: unknown[] = [...one, ...one];
   if (!noQueues) {
     statements.push(
-      `SELECT queue_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${inQueues('queue_id')} GROUP BY queue_id`,
-      `SELECT queue_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
+      `SELECT${scatter} queue_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${inQueues('queue_id')} GROUP BY queue_id`,
+      `SELECT${scatter} queue_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
         WHERE state IN (${ACTIVE})${inQueues('queue_id')} GROUP BY queue_id`,
-      `SELECT queue_id, resource_key, COUNT(*) AS n FROM orbit_attempts
+      `SELECT${scatter} queue_id, resource_key, COUNT(*) AS n FROM orbit_attempts
         WHERE state IN (${ACTIVE}) AND resource_key IS NOT NULL${inQueues('queue_id')} GROUP BY queue_id, resource_key`,
     );
     params.push(...queueParams, ...queueParams, ...queueParams);
@@ -443,7 +445,7 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
  */
 export async function tasksDisagreeingWithAttempts(db: Queryable): Promise<number> {
   const [row] = await db.rows<{ n: unknown }>(`
-    SELECT COUNT(*) AS n FROM orbit_tasks t
+    SELECT /* scatter: verify-task-attempt-agreement */ COUNT(*) AS n FROM orbit_tasks t
      WHERE (SELECT COUNT(*) FROM orbit_attempts x WHERE x.task_id = t.task_id AND x.state IN (${ACTIVE}))
            <> (CASE WHEN t.state IN ('LEASED', 'RUNNING') THEN 1 ELSE 0 END)`);
   return Number(row?.n ?? 0);

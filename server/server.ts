@@ -53,7 +53,7 @@ function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port:
 
 export async function startServer(config: ServerConfig, options: { log?: Logger; clock?: Clock } = {}): Promise<RunningServer> {
   const log = options.log ?? createLogger(config.logLevel);
-  const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize, timeoutMs: config.databaseTimeoutMs, checkLockOrder: config.checkLockOrder });
+  const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize, timeoutMs: config.databaseTimeoutMs, checkLockOrder: config.checkLockOrder, checkShardRouting: config.checkShardRouting });
   // Read once: the start-up check below and /readyz (buildDeps) compare the database with these.
   const migrationFiles = readMigrationFiles();
   const status = await migrationStatus((sql) => db.rows(sql), migrationFiles).catch(async (error: unknown) => {

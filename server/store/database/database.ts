@@ -234,9 +234,10 @@ export function createDatabase(options: DatabaseOptions): Database {
   // with a warning, whatever the server's own default is.
   // A lock wait must end (as a retryable ER_LOCK_WAIT_TIMEOUT, on a connection that stays
   // usable) before the statement timeout cuts the connection off: InnoDB's own default is 50 s.
-  const lockWaitSeconds = timeoutMs > 0 ? Math.max(1, Math.floor(timeoutMs / 1000) - 1) : 50;
+  // (Without a statement timeout, the server's own setting stays.)
+  const lockWait = timeoutMs > 0 ? `; SET SESSION innodb_lock_wait_timeout = ${Math.max(1, Math.floor(timeoutMs / 1000) - 1)}` : '';
   pool.pool.on('connection', (conn) => {
-    const setup = `SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; SET SESSION innodb_lock_wait_timeout = ${lockWaitSeconds}`;
+    const setup = `SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED${lockWait}`;
     // With a callback, a failure here (the database going away right after the handshake) is
     // this connection's problem, not an unhandled 'error' event; the connection is dropped.
     conn.query(timeoutMs > 0 ? { sql: setup, timeout: timeoutMs } : { sql: setup }, (error: unknown) => {

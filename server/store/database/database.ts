@@ -12,19 +12,38 @@
 import { LockOrderCheck, LockOrderViolation } from './lock-order.ts';
 import { assertRoutable, ShardRoutingViolation } from './shard-routing.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
+import type { SQL } from 'drizzle-orm';
+import { MySqlDialect } from 'drizzle-orm/mysql-core';
 
 export type Row = RowDataPacket & Record<string, unknown>;
 
+/**
+ * A statement: drizzle's `sql` template, where each value is bound exactly where it appears
+ * (``sql`… WHERE task_id = ${taskId}` ``, `sql.join` for lists and multi-statement batches) -
+ * or, in code not yet moved to it, text plus a parameter array that must stay in step.
+ */
+export type Statement = string | SQL;
+
+const dialect = new MySqlDialect();
+
+/** The text and parameters mysql2 is sent. An `sql` template carries its own parameters. */
+export function statementText(statement: Statement, params: unknown[] = []): [string, unknown[]] {
+  if (typeof statement === 'string') return [statement, params];
+  if (params.length > 0) throw new Error('an sql`` statement carries its own parameters; pass none beside it');
+  const query = dialect.sqlToQuery(statement);
+  return [query.sql, query.params];
+}
+
 export interface Queryable {
   /** Rows of a SELECT. */
-  rows<T = Row>(sql: string, params?: unknown[]): Promise<T[]>;
+  rows<T = Row>(sql: Statement, params?: unknown[]): Promise<T[]>;
   /** Result of an INSERT/UPDATE/DELETE. */
-  exec(sql: string, params?: unknown[]): Promise<ResultSetHeader>;
+  exec(sql: Statement, params?: unknown[]): Promise<ResultSetHeader>;
   /**
    * Two or more statements in one round trip (`multipleStatements`): one result per statement,
    * rows for SELECTs and a header for writes. Use it to hold hot-row locks for fewer round trips.
    */
-  batch(sql: string, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
+  batch(sql: Statement, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
 }
 
 /** A transaction in progress. */
@@ -33,7 +52,7 @@ export interface Transaction extends Queryable {
    * The transaction's last statements and its COMMIT in one round trip, so the locks it holds
    * are not kept across another round trip to this process. Results of `sql`'s statements.
    */
-  finish(sql: string, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
+  finish(sql: Statement, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
 }
 
 export interface Database extends Queryable {
@@ -44,7 +63,7 @@ export interface Database extends Queryable {
    * transaction is then rolled back and the error thrown. Returns the statements' results.
    * Deadlocks are retried like `transaction`.
    */
-  oneShot(sql: string, params?: unknown[], options?: { retries?: number }): Promise<Array<Row[] | ResultSetHeader>>;
+  oneShot(sql: Statement, params?: unknown[], options?: { retries?: number }): Promise<Array<Row[] | ResultSetHeader>>;
   /** Runs `fn` in one transaction on a dedicated connection; retries deadlocks. */
   transaction<T>(fn: (tx: Transaction) => Promise<T>, options?: { retries?: number }): Promise<T>;
   close(): Promise<void>;
@@ -105,15 +124,16 @@ function sender(conn: PoolConnection, timeoutMs: number) {
 }
 
 function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
-  const query = sender(conn, timeoutMs);
+  const send = sender(conn, timeoutMs);
+  const query = (sql: Statement, params: unknown[]) => send(...statementText(sql, params));
   return {
-    async rows<T>(sql: string, params: unknown[] = []) {
+    async rows<T>(sql: Statement, params: unknown[] = []) {
       return (await query(sql, params)) as T[];
     },
-    async exec(sql: string, params: unknown[] = []) {
+    async exec(sql: Statement, params: unknown[] = []) {
       return (await query(sql, params)) as ResultSetHeader;
     },
-    async batch(sql: string, params: unknown[] = []) {
+    async batch(sql: Statement, params: unknown[] = []) {
       return (await query(sql, params)) as unknown as Array<Row[] | ResultSetHeader>;
     },
   };
@@ -153,17 +173,18 @@ function transactionQueryable(conn: PoolConnection, timeoutMs: number, lockOrder
     get finished() {
       return finished;
     },
-    async rows<T>(sql: string, params: unknown[] = []) {
-      return (await send(sql, params, 'one')) as T[];
+    async rows<T>(sql: Statement, params: unknown[] = []) {
+      return (await send(...statementText(sql, params), 'one')) as T[];
     },
-    async exec(sql: string, params: unknown[] = []) {
-      return (await send(sql, params, 'one')) as ResultSetHeader;
+    async exec(sql: Statement, params: unknown[] = []) {
+      return (await send(...statementText(sql, params), 'one')) as ResultSetHeader;
     },
-    async batch(sql: string, params: unknown[] = []) {
-      return (await send(sql, params, 'several')) as Array<Row[] | ResultSetHeader>;
+    async batch(sql: Statement, params: unknown[] = []) {
+      return (await send(...statementText(sql, params), 'several')) as Array<Row[] | ResultSetHeader>;
     },
-    async finish(sql: string, params: unknown[] = []) {
-      const results = (await send(`${sql};\nCOMMIT`, params, 'several')) as Array<Row[] | ResultSetHeader>;
+    async finish(sql: Statement, params: unknown[] = []) {
+      const [text, values] = statementText(sql, params);
+      const results = (await send(`${text};\nCOMMIT`, values, 'several')) as Array<Row[] | ResultSetHeader>;
       finished = true;
       return results.slice(0, -1);
     },
@@ -291,9 +312,18 @@ export function createDatabase(options: DatabaseOptions): Database {
   }
   return {
     pool,
-    rows: (sql, params) => routed(sql, () => withConnection((q) => q.rows(sql, params))),
-    exec: (sql, params) => routed(sql, () => withConnection((q) => q.exec(sql, params))),
-    batch: (sql, params) => routed(sql, () => withConnection((q) => q.batch(sql, params))),
+    rows: (sql, params) => {
+      const [text, values] = statementText(sql, params);
+      return routed(text, () => withConnection((q) => q.rows(text, values)));
+    },
+    exec: (sql, params) => {
+      const [text, values] = statementText(sql, params);
+      return routed(text, () => withConnection((q) => q.exec(text, values)));
+    },
+    batch: (sql, params) => {
+      const [text, values] = statementText(sql, params);
+      return routed(text, () => withConnection((q) => q.batch(text, values)));
+    },
     async transaction<T>(fn: (tx: Transaction) => Promise<T>, { retries = 5 } = {}) {
       for (let attempt = 0; ; attempt++) {
         const conn = await acquire();
@@ -328,7 +358,7 @@ export function createDatabase(options: DatabaseOptions): Database {
         return result;
       }
     },
-    oneShot(sql: string, params: unknown[] = [], options = {}) {
+    oneShot(sql: Statement, params: unknown[] = [], options = {}) {
       // With nothing sent before it, `finish` carries START TRANSACTION, the statements and
       // COMMIT in one round trip.
       return this.transaction((tx) => tx.finish(sql, params), options);

@@ -5,6 +5,7 @@
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
+import { sql } from 'drizzle-orm';
 import type { Queryable } from '../database/database.ts';
 
 export interface AuditRecord {
@@ -20,26 +21,14 @@ export interface AuditRecord {
 }
 
 export async function auditInsert(tx: Queryable, record: AuditRecord): Promise<void> {
-  await tx.exec(
-    `INSERT INTO orbit_audit_events
-       (audit_id, application_id, namespace_id, credential_id, action, resource_type, resource, reason,
-        request_id, idempotency_key, before_state, after_state, created_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
-    [
-      newId(),
-      record.principal.applicationId,
-      record.principal.namespaceId,
-      record.principal.credentialId,
-      record.action,
-      record.resourceType,
-      record.resource,
-      record.reason,
-      Buffer.from(record.requestId, 'hex'),
-      record.idempotencyKey,
-      record.before === null ? null : JSON.stringify(record.before),
-      record.after === null ? null : JSON.stringify(record.after),
-    ],
-  );
+  const json = (state: Record<string, unknown> | null) => (state === null ? null : JSON.stringify(state));
+  await tx.exec(sql`
+    INSERT INTO orbit_audit_events
+      (audit_id, application_id, namespace_id, credential_id, action, resource_type, resource, reason,
+       request_id, idempotency_key, before_state, after_state, created_at)
+    VALUES (${newId()}, ${record.principal.applicationId}, ${record.principal.namespaceId}, ${record.principal.credentialId},
+            ${record.action}, ${record.resourceType}, ${record.resource}, ${record.reason},
+            ${Buffer.from(record.requestId, 'hex')}, ${record.idempotencyKey}, ${json(record.before)}, ${json(record.after)}, NOW(6))`);
 }
 
 interface AuditRow {
@@ -61,15 +50,13 @@ export async function auditList(
   db: Queryable,
   params: { namespaceId: IdBytes; namespace: string; afterSequence: string; limit: number },
 ): Promise<{ items: Record<string, unknown>[]; lastSequence: string | null; more: boolean }> {
-  const rows = await db.rows<AuditRow>(
-    `SELECT sequence, audit_id, credential_id, action, resource_type, resource, reason, request_id, idempotency_key,
-            before_state, after_state, created_at
-       FROM orbit_audit_events
-      WHERE namespace_id = ? AND sequence > ?
-      ORDER BY sequence
-      LIMIT ?`,
-    [params.namespaceId, params.afterSequence, params.limit + 1],
-  );
+  const rows = await db.rows<AuditRow>(sql`
+    SELECT sequence, audit_id, credential_id, action, resource_type, resource, reason, request_id, idempotency_key,
+           before_state, after_state, created_at
+      FROM orbit_audit_events
+     WHERE namespace_id = ${params.namespaceId} AND sequence > ${params.afterSequence}
+     ORDER BY sequence
+     LIMIT ${params.limit + 1}`);
   const more = rows.length > params.limit;
   const page = rows.slice(0, params.limit);
   return {

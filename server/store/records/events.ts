@@ -6,6 +6,7 @@
  */
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
+import { sql } from 'drizzle-orm';
 import type { Queryable } from '../database/database.ts';
 
 export interface EventRecord {
@@ -17,11 +18,9 @@ export interface EventRecord {
 }
 
 export async function eventInsert(tx: Queryable, event: EventRecord): Promise<void> {
-  await tx.exec(
-    `INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at)
-     VALUES (?, ?, ?, ?, ?, ?, NOW(6))`,
-    [newId(), event.applicationId, event.namespaceId, event.type, event.subject, JSON.stringify(event.data)],
-  );
+  await tx.exec(sql`
+    INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at)
+    VALUES (${newId()}, ${event.applicationId}, ${event.namespaceId}, ${event.type}, ${event.subject}, ${JSON.stringify(event.data)}, NOW(6))`);
 }
 
 interface EventRow {
@@ -37,14 +36,12 @@ export async function eventList(
   db: Queryable,
   params: { namespaceId: IdBytes; namespace: string; after: string; limit: number },
 ): Promise<{ events: Record<string, unknown>[]; nextAfter: string }> {
-  const rows = await db.rows<EventRow>(
-    `SELECT sequence, event_id, type, subject, data, occurred_at
-       FROM orbit_events
-      WHERE namespace_id = ? AND sequence > ?
-      ORDER BY sequence
-      LIMIT ?`,
-    [params.namespaceId, params.after, params.limit],
-  );
+  const rows = await db.rows<EventRow>(sql`
+    SELECT sequence, event_id, type, subject, data, occurred_at
+      FROM orbit_events
+     WHERE namespace_id = ${params.namespaceId} AND sequence > ${params.after}
+     ORDER BY sequence
+     LIMIT ${params.limit}`);
   return {
     nextAfter: rows.at(-1)?.sequence ?? params.after,
     events: rows.map((row) => ({

@@ -70,24 +70,28 @@ export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
   orbit_events: 'records',
 };
 
-/** The statements of a multi-statement text, split at semicolons outside quotes. */
-export function splitStatements(sql: string): string[] {
-  const out: string[] = [];
+/** The positions of `char` in `text` outside quoted strings and identifiers (a backslash escapes inside quotes). */
+function unquotedPositions(text: string, char: string): number[] {
+  const out: number[] = [];
   let quote: string | null = null;
-  let start = 0;
-  for (let i = 0; i < sql.length; i++) {
-    const c = sql[i];
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
     if (quote !== null) {
       if (c === '\\') i++;
       else if (c === quote) quote = null;
     } else if (c === "'" || c === '"' || c === '`') quote = c;
-    else if (c === ';') {
-      out.push(sql.slice(start, i));
-      start = i + 1;
-    }
+    else if (c === char) out.push(i);
   }
-  out.push(sql.slice(start));
-  return out.map((s) => s.trim()).filter((s) => s !== '');
+  return out;
+}
+
+/** The statements of a multi-statement text, split at semicolons outside quotes. */
+export function splitStatements(sql: string): string[] {
+  const cuts = [-1, ...unquotedPositions(sql, ';'), sql.length];
+  return cuts
+    .slice(1)
+    .map((end, k) => sql.slice((cuts[k] as number) + 1, end).trim())
+    .filter((s) => s !== '');
 }
 
 const TABLE = /\borbit_[a-z_]+\b/g;
@@ -134,17 +138,7 @@ const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
 
 /** How many `?` placeholders a statement has (outside quotes). */
 function placeholderCount(statement: string): number {
-  let n = 0;
-  let quote: string | null = null;
-  for (let i = 0; i < statement.length; i++) {
-    const c = statement[i];
-    if (quote !== null) {
-      if (c === '\\') i++;
-      else if (c === quote) quote = null;
-    } else if (c === "'" || c === '"' || c === '`') quote = c;
-    else if (c === '?') n++;
-  }
-  return n;
+  return unquotedPositions(statement, '?').length;
 }
 
 function keyText(value: unknown): string {

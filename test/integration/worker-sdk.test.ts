@@ -10,6 +10,7 @@ import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, configureQueue as configureQueueVia } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { frameGate } from '../helpers/frame-gate.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NonRetryableError, OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
@@ -108,22 +109,27 @@ describe('worker SDK', () => {
     await configureQueue('rated', { rate_per_second: 2 });
     const tasks = await Promise.all(Array.from({ length: 4 }, (_, i) => submit('rated', { payload: { i } })));
     const events: WorkerEvent[] = [];
-    const startedAt: number[] = [];
-    const w = worker('rated', async () => {
-      startedAt.push(Date.now());
-      return null;
-    }, events, 4);
+    // The worker's Starts are held back until the rate has been lowered under the two
+    // reservations it holds, so the second Start meets a full window every time.
+    const gate = await frameGate(server.url, 'start');
+    const w = new OrbitWorker({ baseUrl: gate.url, token: tenant.token, nodeId: 'sdk-rated', queues: ['rated'], capacity: 4, handler: async () => null, maxPollIntervalMs: 50, onEvent: (e) => events.push(e) });
     await w.start();
-    // Lower the rate under the reservations the worker may already hold.
+    await gate.held(2);
     await configureQueue('rated', { rate_per_second: 1 });
+    gate.release();
     await waitFor(async () => {
       const states = await Promise.all(tasks.map((x) => task(x.task_id)));
       return states.every((s) => s.state === 'SUCCEEDED');
     }, 15_000);
     await w.stop();
+    await gate.close();
     const attempts = await t.db.rows<{ n: string }>("SELECT COUNT(*) AS n FROM orbit_attempts a JOIN orbit_queues q ON q.queue_id = a.queue_id WHERE q.name = 'rated' AND a.state = 'SUCCEEDED'");
-    assert.equal(attempts[0]?.n, '4');
-    assert.ok(events.some((e) => e.type === 'rate_limited'), 'at least one Start was rate limited and retried');
+    assert.equal(attempts[0]?.n, '4', 'each task succeeded with exactly one attempt');
+    const limited = events.filter((e) => e.type === 'rate_limited');
+    assert.ok(limited.length > 0, 'at least one Start was rate limited and retried');
+    // The retried Start used the attempt it was refused for: that attempt is among the four that succeeded.
+    const succeeded = new Set(events.filter((e) => e.type === 'completed').map((e) => e.attemptId));
+    assert.ok(limited.every((e) => succeeded.has(e.attemptId)), 'a rate-limited attempt was started again, not replaced');
     assert.ok(!events.some((e) => e.type === 'attempt_dropped'), JSON.stringify(events.filter((e) => e.type === 'attempt_dropped')));
   });
 

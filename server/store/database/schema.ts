@@ -11,13 +11,21 @@
  * Conventions (docs/storage.md#rules-for-every-table): every table is `orbit_*`, has
  * `application_id`, ids are BINARY(16), no foreign keys, utf8mb4 / utf8mb4_bin, and a Chinese
  * COMMENT on every table and column (comments are checked by the drift test against the database;
- * drizzle cannot express them). Usage counters and revisions are BIGINT UNSIGNED, read as `bigint`.
+ * drizzle cannot express them).
+ *
+ * This file is also the single description of the rows the store reads. The store sends its own
+ * SQL (locking reads, multi-statement round trips) through mysql2, not drizzle's query builder,
+ * so the keys here are the column names and each column's TypeScript type is what mysql2 hands
+ * back for it with Orbit's pool settings: `BINARY` → Buffer, `BIGINT UNSIGNED` → decimal string
+ * (`bigNumberStrings`: counters, revisions and sequences stay exact), `DATETIME(6)` → text in
+ * UTC (`dateStrings`), `TINYINT(1)` → 0 or 1. `typeof tasks.$inferSelect` (exported below as
+ * `TaskRow`, …) is therefore exactly a row of `SELECT * FROM orbit_tasks`; a query selecting a
+ * few columns types its rows as a `Pick<>` of it.
  */
 import { sql } from 'drizzle-orm';
 import {
   bigint,
   binary,
-  boolean,
   char,
   customType,
   datetime,
@@ -34,15 +42,26 @@ import {
 } from 'drizzle-orm/mysql-core';
 
 /** A 16-byte identifier (`BINARY(16)`). */
-const id = (name: string) => binary(name, { length: 16 });
+const id = <N extends string>(name: N) => binary(name, { length: 16 }).$type<Buffer>();
+/** `BINARY(n)` other than ids (secret and request hashes), a Buffer like ids. */
+const bytes = <N extends string>(name: N, length: number) => binary(name, { length }).$type<Buffer>();
 /** `DATETIME(6)`, UTC, read as `YYYY-MM-DD HH:MM:SS.ffffff`. */
-const time = (name: string) => datetime(name, { fsp: 6, mode: 'string' });
+const time = <N extends string>(name: N) => datetime(name, { fsp: 6, mode: 'string' });
 /** `BIGINT UNSIGNED` as a `bigint` (uint64 counters, revisions, sequences; the API renders them as decimal strings). */
-const uint64 = (name: string) => bigint(name, { mode: 'bigint', unsigned: true });
+const uint64 = <N extends string>(name: N) => bigint(name, { mode: 'bigint', unsigned: true }).$type<string>();
+/**
+ * `TINYINT(1)` flags. mysql2 returns them as the numbers 0 and 1 (drizzle's `boolean` would
+ * claim `true`/`false`, which the raw rows the store reads never hold).
+ */
+const flag = customType<{ data: number; driverData: number }>({
+  dataType() {
+    return 'tinyint(1)';
+  },
+});
 /** `INT UNSIGNED`. */
-const uint32 = (name: string) => int(name, { unsigned: true });
+const uint32 = <N extends string>(name: N) => int(name, { unsigned: true });
 /** `SMALLINT UNSIGNED`. */
-const uint16 = (name: string) => smallint(name, { unsigned: true });
+const uint16 = <N extends string>(name: N) => smallint(name, { unsigned: true });
 
 /**
  * `VARCHAR(n) CHARACTER SET ascii COLLATE ascii_bin` (idempotency keys): drizzle's varchar has no
@@ -57,12 +76,12 @@ const asciiVarchar = customType<{ data: string; driverData: string; config: { le
 /** `orbit_schema_migrations`: the ledger `migrate.ts` creates itself (not in a migration file). */
 export const schemaMigrations = mysqlTable('orbit_schema_migrations', {
   version: uint32('version').primaryKey(),
-  applicationId: id('application_id')
+  application_id: id('application_id')
     .notNull()
     .default(sql`x'00000000000000000000000000000000'`),
   name: varchar('name', { length: 128 }).notNull(),
   checksum: char('checksum', { length: 64 }).notNull(),
-  appliedAt: time('applied_at').notNull(),
+  applied_at: time('applied_at').notNull(),
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -72,11 +91,11 @@ export const schemaMigrations = mysqlTable('orbit_schema_migrations', {
 export const applications = mysqlTable(
   'orbit_applications',
   {
-    applicationId: id('application_id').primaryKey(),
+    application_id: id('application_id').primaryKey(),
     name: varchar('name', { length: 128 }).notNull(),
-    enabled: boolean('enabled').notNull().default(true),
-    createdAt: time('created_at').notNull(),
-    updatedAt: time('updated_at').notNull(),
+    enabled: flag('enabled').notNull().default(1),
+    created_at: time('created_at').notNull(),
+    updated_at: time('updated_at').notNull(),
   },
   (t) => [uniqueIndex('uk_orbit_applications_name').on(t.name)],
 );
@@ -84,121 +103,121 @@ export const applications = mysqlTable(
 export const namespaces = mysqlTable(
   'orbit_namespaces',
   {
-    namespaceId: id('namespace_id').primaryKey(),
-    applicationId: id('application_id').notNull(),
+    namespace_id: id('namespace_id').primaryKey(),
+    application_id: id('application_id').notNull(),
     name: varchar('name', { length: 63 }).notNull(),
     environment: varchar('environment', { length: 16 }).notNull(),
-    enabled: boolean('enabled').notNull().default(true),
-    createdAt: time('created_at').notNull(),
-    updatedAt: time('updated_at').notNull(),
+    enabled: flag('enabled').notNull().default(1),
+    created_at: time('created_at').notNull(),
+    updated_at: time('updated_at').notNull(),
   },
-  (t) => [uniqueIndex('uk_orbit_namespaces_name').on(t.applicationId, t.name)],
+  (t) => [uniqueIndex('uk_orbit_namespaces_name').on(t.application_id, t.name)],
 );
 
 export const credentials = mysqlTable(
   'orbit_credentials',
   {
-    credentialId: id('credential_id').primaryKey(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
-    secretSha256: binary('secret_sha256', { length: 32 }).notNull(),
+    credential_id: id('credential_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    secret_sha256: bytes('secret_sha256', 32).notNull(),
     actions: text('actions').notNull(),
-    queueScope: text('queue_scope').notNull(),
+    queue_scope: text('queue_scope').notNull(),
     description: varchar('description', { length: 255 }).notNull().default(''),
-    createdAt: time('created_at').notNull(),
-    expiresAt: time('expires_at'),
-    revokedAt: time('revoked_at'),
+    created_at: time('created_at').notNull(),
+    expires_at: time('expires_at'),
+    revoked_at: time('revoked_at'),
   },
-  (t) => [index('ix_orbit_credentials_namespace').on(t.namespaceId)],
+  (t) => [index('ix_orbit_credentials_namespace').on(t.namespace_id)],
 );
 
 export const applicationResources = mysqlTable('orbit_application_resources', {
-  applicationId: id('application_id').primaryKey(),
-  revision: uint64('revision').notNull().default(1n),
-  maxUnfinishedTasks: uint32('max_unfinished_tasks').notNull().default(1000000),
-  maxConcurrency: uint32('max_concurrency').notNull().default(10000),
-  ratePerSecond: uint32('rate_per_second').notNull().default(100000),
-  unfinishedTasks: uint64('unfinished_tasks').notNull().default(0n),
-  activeAttempts: uint64('active_attempts').notNull().default(0n),
-  pendingStarts: uint64('pending_starts').notNull().default(0n),
-  windowStartedAt: time('window_started_at'),
-  windowStarts: uint32('window_starts').notNull().default(0),
-  updatedAt: time('updated_at').notNull(),
+  application_id: id('application_id').primaryKey(),
+  revision: uint64('revision').notNull().default('1'),
+  max_unfinished_tasks: uint32('max_unfinished_tasks').notNull().default(1000000),
+  max_concurrency: uint32('max_concurrency').notNull().default(10000),
+  rate_per_second: uint32('rate_per_second').notNull().default(100000),
+  unfinished_tasks: uint64('unfinished_tasks').notNull().default('0'),
+  active_attempts: uint64('active_attempts').notNull().default('0'),
+  pending_starts: uint64('pending_starts').notNull().default('0'),
+  window_started_at: time('window_started_at'),
+  window_starts: uint32('window_starts').notNull().default(0),
+  updated_at: time('updated_at').notNull(),
 });
 
 export const queues = mysqlTable(
   'orbit_queues',
   {
-    queueId: id('queue_id').primaryKey(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
+    queue_id: id('queue_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
     name: varchar('name', { length: 63 }).notNull(),
-    revision: uint64('revision').notNull().default(1n),
-    maxUnfinishedTasks: uint32('max_unfinished_tasks').notNull().default(100000),
-    maxConcurrency: uint32('max_concurrency').notNull().default(1000),
-    ratePerSecond: uint32('rate_per_second').notNull().default(10000),
-    keyConcurrency: uint16('key_concurrency').notNull().default(1),
-    paused: boolean('paused').notNull().default(false),
-    unfinishedTasks: uint64('unfinished_tasks').notNull().default(0n),
-    activeAttempts: uint64('active_attempts').notNull().default(0n),
-    pendingStarts: uint64('pending_starts').notNull().default(0n),
-    windowStartedAt: time('window_started_at'),
-    windowStarts: uint32('window_starts').notNull().default(0),
-    createdAt: time('created_at').notNull(),
-    updatedAt: time('updated_at').notNull(),
+    revision: uint64('revision').notNull().default('1'),
+    max_unfinished_tasks: uint32('max_unfinished_tasks').notNull().default(100000),
+    max_concurrency: uint32('max_concurrency').notNull().default(1000),
+    rate_per_second: uint32('rate_per_second').notNull().default(10000),
+    key_concurrency: uint16('key_concurrency').notNull().default(1),
+    paused: flag('paused').notNull().default(0),
+    unfinished_tasks: uint64('unfinished_tasks').notNull().default('0'),
+    active_attempts: uint64('active_attempts').notNull().default('0'),
+    pending_starts: uint64('pending_starts').notNull().default('0'),
+    window_started_at: time('window_started_at'),
+    window_starts: uint32('window_starts').notNull().default(0),
+    created_at: time('created_at').notNull(),
+    updated_at: time('updated_at').notNull(),
   },
-  (t) => [uniqueIndex('uk_orbit_queues_name').on(t.namespaceId, t.name)],
+  (t) => [uniqueIndex('uk_orbit_queues_name').on(t.namespace_id, t.name)],
 );
 
 export const idempotencyReceipts = mysqlTable(
   'orbit_idempotency_receipts',
   {
-    namespaceId: id('namespace_id').notNull(),
-    idempotencyKey: asciiVarchar('idempotency_key', { length: 128 }).notNull(),
-    applicationId: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    idempotency_key: asciiVarchar('idempotency_key', { length: 128 }).notNull(),
+    application_id: id('application_id').notNull(),
     operation: varchar('operation', { length: 64 }).notNull(),
-    requestSha256: binary('request_sha256', { length: 32 }).notNull(),
-    resourceId: id('resource_id'),
+    request_sha256: bytes('request_sha256', 32).notNull(),
+    resource_id: id('resource_id'),
     response: mediumtext('response').notNull(),
-    createdAt: time('created_at').notNull(),
+    created_at: time('created_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.namespaceId, t.idempotencyKey] })],
+  (t) => [primaryKey({ columns: [t.namespace_id, t.idempotency_key] })],
 );
 
 export const auditEvents = mysqlTable(
   'orbit_audit_events',
   {
     sequence: uint64('sequence').autoincrement().primaryKey(),
-    auditId: id('audit_id').notNull(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
-    credentialId: id('credential_id').notNull(),
+    audit_id: id('audit_id').notNull(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    credential_id: id('credential_id').notNull(),
     action: varchar('action', { length: 64 }).notNull(),
-    resourceType: varchar('resource_type', { length: 32 }).notNull(),
+    resource_type: varchar('resource_type', { length: 32 }).notNull(),
     resource: varchar('resource', { length: 128 }).notNull(),
     reason: varchar('reason', { length: 1024 }).notNull(),
-    requestId: id('request_id').notNull(),
-    idempotencyKey: asciiVarchar('idempotency_key', { length: 128 }).notNull(),
-    beforeState: text('before_state'),
-    afterState: text('after_state'),
-    createdAt: time('created_at').notNull(),
+    request_id: id('request_id').notNull(),
+    idempotency_key: asciiVarchar('idempotency_key', { length: 128 }).notNull(),
+    before_state: text('before_state'),
+    after_state: text('after_state'),
+    created_at: time('created_at').notNull(),
   },
-  (t) => [uniqueIndex('uk_orbit_audit_events_id').on(t.auditId), index('ix_orbit_audit_events_namespace').on(t.namespaceId, t.sequence)],
+  (t) => [uniqueIndex('uk_orbit_audit_events_id').on(t.audit_id), index('ix_orbit_audit_events_namespace').on(t.namespace_id, t.sequence)],
 );
 
 export const events = mysqlTable(
   'orbit_events',
   {
     sequence: uint64('sequence').autoincrement().primaryKey(),
-    eventId: id('event_id').notNull(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
+    event_id: id('event_id').notNull(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
     type: varchar('type', { length: 64 }).notNull(),
     subject: varchar('subject', { length: 128 }).notNull(),
     data: mediumtext('data').notNull(),
-    occurredAt: time('occurred_at').notNull(),
+    occurred_at: time('occurred_at').notNull(),
   },
-  (t) => [uniqueIndex('uk_orbit_events_id').on(t.eventId), index('ix_orbit_events_namespace').on(t.namespaceId, t.sequence)],
+  (t) => [uniqueIndex('uk_orbit_events_id').on(t.event_id), index('ix_orbit_events_namespace').on(t.namespace_id, t.sequence)],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -208,93 +227,93 @@ export const events = mysqlTable(
 export const tasks = mysqlTable(
   'orbit_tasks',
   {
-    taskId: id('task_id').primaryKey(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
-    queueId: id('queue_id').notNull(),
+    task_id: id('task_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    queue_id: id('queue_id').notNull(),
     state: varchar('state', { length: 16 }).notNull(),
     priority: tinyint('priority', { unsigned: true }).notNull(),
-    resourceKey: varchar('resource_key', { length: 128 }),
+    resource_key: varchar('resource_key', { length: 128 }),
     payload: mediumtext('payload').notNull(),
     attempts: uint16('attempts').notNull().default(0),
-    maxAttempts: uint16('max_attempts').notNull(),
-    onUnknownOutcome: varchar('on_unknown_outcome', { length: 8 }).notNull(),
-    cancelRequested: boolean('cancel_requested').notNull().default(false),
-    currentAttemptId: id('current_attempt_id'),
-    idempotencyKey: asciiVarchar('idempotency_key', { length: 128 }).notNull(),
-    createdAt: time('created_at').notNull(),
-    availableAt: time('available_at').notNull(),
-    deadlineAt: time('deadline_at').notNull(),
-    finishedAt: time('finished_at'),
+    max_attempts: uint16('max_attempts').notNull(),
+    on_unknown_outcome: varchar('on_unknown_outcome', { length: 8 }).notNull(),
+    cancel_requested: flag('cancel_requested').notNull().default(0),
+    current_attempt_id: id('current_attempt_id'),
+    idempotency_key: asciiVarchar('idempotency_key', { length: 128 }).notNull(),
+    created_at: time('created_at').notNull(),
+    available_at: time('available_at').notNull(),
+    deadline_at: time('deadline_at').notNull(),
+    finished_at: time('finished_at'),
     result: mediumtext('result'),
     error: mediumtext('error'),
-    updatedAt: time('updated_at').notNull(),
+    updated_at: time('updated_at').notNull(),
   },
   (t) => [
-    index('ix_orbit_tasks_claim').on(t.queueId, t.state, sql`${t.priority} desc`, t.availableAt, t.taskId),
-    index('ix_orbit_tasks_queue').on(t.queueId, t.taskId),
-    index('ix_orbit_tasks_deadline').on(t.state, t.deadlineAt),
+    index('ix_orbit_tasks_claim').on(t.queue_id, t.state, sql`${t.priority} desc`, t.available_at, t.task_id),
+    index('ix_orbit_tasks_queue').on(t.queue_id, t.task_id),
+    index('ix_orbit_tasks_deadline').on(t.state, t.deadline_at),
   ],
 );
 
 export const attempts = mysqlTable(
   'orbit_attempts',
   {
-    attemptId: id('attempt_id').primaryKey(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
-    queueId: id('queue_id').notNull(),
-    taskId: id('task_id').notNull(),
-    sessionId: id('session_id').notNull(),
-    attemptNumber: uint16('attempt_number').notNull(),
+    attempt_id: id('attempt_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    queue_id: id('queue_id').notNull(),
+    task_id: id('task_id').notNull(),
+    session_id: id('session_id').notNull(),
+    attempt_number: uint16('attempt_number').notNull(),
     state: varchar('state', { length: 16 }).notNull(),
-    resourceKey: varchar('resource_key', { length: 128 }),
-    claimedAt: time('claimed_at').notNull(),
-    startedAt: time('started_at'),
-    leaseExpiresAt: time('lease_expires_at').notNull(),
-    deadlineAt: time('deadline_at').notNull(),
-    finishedAt: time('finished_at'),
-    cancelNotified: boolean('cancel_notified').notNull().default(false),
+    resource_key: varchar('resource_key', { length: 128 }),
+    claimed_at: time('claimed_at').notNull(),
+    started_at: time('started_at'),
+    lease_expires_at: time('lease_expires_at').notNull(),
+    deadline_at: time('deadline_at').notNull(),
+    finished_at: time('finished_at'),
+    cancel_notified: flag('cancel_notified').notNull().default(0),
   },
   (t) => [
-    index('ix_orbit_attempts_lease').on(t.state, t.leaseExpiresAt),
-    index('ix_orbit_attempts_session').on(t.sessionId, t.state),
-    index('ix_orbit_attempts_task').on(t.taskId),
+    index('ix_orbit_attempts_lease').on(t.state, t.lease_expires_at),
+    index('ix_orbit_attempts_session').on(t.session_id, t.state),
+    index('ix_orbit_attempts_task').on(t.task_id),
   ],
 );
 
 export const workerSessions = mysqlTable(
   'orbit_worker_sessions',
   {
-    sessionId: id('session_id').primaryKey(),
-    applicationId: id('application_id').notNull(),
-    namespaceId: id('namespace_id').notNull(),
-    credentialId: id('credential_id').notNull(),
-    nodeId: varchar('node_id', { length: 128 }).notNull(),
+    session_id: id('session_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    credential_id: id('credential_id').notNull(),
+    node_id: varchar('node_id', { length: 128 }).notNull(),
     queues: text('queues').notNull(),
     capacity: uint32('capacity').notNull(),
     state: varchar('state', { length: 16 }).notNull(),
-    waitingSince: time('waiting_since'),
-    connectedAt: time('connected_at').notNull(),
-    lastSeenAt: time('last_seen_at').notNull(),
-    closedAt: time('closed_at'),
+    waiting_since: time('waiting_since'),
+    connected_at: time('connected_at').notNull(),
+    last_seen_at: time('last_seen_at').notNull(),
+    closed_at: time('closed_at'),
   },
   (t) => [
-    index('ix_orbit_worker_sessions_waiting').on(t.applicationId, t.state, t.waitingSince),
-    index('ix_orbit_worker_sessions_liveness').on(t.state, t.lastSeenAt),
+    index('ix_orbit_worker_sessions_waiting').on(t.application_id, t.state, t.waiting_since),
+    index('ix_orbit_worker_sessions_liveness').on(t.state, t.last_seen_at),
   ],
 );
 
 export const keyPermits = mysqlTable(
   'orbit_key_permits',
   {
-    queueId: id('queue_id').notNull(),
-    resourceKey: varchar('resource_key', { length: 128 }).notNull(),
-    applicationId: id('application_id').notNull(),
+    queue_id: id('queue_id').notNull(),
+    resource_key: varchar('resource_key', { length: 128 }).notNull(),
+    application_id: id('application_id').notNull(),
     holders: uint32('holders').notNull().default(0),
-    updatedAt: time('updated_at').notNull(),
+    updated_at: time('updated_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.queueId, t.resourceKey] })],
+  (t) => [primaryKey({ columns: [t.queue_id, t.resource_key] })],
 );
 
 /** Every table of the schema, ledger included: the drift test requires this list to equal the database's. */
@@ -313,3 +332,20 @@ export const allTables = [
   workerSessions,
   keyPermits,
 ] as const;
+
+// ---------------------------------------------------------------------------------------------
+// Row types: a row of `SELECT * FROM <table>` as mysql2 returns it (see the header).
+// ---------------------------------------------------------------------------------------------
+
+export type ApplicationRow = typeof applications.$inferSelect;
+export type NamespaceRow = typeof namespaces.$inferSelect;
+export type CredentialRow = typeof credentials.$inferSelect;
+export type ApplicationResourcesRow = typeof applicationResources.$inferSelect;
+export type QueueRow = typeof queues.$inferSelect;
+export type IdempotencyReceiptRow = typeof idempotencyReceipts.$inferSelect;
+export type AuditEventRow = typeof auditEvents.$inferSelect;
+export type EventRow = typeof events.$inferSelect;
+export type TaskRow = typeof tasks.$inferSelect;
+export type AttemptRow = typeof attempts.$inferSelect;
+export type WorkerSessionRow = typeof workerSessions.$inferSelect;
+export type KeyPermitRow = typeof keyPermits.$inferSelect;

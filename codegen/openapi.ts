@@ -35,7 +35,11 @@ interface Operation {
   raw: boolean;
   params: Parameter[];
   body: Json | null;
+  maxBodyBytes: number;
 }
+
+/** The body limit of an operation that does not set `x-orbit-max-body-bytes` (the largest field, payload, is 256 KiB). */
+const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 
 function readOperations(doc: JsonObject): Operation[] {
   const operations: Operation[] = [];
@@ -57,8 +61,14 @@ function readOperations(doc: JsonObject): Operation[] {
         return { name: String(param.name), in: param.in, required: param.required === true, schema: param.schema ?? {} } as Parameter;
       });
       let body: Json | null = null;
+      let maxBodyBytes = DEFAULT_MAX_BODY_BYTES;
       if (op.requestBody !== undefined) {
         const requestBody = deref<JsonObject>(doc, op.requestBody);
+        const limit = requestBody['x-orbit-max-body-bytes'];
+        if (limit !== undefined) {
+          if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1) throw new Error(`${operationId}: x-orbit-max-body-bytes must be a positive integer`);
+          maxBodyBytes = limit;
+        }
         const content = requestBody.content;
         if (!isObject(content) || !isObject(content['application/json'])) {
           throw new Error(`${operationId}: only application/json request bodies are supported`);
@@ -70,7 +80,7 @@ function readOperations(doc: JsonObject): Operation[] {
       const unauthenticated = Array.isArray(op.security) && op.security.length === 0;
       if (!unauthenticated && action === null) throw new Error(`${operationId}: x-orbit-action is required unless security is []`);
       if (unauthenticated && action !== null) throw new Error(`${operationId}: an operation with security [] has no action`);
-      operations.push({ operationId, method, path, action, raw, params, body });
+      operations.push({ operationId, method, path, action, raw, params, body, maxBodyBytes });
     }
   }
   return operations;
@@ -146,6 +156,8 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   lines.push(`  readonly queryParams: Readonly<Record<string, 'integer' | 'string'>>;`);
   lines.push(`  readonly headerParams: readonly string[];`);
   lines.push(`  readonly hasBody: boolean;`);
+  lines.push(`  /** Bodies longer than this are refused before parsing (\`x-orbit-max-body-bytes\` of the request body; default ${DEFAULT_MAX_BODY_BYTES}). */`);
+  lines.push(`  readonly maxBodyBytes: number;`);
   lines.push(`  /** The credential action required, or null for operations without authentication (\`security: []\`). */`);
   lines.push(`  readonly action: OperationAction | null;`);
   lines.push(`  /** Raw endpoints answer with their own Response instead of the JSON envelope. */`);
@@ -171,6 +183,7 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
     lines.push(`    queryParams: ${JSON.stringify(Object.fromEntries(query.map((p) => [p.name, queryCoercion(doc, p)])))},`);
     lines.push(`    headerParams: ${JSON.stringify(headers.map((p) => p.name))},`);
     lines.push(`    hasBody: ${op.body !== null},`);
+    lines.push(`    maxBodyBytes: ${op.maxBodyBytes},`);
     lines.push(`    action: ${op.action === null ? 'null' : quote(op.action)},`);
     lines.push(`    raw: ${op.raw},`);
     lines.push(`    validate: {`);
@@ -222,6 +235,12 @@ function generateValidators(doc: JsonObject, operations: Operation[]): { js: str
         schemas[`${op.operationId}_query`] = convert(objectSchema(op.params.filter((p) => p.in === 'query')));
         schemas[`${op.operationId}_headers`] = convert(objectSchema(op.params.filter((p) => p.in === 'header')));
         if (op.body !== null) schemas[`${op.operationId}_body`] = convert(op.body);
+      }
+      // Components marked `x-orbit-validator: true` get a validator of their own, for input the
+      // server checks piece by piece (the items of a bulk submit, each refused on its own).
+      const components = isObject(doc.components) && isObject(doc.components.schemas) ? doc.components.schemas : {};
+      for (const [name, schema] of Object.entries(components)) {
+        if (isObject(schema) && schema['x-orbit-validator'] === true) schemas[`schema_${name}`] = convert({ $ref: `${REF_PREFIX}${name}` });
       }
       return schemas;
     },

@@ -53,6 +53,10 @@ export type Task = FromWire<Schemas['Task']>;
 export type TaskPage = FromWire<Schemas['TaskPage']>;
 export type TaskResult = FromWire<Schemas['TaskResult']>;
 export type SubmitTaskRequest = ToWire<Schemas['SubmitTaskRequest']>;
+/** One item of `submitTasks`: a submit request with its own idempotency key. */
+export type SubmitTaskItem = ToWire<Schemas['SubmitTaskItem']>;
+export type SubmitTaskItemResult = FromWire<Schemas['SubmitTaskItemResult']>;
+export type SubmitTasksResult = FromWire<Schemas['SubmitTasksResult']>;
 export type CancelTaskRequest = ToWire<Schemas['CancelTaskRequest']>;
 export type ResolveTaskRequest = ToWire<Schemas['ResolveTaskRequest']>;
 export type AuditEvent = FromWire<Schemas['AuditEvent']>;
@@ -291,6 +295,22 @@ export function createOrbitClient(options: OrbitClientOptions) {
         api.POST('/v1/queues/{queue}/tasks', {
           params: { header: idempotencyKey(key), path: { queue: segment('queue', queue) } },
           body: toWire<'SubmitTaskRequest'>(request),
+        }),
+      );
+    },
+
+    /**
+     * Up to 1,000 tasks in one request and one transaction; one result per item, in order
+     * (`accepted`, `replayed` or `refused` with its error). Refused items wrote nothing and may
+     * be sent again with the same key; the call itself throws only when the whole request is
+     * refused (a bad request, a missing action, an unknown queue, the server unavailable).
+     */
+    async submitTasks(queue: string, tasks: SubmitTaskItem[]): Promise<SubmitTasksResult> {
+      return unwrap(
+        api.POST('/v1/queues/{queue}/tasks:batch', {
+          params: { path: { queue: segment('queue', queue) } },
+          // Items are checked one by one by the server; the spec types them as plain objects.
+          body: { tasks: tasks as unknown as Array<Record<string, never>> },
         }),
       );
     },

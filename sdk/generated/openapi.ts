@@ -190,6 +190,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/tasks:batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit up to 1,000 tasks in one request, with one result per item, in order.
+         * @description Each item is admitted exactly like a single submit and carries its own
+         *     `idempotency_key`; there is no `Idempotency-Key` header. The batch is decided in one
+         *     transaction, in order: each item is all-or-nothing at both levels (application and
+         *     queue), and when a quota fills in the middle of the batch the items before it stay
+         *     accepted while it and the ones after it are refused with nothing written for them
+         *     (APPLICATION_FULL or QUEUE_FULL in their results). The answer is 200 whenever the
+         *     request itself is well formed, even when every item is refused; a refused item may be
+         *     sent again later with the same key.
+         */
+        post: operations["submitTasks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{task_id}": {
         parameters: {
             query?: never;
@@ -412,20 +439,72 @@ export interface components {
             result?: components["schemas"]["JsonValue"];
             error?: components["schemas"]["JsonValue"];
         };
+        /** @description Free JSON object, at most 256 KiB as compact JSON. */
+        TaskPayload: Record<string, never>;
+        /** @description Higher first; default 5. */
+        TaskPriority: number;
+        /** @description At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others. */
+        ResourceKey: string;
+        /** @description Default 3. */
+        MaxAttempts: number;
+        /** @description Total deadline from acceptance; default 86400. */
+        DeadlineSeconds: number;
+        /** @description Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0. */
+        DelaySeconds: number;
         SubmitTaskRequest: {
-            /** @description Free JSON object, at most 256 KiB as compact JSON. */
-            payload: Record<string, never>;
-            /** @description Higher first; default 5. */
-            priority?: number;
-            /** @description At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others. */
-            resource_key?: string;
-            /** @description Default 3. */
-            max_attempts?: number;
-            /** @description Total deadline from acceptance; default 86400. */
-            deadline_seconds?: number;
-            /** @description Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0. */
-            delay_seconds?: number;
+            payload: components["schemas"]["TaskPayload"];
+            priority?: components["schemas"]["TaskPriority"];
+            resource_key?: components["schemas"]["ResourceKey"];
+            max_attempts?: components["schemas"]["MaxAttempts"];
+            deadline_seconds?: components["schemas"]["DeadlineSeconds"];
+            delay_seconds?: components["schemas"]["DelaySeconds"];
             on_unknown_outcome?: components["schemas"]["OnUnknownOutcome"];
+        };
+        /**
+         * @description One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`
+         *     (the item's submission identity, exactly like the `Idempotency-Key` of a single submit:
+         *     the same key and content sent singly or in a batch is the same submission).
+         */
+        SubmitTaskItem: {
+            /** @description 1-128 printable non-space ASCII characters. */
+            idempotency_key: string;
+            payload: components["schemas"]["TaskPayload"];
+            priority?: components["schemas"]["TaskPriority"];
+            resource_key?: components["schemas"]["ResourceKey"];
+            max_attempts?: components["schemas"]["MaxAttempts"];
+            deadline_seconds?: components["schemas"]["DeadlineSeconds"];
+            delay_seconds?: components["schemas"]["DelaySeconds"];
+            on_unknown_outcome?: components["schemas"]["OnUnknownOutcome"];
+        };
+        SubmitTasksRequest: {
+            /**
+             * @description 1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that
+             *     is not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming
+             *     the field, e.g. `tasks[3].priority`) and does not stop the others.
+             */
+            tasks: Record<string, never>[];
+        };
+        /**
+         * @description `accepted`: the task was admitted by this request (`task`). `replayed`: the key was
+         *     already used with the same content; `task` is the original receipt. `refused`: nothing
+         *     was written for this item; `error` says why (APPLICATION_FULL, QUEUE_FULL,
+         *     IDEMPOTENCY_CONFLICT, INVALID_ARGUMENT with `details.field`, UNAUTHENTICATED when the
+         *     credential stopped being valid), and the same key may be sent again later.
+         */
+        SubmitTaskItemResult: {
+            /** @description The item's key (empty when the item had none). */
+            idempotency_key: string;
+            /** @enum {string} */
+            status: "accepted" | "replayed" | "refused";
+            task?: components["schemas"]["Task"];
+            error?: components["schemas"]["Error"];
+        };
+        SubmitTasksResult: {
+            /** @description One result per item, in the order of the request. */
+            results: components["schemas"]["SubmitTaskItemResult"][];
+            accepted: number;
+            replayed: number;
+            refused: number;
         };
         TaskResult: {
             task: components["schemas"]["Task"];
@@ -867,6 +946,37 @@ export interface operations {
                 };
             };
             429: components["responses"]["Full"];
+            default: components["responses"]["Error"];
+        };
+    };
+    submitTasks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                queue: components["parameters"]["Queue"];
+            };
+            cookie?: never;
+        };
+        /** @description At most 4 MiB. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubmitTasksRequest"];
+            };
+        };
+        responses: {
+            /** @description One result per item. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubmitTasksResult"];
+                    };
+                };
+            };
             default: components["responses"]["Error"];
         };
     };

@@ -28,6 +28,7 @@ export type OperationId =
   | "configureQueue"
   | "listTasks"
   | "submitTask"
+  | "submitTasks"
   | "getTask"
   | "cancelTask"
   | "resolveTask"
@@ -57,6 +58,8 @@ export interface RouteSpec {
   readonly queryParams: Readonly<Record<string, 'integer' | 'string'>>;
   readonly headerParams: readonly string[];
   readonly hasBody: boolean;
+  /** Bodies longer than this are refused before parsing (`x-orbit-max-body-bytes` of the request body; default 1048576). */
+  readonly maxBodyBytes: number;
   /** The credential action required, or null for operations without authentication (`security: []`). */
   readonly action: OperationAction | null;
   /** Raw endpoints answer with their own Response instead of the JSON envelope. */
@@ -78,6 +81,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: null,
     raw: true,
     validate: {
@@ -95,6 +99,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: null,
     raw: true,
     validate: {
@@ -112,6 +117,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: null,
     raw: true,
     validate: {
@@ -129,6 +135,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: null,
     raw: true,
     validate: {
@@ -146,6 +153,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "workers:consume",
     raw: true,
     validate: {
@@ -163,6 +171,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "application:resources:read",
     raw: false,
     validate: {
@@ -180,6 +189,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: ["Idempotency-Key"],
     hasBody: true,
+    maxBodyBytes: 1048576,
     action: "application:resources:manage",
     raw: false,
     validate: {
@@ -197,6 +207,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {"limit":"integer","cursor":"string"},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "queues:read",
     raw: false,
     validate: {
@@ -214,6 +225,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: ["Idempotency-Key"],
     hasBody: true,
+    maxBodyBytes: 1048576,
     action: "queues:manage",
     raw: false,
     validate: {
@@ -231,6 +243,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "queues:read",
     raw: false,
     validate: {
@@ -248,6 +261,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: ["Idempotency-Key"],
     hasBody: true,
+    maxBodyBytes: 1048576,
     action: "queues:manage",
     raw: false,
     validate: {
@@ -265,6 +279,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {"state":"string","limit":"integer","cursor":"string"},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "tasks:read",
     raw: false,
     validate: {
@@ -282,6 +297,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: ["Idempotency-Key"],
     hasBody: true,
+    maxBodyBytes: 1048576,
     action: "tasks:submit",
     raw: false,
     validate: {
@@ -292,6 +308,24 @@ export const routes: readonly RouteSpec[] = [
     },
   },
   {
+    operationId: "submitTasks",
+    method: "POST",
+    path: "/v1/queues/{queue}/tasks:batch",
+    honoPath: "/v1/queues/:queue/tasks:batch",
+    queryParams: {},
+    headerParams: [],
+    hasBody: true,
+    maxBodyBytes: 4194304,
+    action: "tasks:submit",
+    raw: false,
+    validate: {
+      path: validators.submitTasks_path,
+      query: validators.submitTasks_query,
+      headers: validators.submitTasks_headers,
+      body: validators.submitTasks_body,
+    },
+  },
+  {
     operationId: "getTask",
     method: "GET",
     path: "/v1/tasks/{task_id}",
@@ -299,6 +333,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "tasks:read",
     raw: false,
     validate: {
@@ -316,6 +351,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: ["Idempotency-Key"],
     hasBody: true,
+    maxBodyBytes: 1048576,
     action: "tasks:cancel",
     raw: false,
     validate: {
@@ -333,6 +369,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {},
     headerParams: ["Idempotency-Key"],
     hasBody: true,
+    maxBodyBytes: 1048576,
     action: "tasks:review",
     raw: false,
     validate: {
@@ -350,6 +387,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {"limit":"integer","cursor":"string"},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "audit:read",
     raw: false,
     validate: {
@@ -367,6 +405,7 @@ export const routes: readonly RouteSpec[] = [
     queryParams: {"after":"string","limit":"integer"},
     headerParams: [],
     hasBody: false,
+    maxBodyBytes: 1048576,
     action: "events:read",
     raw: false,
     validate: {

@@ -2926,8 +2926,14 @@ return errors === 0;
 validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema90 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
-const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144},"priority":{"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."},"resource_key":{"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."},"max_attempts":{"type":"integer","minimum":1,"maximum":100,"description":"Default 3."},"deadline_seconds":{"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."},"delay_seconds":{"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
-const schema92 = {"type":"string","enum":["retry","review"]};
+const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema92 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
+const schema93 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
+const schema94 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
+const schema95 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
+const schema96 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
+const schema97 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
+const schema98 = {"type":"string","enum":["retry","review"]};
 const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2966,7 +2972,7 @@ errors++;
 if(data.payload !== undefined){
 let data0 = data.payload;
 if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
-const err2 = {instancePath:instancePath+"/payload",schemaPath:"#/properties/payload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema91.properties.payload.type,parentSchema:schema91.properties.payload,data:data0};
+const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2976,7 +2982,7 @@ vErrors.push(err2);
 errors++;
 }
 if(Buffer.byteLength(JSON.stringify(data0), "utf8") > 262144){
-const err3 = {instancePath:instancePath+"/payload",schemaPath:"#/properties/payload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema91.properties.payload,data:data0};
+const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema92,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2989,7 +2995,7 @@ errors++;
 if(data.priority !== undefined){
 let data1 = data.priority;
 if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/priority",schemaPath:"#/properties/priority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.priority.type,parentSchema:schema91.properties.priority,data:data1};
+const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema93.type,parentSchema:schema93,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3000,7 +3006,7 @@ errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
 if(data1 > 9 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/priority",schemaPath:"#/properties/priority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema91.properties.priority,data:data1};
+const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema93,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -3010,7 +3016,7 @@ vErrors.push(err5);
 errors++;
 }
 if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/priority",schemaPath:"#/properties/priority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema91.properties.priority,data:data1};
+const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema93,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -3025,7 +3031,7 @@ if(data.resource_key !== undefined){
 let data2 = data.resource_key;
 if(typeof data2 === "string"){
 if(func1(data2) > 128){
-const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema91.properties.resource_key,data:data2};
+const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema94,data:data2};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -3035,7 +3041,7 @@ vErrors.push(err7);
 errors++;
 }
 if(func1(data2) < 1){
-const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema91.properties.resource_key,data:data2};
+const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema94,data:data2};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -3045,7 +3051,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!pattern20.test(data2)){
-const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema91.properties.resource_key,data:data2};
+const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema94,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -3056,7 +3062,7 @@ errors++;
 }
 }
 else {
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"#/properties/resource_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema91.properties.resource_key.type,parentSchema:schema91.properties.resource_key,data:data2};
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -3069,7 +3075,7 @@ errors++;
 if(data.max_attempts !== undefined){
 let data3 = data.max_attempts;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.max_attempts.type,parentSchema:schema91.properties.max_attempts,data:data3};
+const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.type,parentSchema:schema95,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -3080,7 +3086,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 100 || isNaN(data3)){
-const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema91.properties.max_attempts,data:data3};
+const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema95,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -3090,7 +3096,7 @@ vErrors.push(err12);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"#/properties/max_attempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema91.properties.max_attempts,data:data3};
+const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3104,7 +3110,7 @@ errors++;
 if(data.deadline_seconds !== undefined){
 let data4 = data.deadline_seconds;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.deadline_seconds.type,parentSchema:schema91.properties.deadline_seconds,data:data4};
+const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema96.type,parentSchema:schema96,data:data4};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3115,7 +3121,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 31536000 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema91.properties.deadline_seconds,data:data4};
+const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema96,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3125,7 +3131,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"#/properties/deadline_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema91.properties.deadline_seconds,data:data4};
+const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema96,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3139,7 +3145,7 @@ errors++;
 if(data.delay_seconds !== undefined){
 let data5 = data.delay_seconds;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema91.properties.delay_seconds.type,parentSchema:schema91.properties.delay_seconds,data:data5};
+const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema97.type,parentSchema:schema97,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3150,7 +3156,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 31535999 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema91.properties.delay_seconds,data:data5};
+const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema97,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3160,7 +3166,7 @@ vErrors.push(err18);
 errors++;
 }
 if(data5 < 0 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"#/properties/delay_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema91.properties.delay_seconds,data:data5};
+const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema97,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3174,7 +3180,7 @@ errors++;
 if(data.on_unknown_outcome !== undefined){
 let data6 = data.on_unknown_outcome;
 if(typeof data6 !== "string"){
-const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema92.type,parentSchema:schema92,data:data6};
+const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema98.type,parentSchema:schema98,data:data6};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3184,7 +3190,7 @@ vErrors.push(err20);
 errors++;
 }
 if(!((data6 === "retry") || (data6 === "review"))){
-const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema92.enum},message:"must be equal to one of the allowed values",schema:schema92.enum,parentSchema:schema92,data:data6};
+const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema98.enum},message:"must be equal to one of the allowed values",schema:schema98.enum,parentSchema:schema98,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3230,9 +3236,7 @@ return errors === 0;
 }
 validate69.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema93 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-const schema94 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
-const pattern21 = new RegExp("^[0-9a-f]{32}$", "u");
+const schema99 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3245,8 +3249,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema93.required,parentSchema:schema93,data};
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema99.required,parentSchema:schema99,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3256,8 +3260,8 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema93,data};
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema99,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3267,11 +3271,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.task_id !== undefined){
-let data0 = data.task_id;
+if(data.queue !== undefined){
+let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern21.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema94,data:data0};
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3282,7 +3286,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3294,7 +3298,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema93.type,parentSchema:schema93,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema99.type,parentSchema:schema99,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3308,7 +3312,7 @@ return errors === 0;
 }
 validate72.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema95 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema101 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3322,7 +3326,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema95,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema101,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3333,7 +3337,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema95.type,parentSchema:schema95,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema101.type,parentSchema:schema101,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3347,7 +3351,7 @@ return errors === 0;
 }
 validate73.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema96 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema102 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3361,7 +3365,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema96,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema102,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3372,7 +3376,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema96.type,parentSchema:schema96,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema102.type,parentSchema:schema102,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3386,7 +3390,8 @@ return errors === 0;
 }
 validate74.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema97 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema103 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
+const schema104 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
 
 function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3399,8 +3404,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema97.required,parentSchema:schema97,data};
+if(data.tasks === undefined){
+const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema104.required,parentSchema:schema104,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3410,8 +3415,8 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema97,data};
+if(!(key0 === "tasks")){
+const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3421,11 +3426,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern21.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema94,data:data0};
+if(data.tasks !== undefined){
+let data0 = data.tasks;
+if(Array.isArray(data0)){
+if(data0.length > 1000){
+const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema104.properties.tasks,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3434,9 +3439,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data0};
+if(data0.length < 1){
+const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema104.properties.tasks,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3445,10 +3449,11 @@ vErrors.push(err3);
 }
 errors++;
 }
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema97.type,parentSchema:schema97,data};
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+let data1 = data0[i0];
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.properties.tasks.items.type,parentSchema:schema104.properties.tasks.items,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3457,12 +3462,38 @@ vErrors.push(err4);
 }
 errors++;
 }
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema104.properties.tasks.type,parentSchema:schema104.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
 validate75.errors = vErrors;
 return errors === 0;
 }
 validate75.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema99 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema105 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema106 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
+const pattern22 = new RegExp("^[0-9a-f]{32}$", "u");
 
 function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3475,8 +3506,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema99,data};
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema105.required,parentSchema:schema105,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3485,9 +3516,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema99.type,parentSchema:schema99,data};
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema105,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3496,12 +3527,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema105.type,parentSchema:schema105,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate76.errors = vErrors;
 return errors === 0;
 }
 validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema100 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema107 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3514,8 +3582,201 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema107.type,parentSchema:schema107,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate77.errors = vErrors;
+return errors === 0;
+}
+validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema108 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate78.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema108,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema108.type,parentSchema:schema108,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate78.errors = vErrors;
+return errors === 0;
+}
+validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema109 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate79.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema109.required,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate79.errors = vErrors;
+return errors === 0;
+}
+validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema111 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate80.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema111,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema111.type,parentSchema:schema111,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate80.errors = vErrors;
+return errors === 0;
+}
+validate80.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema112 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate81.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema100.required,parentSchema:schema100,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema112.required,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3526,7 +3787,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema100,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3540,7 +3801,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema100.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema112.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3551,7 +3812,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema100.properties["Idempotency-Key"].type,parentSchema:schema100.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.properties["Idempotency-Key"].type,parentSchema:schema112.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3563,7 +3824,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema100.type,parentSchema:schema100,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema112.type,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3572,18 +3833,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate77.errors = vErrors;
+validate81.errors = vErrors;
 return errors === 0;
 }
-validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema101 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
-const schema102 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+const schema113 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
+const schema114 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
 
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate79.evaluated;
+const evaluated0 = validate83.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3592,7 +3853,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema102.required,parentSchema:schema102,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema114.required,parentSchema:schema114,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3603,7 +3864,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema102,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema114,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3660,7 +3921,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema102.type,parentSchema:schema102,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema114.type,parentSchema:schema114,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -3669,37 +3930,37 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate83.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate83.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate78.evaluated;
+const evaluated0 = validate82.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate79(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+if(!(validate83(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate83.errors : vErrors.concat(validate83.errors);
 errors = vErrors.length;
 }
-validate78.errors = vErrors;
+validate82.errors = vErrors;
 return errors === 0;
 }
-validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema104 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema116 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate81.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3708,7 +3969,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema104.required,parentSchema:schema104,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema116.required,parentSchema:schema116,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3719,7 +3980,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema116,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3732,8 +3993,8 @@ errors++;
 if(data.task_id !== undefined){
 let data0 = data.task_id;
 if(typeof data0 === "string"){
-if(!pattern21.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema94,data:data0};
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3744,7 +4005,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data0};
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3756,7 +4017,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema116.type,parentSchema:schema116,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3765,17 +4026,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate81.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema106 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema118 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate82.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3784,7 +4045,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema106,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema118,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3795,7 +4056,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema106.type,parentSchema:schema106,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema118.type,parentSchema:schema118,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3804,17 +4065,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate82.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema107 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema119 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate83.evaluated;
+const evaluated0 = validate87.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3823,7 +4084,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema107.required,parentSchema:schema107,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema119.required,parentSchema:schema119,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3834,7 +4095,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema119,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3848,7 +4109,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema107.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema119.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3859,7 +4120,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema107.properties["Idempotency-Key"].type,parentSchema:schema107.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.properties["Idempotency-Key"].type,parentSchema:schema119.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3871,7 +4132,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema107.type,parentSchema:schema107,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema119.type,parentSchema:schema119,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3880,19 +4141,19 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate83.errors = vErrors;
+validate87.errors = vErrors;
 return errors === 0;
 }
-validate83.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema108 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
-const schema109 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"}}};
-const schema111 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
+const schema120 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
+const schema121 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"}}};
+const schema123 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
 
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate85.evaluated;
+const evaluated0 = validate89.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3901,7 +4162,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.outcome === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema109.required,parentSchema:schema109,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema121.required,parentSchema:schema121,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3911,7 +4172,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema109.required,parentSchema:schema109,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema121.required,parentSchema:schema121,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3922,7 +4183,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((key0 === "outcome") || (key0 === "reason")) || (key0 === "result")) || (key0 === "error"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema121,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3935,7 +4196,7 @@ errors++;
 if(data.outcome !== undefined){
 let data0 = data.outcome;
 if(typeof data0 !== "string"){
-const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema109.properties.outcome.type,parentSchema:schema109.properties.outcome,data:data0};
+const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema121.properties.outcome.type,parentSchema:schema121.properties.outcome,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3945,7 +4206,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!(((data0 === "succeeded") || (data0 === "failed")) || (data0 === "retry"))){
-const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema109.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema109.properties.outcome.enum,parentSchema:schema109.properties.outcome,data:data0};
+const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema121.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema121.properties.outcome.enum,parentSchema:schema121.properties.outcome,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4002,7 +4263,7 @@ errors++;
 }
 }
 else {
-const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema121.type,parentSchema:schema121,data};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -4011,71 +4272,11 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate85.errors = vErrors;
+validate89.errors = vErrors;
 return errors === 0;
 }
-validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate89.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate84.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate85(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate85.errors : vErrors.concat(validate85.errors);
-errors = vErrors.length;
-}
-validate84.errors = vErrors;
-return errors === 0;
-}
-validate84.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema113 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate87.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema113,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema113.type,parentSchema:schema113,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate87.errors = vErrors;
-return errors === 0;
-}
-validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema114 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
 function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4087,10 +4288,70 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate89(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate89.errors : vErrors.concat(validate89.errors);
+errors = vErrors.length;
+}
+validate88.errors = vErrors;
+return errors === 0;
+}
+validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema125 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate91.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate91.errors = vErrors;
+return errors === 0;
+}
+validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema126 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate92.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema114,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema126,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4103,7 +4364,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.properties.limit.type,parentSchema:schema114.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema126.properties.limit.type,parentSchema:schema126.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4114,7 +4375,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema114.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema126.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4124,7 +4385,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema126.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4162,7 +4423,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema114.type,parentSchema:schema114,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema126.type,parentSchema:schema126,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -4171,17 +4432,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate88.errors = vErrors;
+validate92.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate92.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema116 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema128 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate89.evaluated;
+const evaluated0 = validate93.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4190,7 +4451,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema116,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema128,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4201,7 +4462,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema116.type,parentSchema:schema116,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema128.type,parentSchema:schema128,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4210,17 +4471,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate89.errors = vErrors;
+validate93.errors = vErrors;
 return errors === 0;
 }
-validate89.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema117 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema129 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate90.evaluated;
+const evaluated0 = validate94.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4229,7 +4490,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema117,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema129,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4240,7 +4501,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema117.type,parentSchema:schema117,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema129.type,parentSchema:schema129,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4249,19 +4510,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate90.errors = vErrors;
+validate94.errors = vErrors;
 return errors === 0;
 }
-validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema118 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
-const schema119 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern29 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const schema130 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema131 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const pattern30 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
 
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate91.evaluated;
+const evaluated0 = validate95.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4271,7 +4532,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "after") || (key0 === "limit"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema118,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema130,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4284,8 +4545,8 @@ errors++;
 if(data.after !== undefined){
 let data0 = data.after;
 if(typeof data0 === "string"){
-if(!pattern29.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema119,data:data0};
+if(!pattern30.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema131,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4296,7 +4557,7 @@ errors++;
 }
 }
 else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data0};
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema131.type,parentSchema:schema131,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4309,7 +4570,7 @@ errors++;
 if(data.limit !== undefined){
 let data1 = data.limit;
 if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema118.properties.limit.type,parentSchema:schema118.properties.limit,data:data1};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema130.properties.limit.type,parentSchema:schema130.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4320,7 +4581,7 @@ errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
 if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema118.properties.limit,data:data1};
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema130.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4330,7 +4591,7 @@ vErrors.push(err4);
 errors++;
 }
 if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema118.properties.limit,data:data1};
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema130.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -4343,7 +4604,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema118.type,parentSchema:schema118,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema130.type,parentSchema:schema130,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -4352,17 +4613,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate91.errors = vErrors;
+validate95.errors = vErrors;
 return errors === 0;
 }
-validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema120 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema132 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate92.evaluated;
+const evaluated0 = validate96.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4371,7 +4632,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema120,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4382,7 +4643,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema120.type,parentSchema:schema120,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema132.type,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4391,9 +4652,347 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate92.errors = vErrors;
+validate96.errors = vErrors;
 return errors === 0;
 }
-validate92.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate96.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as connectWorker_path, validate33 as connectWorker_query, validate34 as connectWorker_headers, validate35 as getApplicationResources_path, validate36 as getApplicationResources_query, validate37 as getApplicationResources_headers, validate38 as configureApplicationResources_path, validate39 as configureApplicationResources_query, validate40 as configureApplicationResources_headers, validate41 as configureApplicationResources_body, validate45 as listQueues_path, validate46 as listQueues_query, validate47 as listQueues_headers, validate48 as createQueue_path, validate49 as createQueue_query, validate50 as createQueue_headers, validate51 as createQueue_body, validate54 as getQueue_path, validate55 as getQueue_query, validate56 as getQueue_headers, validate57 as configureQueue_path, validate58 as configureQueue_query, validate59 as configureQueue_headers, validate60 as configureQueue_body, validate63 as listTasks_path, validate64 as listTasks_query, validate65 as listTasks_headers, validate66 as submitTask_path, validate67 as submitTask_query, validate68 as submitTask_headers, validate69 as submitTask_body, validate72 as getTask_path, validate73 as getTask_query, validate74 as getTask_headers, validate75 as cancelTask_path, validate76 as cancelTask_query, validate77 as cancelTask_headers, validate78 as cancelTask_body, validate81 as resolveTask_path, validate82 as resolveTask_query, validate83 as resolveTask_headers, validate84 as resolveTask_body, validate87 as listAuditEvents_path, validate88 as listAuditEvents_query, validate89 as listAuditEvents_headers, validate90 as listEvents_path, validate91 as listEvents_query, validate92 as listEvents_headers };
+const schema133 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
+const schema134 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate98.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.idempotency_key === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema134.required,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.payload === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema134.required,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+for(const key0 in data){
+if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.idempotency_key !== undefined){
+let data0 = data.idempotency_key;
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema134.properties.idempotency_key,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema134.properties.idempotency_key.type,parentSchema:schema134.properties.idempotency_key,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.payload !== undefined){
+let data1 = data.payload;
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(Buffer.byteLength(JSON.stringify(data1), "utf8") > 262144){
+const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema92,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.priority !== undefined){
+let data2 = data.priority;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema93.type,parentSchema:schema93,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 9 || isNaN(data2)){
+const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema93,data:data2};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(data2 < 0 || isNaN(data2)){
+const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema93,data:data2};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+if(data.resource_key !== undefined){
+let data3 = data.resource_key;
+if(typeof data3 === "string"){
+if(func1(data3) > 128){
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema94,data:data3};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+if(func1(data3) < 1){
+const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema94,data:data3};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if(!pattern20.test(data3)){
+const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema94,data:data3};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+else {
+const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data3};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.max_attempts !== undefined){
+let data4 = data.max_attempts;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.type,parentSchema:schema95,data:data4};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 100 || isNaN(data4)){
+const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema95,data:data4};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data4 < 1 || isNaN(data4)){
+const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95,data:data4};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+}
+if(data.deadline_seconds !== undefined){
+let data5 = data.deadline_seconds;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema96.type,parentSchema:schema96,data:data5};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 31536000 || isNaN(data5)){
+const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema96,data:data5};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+if(data5 < 1 || isNaN(data5)){
+const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema96,data:data5};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+}
+if(data.delay_seconds !== undefined){
+let data6 = data.delay_seconds;
+if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
+const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema97.type,parentSchema:schema97,data:data6};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+if((typeof data6 == "number") && (isFinite(data6))){
+if(data6 > 31535999 || isNaN(data6)){
+const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema97,data:data6};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+if(data6 < 0 || isNaN(data6)){
+const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema97,data:data6};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+}
+}
+if(data.on_unknown_outcome !== undefined){
+let data7 = data.on_unknown_outcome;
+if(typeof data7 !== "string"){
+const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema98.type,parentSchema:schema98,data:data7};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+if(!((data7 === "retry") || (data7 === "review"))){
+const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema98.enum},message:"must be equal to one of the allowed values",schema:schema98.enum,parentSchema:schema98,data:data7};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+}
+}
+else {
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema134.type,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+validate98.errors = vErrors;
+return errors === 0;
+}
+validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate97.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate98(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate98.errors : vErrors.concat(validate98.errors);
+errors = vErrors.length;
+}
+validate97.errors = vErrors;
+return errors === 0;
+}
+validate97.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as connectWorker_path, validate33 as connectWorker_query, validate34 as connectWorker_headers, validate35 as getApplicationResources_path, validate36 as getApplicationResources_query, validate37 as getApplicationResources_headers, validate38 as configureApplicationResources_path, validate39 as configureApplicationResources_query, validate40 as configureApplicationResources_headers, validate41 as configureApplicationResources_body, validate45 as listQueues_path, validate46 as listQueues_query, validate47 as listQueues_headers, validate48 as createQueue_path, validate49 as createQueue_query, validate50 as createQueue_headers, validate51 as createQueue_body, validate54 as getQueue_path, validate55 as getQueue_query, validate56 as getQueue_headers, validate57 as configureQueue_path, validate58 as configureQueue_query, validate59 as configureQueue_headers, validate60 as configureQueue_body, validate63 as listTasks_path, validate64 as listTasks_query, validate65 as listTasks_headers, validate66 as submitTask_path, validate67 as submitTask_query, validate68 as submitTask_headers, validate69 as submitTask_body, validate72 as submitTasks_path, validate73 as submitTasks_query, validate74 as submitTasks_headers, validate75 as submitTasks_body, validate76 as getTask_path, validate77 as getTask_query, validate78 as getTask_headers, validate79 as cancelTask_path, validate80 as cancelTask_query, validate81 as cancelTask_headers, validate82 as cancelTask_body, validate85 as resolveTask_path, validate86 as resolveTask_query, validate87 as resolveTask_headers, validate88 as resolveTask_body, validate91 as listAuditEvents_path, validate92 as listAuditEvents_query, validate93 as listAuditEvents_headers, validate94 as listEvents_path, validate95 as listEvents_query, validate96 as listEvents_headers, validate97 as schema_SubmitTaskItem };

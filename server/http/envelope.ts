@@ -7,10 +7,13 @@
 import type { Context } from 'hono';
 import type { OrbitError } from '../errors.ts';
 
+/** An error as the API shows it: `{code, message, details}` (also inside per-item results). */
+export function errorObject(error: OrbitError): { code: string; message: string; details?: Record<string, unknown> } {
+  return error.details === undefined ? { code: error.code, message: error.message } : { code: error.code, message: error.message, details: error.details };
+}
+
 export function errorBody(requestId: string, error: OrbitError): Record<string, unknown> {
-  const body: Record<string, unknown> = { code: error.code, message: error.message };
-  if (error.details !== undefined) body.details = error.details;
-  return { request_id: requestId, error: body };
+  return { request_id: requestId, error: errorObject(error) };
 }
 
 export function renderError(c: Context, requestId: string, error: OrbitError): Response {

@@ -25,8 +25,6 @@ export interface RequestContext {
 
 export type Authenticate = (authorization: string | undefined) => Promise<Principal>;
 
-/** Request bodies larger than this are refused before parsing (the largest field, payload, is 256 KiB). */
-export const MAX_BODY_BYTES = 1024 * 1024;
 
 /**
  * The request path exactly as sent (percent-escapes kept). The app routes on it and path
@@ -109,8 +107,8 @@ function readHeaders(c: Context, route: RouteSpec): Record<string, string> {
   return out;
 }
 
-function bodyTooLarge(): OrbitError {
-  return invalidArgument('body', `must be at most ${MAX_BODY_BYTES} bytes`, 'body');
+function bodyTooLarge(limit: number): OrbitError {
+  return invalidArgument('body', `must be at most ${limit} bytes`, 'body');
 }
 
 /**
@@ -128,7 +126,7 @@ async function readAtMost(stream: ReadableStream<Uint8Array> | null, limit: numb
       const { done, value } = await reader.read();
       if (done) break;
       size += value.byteLength;
-      if (size > limit) throw bodyTooLarge();
+      if (size > limit) throw bodyTooLarge(limit);
       chunks.push(value);
     }
   } finally {
@@ -143,7 +141,8 @@ async function readAtMost(stream: ReadableStream<Uint8Array> | null, limit: numb
   return out;
 }
 
-async function readBody(c: Context): Promise<unknown> {
+/** The body as strict JSON, read no further than `limit` bytes (the route's `maxBodyBytes`, from openapi.yaml). */
+async function readBody(c: Context, limit: number): Promise<unknown> {
   const contentType = c.req.header('Content-Type');
   if (contentType === undefined || !/^application\/json\s*(;\s*charset=utf-8\s*)?$/i.test(contentType.trim())) {
     throw invalidArgument('Content-Type', 'must be application/json', 'header');
@@ -151,12 +150,12 @@ async function readBody(c: Context): Promise<unknown> {
   const declared = Number(c.req.header('Content-Length') ?? '0');
   let buffer: Uint8Array;
   try {
-    if (declared > MAX_BODY_BYTES) throw bodyTooLarge();
+    if (declared > limit) throw bodyTooLarge(limit);
     // With a Content-Length the HTTP parser delivers exactly that many bytes, and the adapter's
     // own reader is much faster than a web stream; without one (chunked), count as we read.
-    buffer = c.req.header('Content-Length') !== undefined ? new Uint8Array(await c.req.arrayBuffer()) : await readAtMost(c.req.raw.body, MAX_BODY_BYTES);
+    buffer = c.req.header('Content-Length') !== undefined ? new Uint8Array(await c.req.arrayBuffer()) : await readAtMost(c.req.raw.body, limit);
     // (A Request built in-process, as tests do with app.request(), is not held to its header.)
-    if (buffer.byteLength > MAX_BODY_BYTES) throw bodyTooLarge();
+    if (buffer.byteLength > limit) throw bodyTooLarge(limit);
   } catch (error) {
     // Body bytes may be left unread: close the connection after answering, so they are not
     // taken for the next request.
@@ -202,7 +201,7 @@ export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestCon
       if (!route.validate.headers(headers)) throw validationError(route.validate.headers.errors, 'header');
       let body: unknown = undefined;
       if (route.validate.body !== null) {
-        body = await readBody(c);
+        body = await readBody(c, route.maxBodyBytes);
         if (!route.validate.body(body)) throw validationError(route.validate.body.errors, 'body');
       }
       const context: RequestContext = {

@@ -82,10 +82,17 @@ function patternReason(pattern: string): string {
   return `must match ${pattern}`;
 }
 
-export function validationError(errors: ValidationError[] | null | undefined, location: FieldLocation): OrbitError {
+/**
+ * The INVALID_ARGUMENT for a failed validation, naming the field. `within` is where the
+ * validated value sits in the document, for a part validated on its own (`tasks[3]` of a
+ * bulk submit): its fields are named from the document's root (`tasks[3].priority`).
+ */
+export function validationError(errors: ValidationError[] | null | undefined, location: FieldLocation, within: ReadonlyArray<string | number> = []): OrbitError {
+  const prefix = fieldPath(within);
+  const at = (field: string) => (prefix === '' ? field : field === '' ? prefix : field.startsWith('[') ? `${prefix}${field}` : `${prefix}.${field}`);
   // An unknown field explains a missing one when it is the same name in another case.
   const first = errors?.find((e) => e.keyword === 'additionalProperties') ?? errors?.[0];
-  if (!first) return invalidArgument(location, 'is invalid', location);
+  if (!first) return invalidArgument(fieldAt(location, at('')), 'is invalid', location);
   const { field, reason } = describe(first);
-  return invalidArgument(fieldAt(location, field), reason, location);
+  return invalidArgument(fieldAt(location, at(field)), reason, location);
 }

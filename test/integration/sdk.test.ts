@@ -164,6 +164,23 @@ describe('HTTP SDK', () => {
     assert.deepEqual((await orbit.listEvents({ after: String(feed.events[0]?.sequence), limit: 1 })).events, [feed.events[1]]);
   });
 
+  test('tasks: bulk submit with one result per item', async () => {
+    const result = await orbit.submitTasks('sdk-jobs', [
+      { idempotency_key: 'sdk-bulk-1', payload: { n: 1 }, priority: 2 },
+      { idempotency_key: 'sdk-bulk-2', payload: { n: 2 }, max_attempts: 101 },
+      { idempotency_key: 'sdk-bulk-1', payload: { n: 1 }, priority: 2 },
+    ]);
+    assert.deepEqual([result.accepted, result.replayed, result.refused], [1, 1, 1]);
+    assert.deepEqual(result.results.map((r) => r.status), ['accepted', 'refused', 'replayed']);
+    assert.equal(result.results[1]?.error?.details?.field, 'tasks[1].max_attempts');
+    const task = result.results[0]?.task;
+    assert.ok(task);
+    assert.equal((await orbit.getTask(task.task_id)).priority, 2);
+    // The single submit with the same key and content is the same submission.
+    assert.equal((await orbit.submitTask('sdk-bulk-1', 'sdk-jobs', { payload: { n: 1 }, priority: 2 })).deduplicated, true);
+    await orbit.cancelTask('sdk-bulk-cleanup', task.task_id, { reason: 'sdk test cleanup' });
+  });
+
   test('400 INVALID_ARGUMENT names the field', async () => {
     // priority is 0-9 in the spec; the type is just number, so the server is the one to refuse it.
     const error = await orbitError(() => orbit.submitTask('sdk-bad-1', 'sdk-jobs', { payload: {}, priority: 99 }));

@@ -1,17 +1,55 @@
 import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
-import { invalidArgument, notFound } from '../../errors.ts';
+import { OrbitError, invalidArgument, notFound } from '../../errors.ts';
 import { hexToId, idToHex, isHexId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { TASK_DEFAULTS } from '../../domain/limits.ts';
-import type { SubmitRequest } from '../../store/tasks/admission.ts';
+import { taskSubmitBatch, type SubmitItem, type SubmitRequest } from '../../store/tasks/admission.ts';
+import type { components } from '../../generated/openapi.ts';
+import * as validators from '../../generated/validators.js';
+import { validationError } from '../../input/validation-errors.ts';
+import { fieldPath } from '../../input/field-path.ts';
+import { errorObject } from '../envelope.ts';
 import { taskGetVisible, taskList, toTask } from '../../store/tasks/tasks.ts';
 import { taskCancel, taskResolve } from '../../store/tasks/task-decisions.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 
-type TaskHandlers = Pick<Handlers<RequestContext>, 'submitTask' | 'listTasks' | 'getTask' | 'cancelTask' | 'resolveTask'>;
+type TaskHandlers = Pick<Handlers<RequestContext>, 'submitTask' | 'submitTasks' | 'listTasks' | 'getTask' | 'cancelTask' | 'resolveTask'>;
+type SubmitTaskBody = components['schemas']['SubmitTaskRequest'];
+type SubmitTaskItem = components['schemas']['SubmitTaskItem'];
+type ItemResult = components['schemas']['SubmitTaskItemResult'];
+
+/**
+ * A submission with the defaults filled in, and the content its idempotency identity covers:
+ * leaving out `priority` and sending the default are the same submission - sent singly or as
+ * an item of a batch.
+ */
+function submission(body: SubmitTaskBody, within: ReadonlyArray<string | number> = []): { request: SubmitRequest; normalized: Record<string, unknown> } {
+  const request: SubmitRequest = {
+    payload: body.payload,
+    priority: body.priority ?? TASK_DEFAULTS.priority,
+    resourceKey: body.resource_key ?? null,
+    maxAttempts: body.max_attempts ?? TASK_DEFAULTS.max_attempts,
+    deadlineSeconds: body.deadline_seconds ?? TASK_DEFAULTS.deadline_seconds,
+    delaySeconds: body.delay_seconds ?? TASK_DEFAULTS.delay_seconds,
+    onUnknownOutcome: body.on_unknown_outcome ?? TASK_DEFAULTS.on_unknown_outcome,
+  };
+  if (request.delaySeconds >= request.deadlineSeconds) {
+    throw invalidArgument(fieldPath([...within, 'delay_seconds']), `must be less than deadline_seconds (${request.deadlineSeconds})`);
+  }
+  const normalized = {
+    payload: request.payload,
+    priority: request.priority,
+    resource_key: request.resourceKey,
+    max_attempts: request.maxAttempts,
+    deadline_seconds: request.deadlineSeconds,
+    delay_seconds: request.delaySeconds,
+    on_unknown_outcome: request.onUnknownOutcome,
+  };
+  return { request, normalized };
+}
 
 export function taskHandlers(deps: AppDeps): TaskHandlers {
   async function visibleQueueId(ctx: RequestContext, name: string) {
@@ -26,30 +64,7 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       const principal = ctx.principal();
       const queueName = input.path.queue;
       const queueId = await visibleQueueId(ctx, queueName);
-      const body = input.body;
-      const request: SubmitRequest = {
-        payload: body.payload,
-        priority: body.priority ?? TASK_DEFAULTS.priority,
-        resourceKey: body.resource_key ?? null,
-        maxAttempts: body.max_attempts ?? TASK_DEFAULTS.max_attempts,
-        deadlineSeconds: body.deadline_seconds ?? TASK_DEFAULTS.deadline_seconds,
-        delaySeconds: body.delay_seconds ?? TASK_DEFAULTS.delay_seconds,
-        onUnknownOutcome: body.on_unknown_outcome ?? TASK_DEFAULTS.on_unknown_outcome,
-      };
-      if (request.delaySeconds >= request.deadlineSeconds) {
-        throw invalidArgument('delay_seconds', `must be less than deadline_seconds (${request.deadlineSeconds})`);
-      }
-      // The identity covers the request with defaults filled in: leaving out `priority` and
-      // sending the default are the same submission.
-      const normalized = {
-        payload: request.payload,
-        priority: request.priority,
-        resource_key: request.resourceKey,
-        max_attempts: request.maxAttempts,
-        deadline_seconds: request.deadlineSeconds,
-        delay_seconds: request.delaySeconds,
-        on_unknown_outcome: request.onUnknownOutcome,
-      };
+      const { request, normalized } = submission(input.body);
       const receipt = receiptIdentity(principal, input.headers['Idempotency-Key'], 'submitTask', { queue: queueName }, normalized);
       const outcome = await deps.admission.submit(idToHex(principal.applicationId), { principal, queueId, queueName, receipt, request });
       if (!outcome.ok) {
@@ -58,6 +73,47 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       }
       deps.metrics.submissions.inc({ result: outcome.deduplicated ? 'deduplicated' : 'accepted' });
       return { task: outcome.task, deduplicated: outcome.deduplicated };
+    },
+    async submitTasks(input, ctx) {
+      const principal = ctx.principal();
+      const queueName = input.path.queue;
+      const queueId = await visibleQueueId(ctx, queueName);
+      // Each item is checked on its own: a bad item is refused in its result, the others go on.
+      const results: Array<ItemResult | null> = [];
+      const items: SubmitItem[] = [];
+      const itemIndex: number[] = [];
+      (input.body.tasks as unknown[]).forEach((raw, i) => {
+        const claimed = (raw as { idempotency_key?: unknown }).idempotency_key;
+        const key = typeof claimed === 'string' ? claimed : '';
+        try {
+          if (!validators.schema_SubmitTaskItem(raw)) throw validationError(validators.schema_SubmitTaskItem.errors, 'body', ['tasks', i]);
+          const { idempotency_key: itemKey, ...body } = raw as unknown as SubmitTaskItem;
+          const { request, normalized } = submission(body, ['tasks', i]);
+          // The same identity as a single submit with this key: a task submitted singly can be
+          // replayed in a batch and the other way round.
+          const receipt = receiptIdentity(principal, itemKey, 'submitTask', { queue: queueName }, normalized);
+          items.push({ principal, queueId, queueName, receipt, request });
+          itemIndex.push(i);
+          results.push(null);
+        } catch (error) {
+          if (!(error instanceof OrbitError)) throw error;
+          results.push({ idempotency_key: key, status: 'refused', error: errorObject(error) as ItemResult['error'] });
+        }
+      });
+      // One transaction for the whole batch, in order (admission.ts): when a quota fills in
+      // the middle, the items before stay accepted and the rest are refused.
+      const end = deps.metrics.transactionSeconds.startTimer({ operation: 'submit' });
+      const outcomes = await taskSubmitBatch(deps.db, deps.clock, items).finally(end);
+      outcomes.forEach((outcome, n) => {
+        const item = items[n] as SubmitItem;
+        results[itemIndex[n] as number] = outcome.ok
+          ? { idempotency_key: item.receipt.key, status: outcome.deduplicated ? 'replayed' : 'accepted', task: outcome.task }
+          : { idempotency_key: item.receipt.key, status: 'refused', error: errorObject(outcome.error) as ItemResult['error'] };
+      });
+      const done = results as ItemResult[];
+      const count = (status: ItemResult['status']) => done.filter((r) => r.status === status).length;
+      for (const r of done) deps.metrics.submissions.inc({ result: r.status === 'refused' ? (r.error?.code ?? 'invalid_argument').toLowerCase() : r.status === 'replayed' ? 'deduplicated' : 'accepted' });
+      return { results: done, accepted: count('accepted'), replayed: count('replayed'), refused: count('refused') };
     },
     async listTasks(input, ctx) {
       const principal = ctx.principal();

@@ -65,6 +65,17 @@ function raw(env: NodeJS.ProcessEnv, name: string): string | undefined {
   return value === undefined || value === '' ? undefined : value;
 }
 
+/**
+ * The test-mode database checks (lock order, shard routing) as the environment asks for them:
+ * the server reads them with the rest of its configuration, the admin commands with this.
+ */
+export function databaseChecksFromEnv(env: NodeJS.ProcessEnv = process.env): { checkLockOrder: boolean; checkShardRouting: boolean } {
+  return {
+    checkLockOrder: intFromEnv(env, 'ORBIT_CHECK_LOCK_ORDER', 0, 0, 1) === 1,
+    checkShardRouting: intFromEnv(env, 'ORBIT_CHECK_SHARD_ROUTING', 0, 0, 1) === 1,
+  };
+}
+
 function intFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
   const text = raw(env, name);
   if (text === undefined) return fallback;
@@ -150,8 +161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),
     databaseTimeoutMs: intFromEnv(env, 'ORBIT_DB_TIMEOUT_MS', 5000, 100, 600_000),
-    checkLockOrder: intFromEnv(env, 'ORBIT_CHECK_LOCK_ORDER', 0, 0, 1) === 1,
-    checkShardRouting: intFromEnv(env, 'ORBIT_CHECK_SHARD_ROUTING', 0, 0, 1) === 1,
+    ...databaseChecksFromEnv(env),
     logLevel: logLevelFromEnv(env),
   };
 }

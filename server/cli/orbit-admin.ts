@@ -7,7 +7,7 @@
  * 2 wrong arguments or a bad ORBIT_DATABASE_URL (one line on stderr, see args.ts).
  */
 import { openSync, writeSync, closeSync, fchmodSync } from 'node:fs';
-import { ConfigError, DEFAULT_DATABASE_URL, databaseProblem, databaseUrlFromEnv, redactUrl } from '../config.ts';
+import { ConfigError, DEFAULT_DATABASE_URL, databaseProblem, databaseUrlFromEnv, redactUrl, databaseChecksFromEnv } from '../config.ts';
 import { hexToId, idToHex, isHexId } from '../ids.ts';
 import { APPLICATION_ACTIONS, NAMESPACE_ACTIONS, isAction, type Action } from '../domain/actions.ts';
 import { OrbitError } from '../errors.ts';
@@ -368,7 +368,7 @@ export async function main(argv: string[]): Promise<number> {
     },
     db() {
       // No statement timeout: an operator's command waits for the database rather than give up.
-      opened.pool ??= createDatabase({ url: ctx.url(), connectionLimit: 2, timeoutMs: 0 });
+      opened.pool ??= createDatabase({ url: ctx.url(), connectionLimit: 2, timeoutMs: 0, ...databaseChecksFromEnv() });
       return opened.pool;
     },
     say,

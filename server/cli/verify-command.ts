@@ -15,7 +15,7 @@
  * `repaired <subject> <counter>: <stored> -> <recount>` per change and a summary line, exit 0.
  * Wrong arguments: exit 2. Database problems: exit 1 (reported by orbit-admin's main).
  */
-import { DEFAULT_DATABASE_URL } from '../config.ts';
+import { DEFAULT_DATABASE_URL, databaseChecksFromEnv } from '../config.ts';
 import { hexToId, isHexId, newRequestId } from '../ids.ts';
 import { createDatabase } from '../store/database/database.ts';
 import { countersRepair, countersVerify, formatDifference } from '../store/quotas/verify.ts';
@@ -57,7 +57,7 @@ export async function verifyCommand(args: string[], url: () => string): Promise<
   const applicationId = idText === undefined ? undefined : hexToId(idText);
 
   // No statement timeout: a recount of a large table may take its time.
-  const db = createDatabase({ url: url(), connectionLimit: 2, timeoutMs: 0 });
+  const db = createDatabase({ url: url(), connectionLimit: 2, timeoutMs: 0, ...databaseChecksFromEnv() });
   try {
     const report = await countersVerify(db, { applicationId });
     if (applicationId !== undefined && report.applications === 0) {

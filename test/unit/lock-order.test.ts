@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LOCK_LEVEL_OF_TABLE, LockOrderCheck, LockOrderViolation, lockedTables, splitStatements } from '../../server/store/database/lock-order.ts';
+import { LOCK_LEVEL_OF_TABLE, LockOrderCheck, LockOrderViolation, isLockingRead, lockRows, lockedTables, splitStatements } from '../../server/store/database/lock-order.ts';
+import { statementText } from '../../server/store/database/database.ts';
+import { sql } from 'drizzle-orm';
 
 const app = Buffer.from('01', 'hex');
 const q1 = Buffer.from('aa', 'hex');
@@ -24,17 +26,17 @@ test('which tables a statement locks: locking reads, updates, inserts into keyed
 
 test('levels in order pass; a lower level after a higher one fails', () => {
   const check = new LockOrderCheck();
-  check.observe('SELECT 1 FROM orbit_application_resources WHERE application_id = ? FOR UPDATE; SELECT 1 FROM orbit_queues WHERE queue_id = ? FOR UPDATE', [app, q1]);
-  check.observe('SELECT 1 FROM orbit_tasks WHERE task_id = ? FOR UPDATE', [t1]);
+  check.observe('SELECT 1 FROM orbit_application_resources WHERE application_id = ? FOR UPDATE /* lock: application */; SELECT 1 FROM orbit_queues WHERE queue_id = ? FOR UPDATE /* lock: queue */', [app, q1]);
+  check.observe('SELECT 1 FROM orbit_tasks WHERE task_id = ? FOR UPDATE /* lock: task */', [t1]);
   assert.throws(() => check.observe('UPDATE orbit_worker_sessions SET x = 1 WHERE session_id = ?', [Buffer.from('dd', 'hex')]), LockOrderViolation);
 });
 
 test('going back to rows already held (named by primary key, or returned by a locking read) is fine; other rows are not', () => {
   const check = new LockOrderCheck();
-  check.observe('SELECT 1 FROM orbit_application_resources WHERE application_id = ? FOR UPDATE; SELECT 1 FROM orbit_queues WHERE queue_id IN (?, ?) FOR UPDATE', [app, q1, q2]);
-  check.observe("SELECT task_id FROM orbit_tasks WHERE queue_id = ? AND state = 'WAITING' FOR UPDATE SKIP LOCKED", [q1]);
+  check.observe('SELECT 1 FROM orbit_application_resources WHERE application_id = ? FOR UPDATE /* lock: application */; SELECT 1 FROM orbit_queues WHERE queue_id IN (?, ?) FOR UPDATE /* lock: queue */', [app, q1, q2]);
+  check.observe("SELECT task_id FROM orbit_tasks WHERE queue_id = ? AND state = 'WAITING' FOR UPDATE SKIP LOCKED /* lock: task */", [q1]);
   check.locked([[{ task_id: t1 }]]);
-  check.observe('SELECT 1 FROM orbit_key_permits WHERE queue_id = ? AND resource_key = ? FOR UPDATE', [q1, 'k']);
+  check.observe('SELECT 1 FROM orbit_key_permits WHERE queue_id = ? AND resource_key = ? FOR UPDATE /* lock: permit */', [q1, 'k']);
   check.observe("UPDATE orbit_tasks SET state = 'LEASED', updated_at = ? WHERE task_id IN (?)", ['now', t1]);
   check.observe('UPDATE orbit_application_resources SET a = a + ? WHERE application_id = ?; UPDATE orbit_queues SET a = a + ? WHERE queue_id = ?', [1, app, 1, q2]);
   assert.throws(() => check.observe('UPDATE orbit_queues SET a = 1 WHERE queue_id = ?', [Buffer.from('ee', 'hex')]), /queue rows locked after permit rows/);
@@ -43,7 +45,25 @@ test('going back to rows already held (named by primary key, or returned by a lo
 
 test('a locking read that never waits may take a lower level (SKIP LOCKED, NOWAIT)', () => {
   const check = new LockOrderCheck();
-  check.observe('SELECT 1 FROM orbit_key_permits WHERE queue_id = ? AND resource_key = ? FOR UPDATE', [q1, 'k']);
-  check.observe("SELECT task_id FROM orbit_tasks WHERE queue_id = ? FOR UPDATE SKIP LOCKED", [q1]);
-  assert.throws(() => check.observe("SELECT task_id FROM orbit_tasks WHERE queue_id = ? FOR UPDATE", [q1]), LockOrderViolation);
+  check.observe('SELECT 1 FROM orbit_key_permits WHERE queue_id = ? AND resource_key = ? FOR UPDATE /* lock: permit */', [q1, 'k']);
+  check.observe("SELECT task_id FROM orbit_tasks WHERE queue_id = ? FOR UPDATE SKIP LOCKED /* lock: task */", [q1]);
+  assert.throws(() => check.observe("SELECT task_id FROM orbit_tasks WHERE queue_id = ? FOR UPDATE /* lock: task */", [q1]), LockOrderViolation);
+});
+
+test('every locking read names its level through lockRows(); none, or the wrong one, is a violation', () => {
+  const [text] = statementText(sql`SELECT 1 FROM orbit_queues WHERE queue_id = ${q1} ${lockRows('queue')}`);
+  assert.match(text, /FOR UPDATE \/\* lock: queue \*\//);
+  assert.ok(isLockingRead(text));
+  new LockOrderCheck().observe(text, [q1]);
+  assert.throws(() => new LockOrderCheck().observe('SELECT 1 FROM orbit_queues WHERE queue_id = ? FOR UPDATE', [q1]), /must end with lockRows/);
+  assert.throws(() => new LockOrderCheck().observe('SELECT 1 FROM orbit_queues WHERE queue_id = ? FOR UPDATE /* lock: task */', [q1]), /declared task, locks queue/);
+  assert.throws(
+    () => new LockOrderCheck().observe('SELECT 1 FROM orbit_tasks t JOIN orbit_attempts a ON a.task_id = t.task_id FOR UPDATE /* lock: task */'),
+    /locks task\+attempt/,
+    'one locking read, one level',
+  );
+  assert.equal(statementText(lockRows('task', 'skip-locked'))[0], 'FOR UPDATE SKIP LOCKED /* lock: task */');
+  assert.equal(statementText(lockRows('identity', 'share'))[0], 'LOCK IN SHARE MODE /* lock: identity */');
+  assert.throws(() => lockRows('queue', 'share'), /identity rows/);
+  assert.ok(!isLockingRead('UPDATE orbit_queues SET a = 1 WHERE queue_id = ?'));
 });

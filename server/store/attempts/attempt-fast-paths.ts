@@ -15,8 +15,9 @@
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import type { TaskState } from '../../domain/task-transitions.ts';
 import { sqlToMillis } from '../../time.ts';
-import { isRetryableTransactionError, type Database, type Row } from '../database/database.ts';
-import type { AttemptRef } from './attempts.ts';
+import { sql, type SQL } from 'drizzle-orm';
+import { isRetryableTransactionError, type Database } from '../database/database.ts';
+import { jsonOrNull, type AttemptRef } from './attempts.ts';
 
 export interface KnownAttempt extends AttemptRef {
   sessionId: IdBytes;
@@ -35,22 +36,15 @@ function countBy<T>(items: T[], key: (item: T) => string | null): Map<string, nu
 }
 
 /** A guard: fails the transaction unless the previous statement changed exactly `n` rows. */
-function guard(n: number, applicationId: IdBytes): { sql: string; params: unknown[] } {
-  return { sql: 'UPDATE orbit_application_resources SET active_attempts = IF(ROW_COUNT() = ?, active_attempts, NULL) WHERE application_id = ?', params: [n, applicationId] };
+function guard(n: number, applicationId: IdBytes): SQL {
+  return sql`UPDATE orbit_application_resources SET active_attempts = IF(ROW_COUNT() = ${n}, active_attempts, NULL) WHERE application_id = ${applicationId}`;
 }
 
-class Statements {
-  readonly sql: string[] = [];
-  readonly params: unknown[] = [];
-  add(sql: string, ...params: unknown[]): void {
-    this.sql.push(sql);
-    this.params.push(...params);
-  }
-  addGuard(n: number, applicationId: IdBytes): void {
-    const g = guard(n, applicationId);
-    this.add(g.sql, ...g.params);
-  }
-}
+/** The rows whose start window a Start advances: the table and its key column (constant SQL text). */
+const WINDOW_ROWS = {
+  application: { table: 'orbit_application_resources', key: 'application_id' },
+  queue: { table: 'orbit_queues', key: 'queue_id' },
+} as const;
 
 /**
  * Starts every item, or nothing. Both windows are checked and advanced in SQL exactly as
@@ -61,38 +55,34 @@ class Statements {
 export async function attemptStartFast(db: Database, params: { applicationId: IdBytes; items: KnownAttempt[]; leaseSeconds: number }): Promise<number | null> {
   const { items, applicationId } = params;
   if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return null;
-  const s = new Statements();
   // One timestamp for the whole transaction: windows, started_at and leases agree exactly.
-  s.add('SET @now = NOW(6)');
-  s.add('SELECT @now AS now');
-  const window = (table: string, key: string) => `UPDATE ${table}
+  const s: SQL[] = [sql`SET @now = NOW(6)`, sql`SELECT @now AS now`];
+  /** Advances one row's window by `n` starts (and gives back `n` pending starts). */
+  const window = (rows: keyof typeof WINDOW_ROWS, id: IdBytes, n: number) => sql`UPDATE ${sql.raw(WINDOW_ROWS[rows].table)}
       SET window_starts = IF(window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now,
-                             IF(? <= rate_per_second, ?, NULL),
-                             IF(window_starts + ? <= rate_per_second, window_starts + ?, NULL)),
+                             IF(${n} <= rate_per_second, ${n}, NULL),
+                             IF(window_starts + ${n} <= rate_per_second, window_starts + ${n}, NULL)),
           window_started_at = IF(window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now, @now, window_started_at),
-          pending_starts = pending_starts - ?
-    WHERE ${key} = ?`;
-  s.add(window('orbit_application_resources', 'application_id'), items.length, items.length, items.length, items.length, items.length, applicationId);
+          pending_starts = pending_starts - ${n}
+    WHERE ${sql.raw(WINDOW_ROWS[rows].key)} = ${id}`;
+  s.push(window('application', applicationId, items.length));
   const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
-  for (const [queueHex, n] of perQueue) s.add(window('orbit_queues', 'queue_id'), n, n, n, n, n, Buffer.from(queueHex, 'hex'));
+  for (const [queueHex, n] of perQueue) s.push(window('queue', Buffer.from(queueHex, 'hex'), n));
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
-  s.add(
-    `UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now
-      WHERE (task_id, current_attempt_id) IN (${byTask.map(() => '(?, ?)').join(', ')}) AND state = 'LEASED'`,
-    ...byTask.flatMap((i) => [i.taskId, i.attemptId]),
+  s.push(
+    sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now
+      WHERE (task_id, current_attempt_id) IN (${sql.join(byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`), sql`, `)}) AND state = 'LEASED'`,
+    guard(items.length, applicationId),
   );
-  s.addGuard(items.length, applicationId);
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
-  s.add(
-    `UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = LEAST(@now + INTERVAL ? SECOND, deadline_at)
-      WHERE (attempt_id, session_id) IN (${byAttempt.map(() => '(?, ?)').join(', ')}) AND state = 'RESERVED' AND lease_expires_at > @now`,
-    params.leaseSeconds,
-    ...byAttempt.flatMap((i) => [i.attemptId, i.sessionId]),
+  s.push(
+    sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
+      WHERE (attempt_id, session_id) IN (${sql.join(byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`), sql`, `)}) AND state = 'RESERVED' AND lease_expires_at > @now`,
+    guard(items.length, applicationId),
   );
-  s.addGuard(items.length, applicationId);
   try {
-    const results = await db.oneShot(s.sql.join(';\n'), s.params, { retries: 2 });
-    const [row] = results[1] as Array<Row & { now: string }>;
+    const results = await db.oneShot(sql.join(s, sql`;\n`), undefined, { retries: 2 });
+    const [row] = results[1] as Array<{ now: string }>;
     return sqlToMillis((row as { now: string }).now);
   } catch (error) {
     if (isFastPathMiss(error)) return null;
@@ -107,8 +97,6 @@ export interface KnownResult extends KnownAttempt {
   error?: unknown;
 }
 
-const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
-
 /**
  * Finishes every item with a terminal task state (a success, a cancellation, or a failure that
  * is not to be retried - the outcomes that do not depend on the task's other facts), or nothing.
@@ -117,49 +105,37 @@ const json = (value: unknown) => (value === undefined ? null : JSON.stringify(va
 export async function attemptFinishFast(db: Database, params: { applicationId: IdBytes; items: KnownResult[] }): Promise<boolean> {
   const { items, applicationId } = params;
   if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return false;
-  const s = new Statements();
-  s.add('SET @now = NOW(6)');
-  s.add(
-    `UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks - ?, active_attempts = active_attempts - ? WHERE application_id = ?`,
-    items.length,
-    items.length,
-    applicationId,
-  );
+  const s: SQL[] = [
+    sql`SET @now = NOW(6)`,
+    sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks - ${items.length}, active_attempts = active_attempts - ${items.length} WHERE application_id = ${applicationId}`,
+  ];
   const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
   for (const [queueHex, n] of perQueue) {
-    s.add('UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks - ?, active_attempts = active_attempts - ? WHERE queue_id = ?', n, n, Buffer.from(queueHex, 'hex'));
+    s.push(sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks - ${n}, active_attempts = active_attempts - ${n} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
   }
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
-  const cases = (value: (i: KnownResult) => unknown) => ({ sql: `CASE task_id ${byTask.map(() => 'WHEN ? THEN ?').join(' ')} END`, params: byTask.flatMap((i) => [i.taskId, value(i)]) });
-  const state = cases((i) => i.taskState);
-  const result = cases((i) => json(i.result));
-  const error = cases((i) => json(i.error));
-  s.add(
-    `UPDATE orbit_tasks
-        SET state = ${state.sql}, current_attempt_id = NULL, finished_at = @now, updated_at = @now,
-            result = COALESCE(${result.sql}, result), error = COALESCE(${error.sql}, error)
-      WHERE (task_id, current_attempt_id) IN (${byTask.map(() => '(?, ?)').join(', ')}) AND state = 'RUNNING'`,
-    ...state.params,
-    ...result.params,
-    ...error.params,
-    ...byTask.flatMap((i) => [i.taskId, i.attemptId]),
+  /** `CASE task_id WHEN ? THEN ? … END`: each task's own value. */
+  const perTask = (value: (i: KnownResult) => unknown) => sql`CASE task_id ${sql.join(byTask.map((i) => sql`WHEN ${i.taskId} THEN ${value(i)}`), sql` `)} END`;
+  s.push(
+    sql`UPDATE orbit_tasks
+        SET state = ${perTask((i) => i.taskState)}, current_attempt_id = NULL, finished_at = @now, updated_at = @now,
+            result = COALESCE(${perTask((i) => jsonOrNull(i.result))}, result), error = COALESCE(${perTask((i) => jsonOrNull(i.error))}, error)
+      WHERE (task_id, current_attempt_id) IN (${sql.join(byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`), sql`, `)}) AND state = 'RUNNING'`,
+    guard(items.length, applicationId),
   );
-  s.addGuard(items.length, applicationId);
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
-  s.add(
-    `UPDATE orbit_attempts SET state = CASE attempt_id ${byAttempt.map(() => 'WHEN ? THEN ?').join(' ')} END, finished_at = @now
-      WHERE (attempt_id, session_id) IN (${byAttempt.map(() => '(?, ?)').join(', ')}) AND state = 'RUNNING' AND lease_expires_at > @now`,
-    ...byAttempt.flatMap((i) => [i.attemptId, i.attemptState]),
-    ...byAttempt.flatMap((i) => [i.attemptId, i.sessionId]),
+  s.push(
+    sql`UPDATE orbit_attempts SET state = CASE attempt_id ${sql.join(byAttempt.map((i) => sql`WHEN ${i.attemptId} THEN ${i.attemptState}`), sql` `)} END, finished_at = @now
+      WHERE (attempt_id, session_id) IN (${sql.join(byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`), sql`, `)}) AND state = 'RUNNING' AND lease_expires_at > @now`,
+    guard(items.length, applicationId),
   );
-  s.addGuard(items.length, applicationId);
   const perKey = [...countBy(items, (i) => (i.resourceKey === null ? null : `${hex(i.queueId)}/${i.resourceKey}`))].sort(([a], [b]) => a.localeCompare(b));
   for (const [key, n] of perKey) {
     const slash = key.indexOf('/');
-    s.add('UPDATE orbit_key_permits SET holders = holders - ?, updated_at = @now WHERE queue_id = ? AND resource_key = ?', n, Buffer.from(key.slice(0, slash), 'hex'), key.slice(slash + 1));
+    s.push(sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = @now WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`);
   }
   try {
-    await db.oneShot(s.sql.join(';\n'), s.params, { retries: 2 });
+    await db.oneShot(sql.join(s, sql`;\n`), undefined, { retries: 2 });
     return true;
   } catch (error) {
     if (isFastPathMiss(error)) return false;

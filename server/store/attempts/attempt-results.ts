@@ -7,10 +7,12 @@
 import type { IdBytes } from '../../ids.ts';
 import { afterLostLease, afterResult, afterUnstartedReservation, type AttemptOutcome, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { sqlToMillis } from '../../time.ts';
-import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTask, type Settlement } from './attempts.ts';
+import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTaskRow, type Settlement } from './attempts.ts';
+import { sql } from 'drizzle-orm';
 import type { Database } from '../database/database.ts';
+import type { AttemptRow } from '../database/schema.ts';
 
-function facts(task: LockedTask): TaskFacts {
+function facts(task: LockedTaskRow): TaskFacts {
   return {
     attempts: task.attempts,
     maxAttempts: task.max_attempts,
@@ -82,9 +84,8 @@ export async function attemptReleaseBatch(db: Database, params: { applicationId:
 
 /** A closing session's reservations that were never started go back at once; running ones keep their lease until it runs out. */
 export async function sessionReleaseReservations(db: Database, params: { applicationId: IdBytes; sessionId: IdBytes }): Promise<number> {
-  const rows = await db.rows<{ attempt_id: Buffer; task_id: Buffer; queue_id: Buffer }>(
-    "SELECT attempt_id, task_id, queue_id FROM orbit_attempts WHERE session_id = ? AND state = 'RESERVED'",
-    [params.sessionId],
+  const rows = await db.rows<Pick<AttemptRow, 'attempt_id' | 'task_id' | 'queue_id'>>(
+    sql`SELECT attempt_id, task_id, queue_id FROM orbit_attempts WHERE session_id = ${params.sessionId} AND state = 'RESERVED'`,
   );
   if (rows.length === 0) return 0;
   const { answers } = await attemptReleaseBatch(db, {
@@ -108,7 +109,7 @@ export async function attemptExpireBatch(db: Database, params: { applicationId: 
     applicationId: params.applicationId,
     refs: params.refs,
     skipLockedApplication: params.skipLockedApplication,
-    decide(_ref, attempt: LockedAttempt | undefined, task: LockedTask | undefined, nowMs) {
+    decide(_ref, attempt: LockedAttempt | undefined, task: LockedTaskRow | undefined, nowMs) {
       if (!attempt || !task || (attempt.state !== 'RESERVED' && attempt.state !== 'RUNNING') || sqlToMillis(attempt.lease_expires_at) > nowMs) {
         return { answer: null };
       }

@@ -12,10 +12,13 @@
  */
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
-import { isTerminal, type TaskState } from '../../domain/task-transitions.ts';
+import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
-import { placeholders, type Database, type Queryable, type Row, type Transaction } from '../database/database.ts';
-import { counterAdjustSql } from '../quotas/counters.ts';
+import { sql, type SQL } from 'drizzle-orm';
+import { valueList, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
+import { counterAdjustStatements } from '../quotas/counters.ts';
+import { lockRows } from '../database/lock-order.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -25,41 +28,35 @@ export interface AttemptRef {
 
 export type AttemptState = 'RESERVED' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'RELEASED' | 'EXPIRED';
 
-export interface LockedAttempt extends Row {
-  attempt_id: Buffer;
-  task_id: Buffer;
-  queue_id: Buffer;
-  session_id: Buffer;
-  state: AttemptState;
-  resource_key: string | null;
-  lease_expires_at: string;
-  deadline_at: string;
-  claimed_at: string;
-}
+/**
+ * An attempt row as the settlement engine locks it. `state` is a VARCHAR column that holds only
+ * the states Orbit writes there, hence the narrower type.
+ */
+export type LockedAttempt = Pick<
+  AttemptRow,
+  'attempt_id' | 'task_id' | 'queue_id' | 'session_id' | 'state' | 'resource_key' | 'lease_expires_at' | 'deadline_at' | 'claimed_at'
+> & { state: AttemptState };
 
-export interface LockedTask extends Row {
-  task_id: Buffer;
-  state: TaskState;
-  attempts: number;
-  max_attempts: number;
-  on_unknown_outcome: 'retry' | 'review';
-  cancel_requested: number;
-  deadline_at: string;
-  current_attempt_id: Buffer | null;
-}
+/**
+ * A task row as the settlement engine locks it. `state` and `on_unknown_outcome` are VARCHAR
+ * columns that hold only the values Orbit writes there (task-transitions.ts), hence the
+ * narrower types.
+ */
+export type LockedTaskRow = Pick<
+  TaskRow,
+  'task_id' | 'state' | 'attempts' | 'max_attempts' | 'on_unknown_outcome' | 'cancel_requested' | 'deadline_at' | 'current_attempt_id'
+> & { state: TaskState; on_unknown_outcome: TaskFacts['onUnknownOutcome'] };
 
-interface WindowRow extends Row {
-  rate_per_second: number;
-  window_started_at: string | null;
-  window_starts: number;
-}
+/** The start-window columns of the application row (the queue rows have the same). */
+type WindowRow = Pick<ApplicationResourcesRow, 'rate_per_second' | 'window_started_at' | 'window_starts'>;
+type QueueWindowRow = Pick<QueueRow, 'queue_id' | 'rate_per_second' | 'window_started_at' | 'window_starts'>;
 
 interface Locked {
   nowSql: string;
   nowMs: number;
   app: WindowRow;
-  queues: Map<string, WindowRow & { queue_id: Buffer }>;
-  tasks: Map<string, LockedTask>;
+  queues: Map<string, QueueWindowRow>;
+  tasks: Map<string, LockedTaskRow>;
   attempts: Map<string, LockedAttempt>;
 }
 
@@ -69,33 +66,34 @@ const ascending = (ids: Buffer[]) => [...new Map(ids.map((id) => [hex(id), id]))
  * The locking reads, in lock order, in one round trip. With `skipLockedApplication`, a busy
  * application row is passed over (recovery comes back later) and null is returned.
  */
-async function lockForAttempts(tx: Queryable, applicationId: IdBytes, refs: AttemptRef[], options: { skipLockedApplication?: boolean } = {}): Promise<Locked | null> {
+async function lockForAttempts(tx: Transaction, applicationId: IdBytes, refs: AttemptRef[], options: { skipLockedApplication?: boolean } = {}): Promise<Locked | null> {
   const queueIds = ascending(refs.map((r) => r.queueId));
   const taskIds = ascending(refs.map((r) => r.taskId));
   const attemptIds = ascending(refs.map((r) => r.attemptId));
-  const appSql = `SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts
-       FROM orbit_application_resources WHERE application_id = ? FOR UPDATE`;
-  const restSql = `SELECT queue_id, rate_per_second, window_started_at, window_starts
-       FROM orbit_queues WHERE queue_id IN (${placeholders(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
-     SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id
-       FROM orbit_tasks WHERE task_id IN (${placeholders(taskIds.length)}) ORDER BY task_id FOR UPDATE;
-     SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at
-       FROM orbit_attempts WHERE attempt_id IN (${placeholders(attemptIds.length)}) ORDER BY attempt_id FOR UPDATE`;
-  const restParams = [...queueIds, ...taskIds, ...attemptIds];
+  const appSql = sql`SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts
+       FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`;
+  const restSql = [
+    sql`SELECT queue_id, rate_per_second, window_started_at, window_starts
+       FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
+    sql`SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id
+       FROM orbit_tasks WHERE task_id IN (${valueList(taskIds)}) ORDER BY task_id ${lockRows('task')}`,
+    sql`SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at
+       FROM orbit_attempts WHERE attempt_id IN (${valueList(attemptIds)}) ORDER BY attempt_id ${lockRows('attempt')}`,
+  ];
   let appRows: Array<WindowRow & { now: string }>;
-  let queueRows: Array<WindowRow & { queue_id: Buffer }>;
-  let taskRows: LockedTask[];
+  let queueRows: QueueWindowRow[];
+  let taskRows: LockedTaskRow[];
   let attemptRows: LockedAttempt[];
   if (options.skipLockedApplication) {
     // Alone first: when the application row is busy, nothing else gets locked (or waited for).
-    appRows = await tx.rows(`${appSql} SKIP LOCKED`, [applicationId]);
+    appRows = await tx.rows(sql`${appSql} SKIP LOCKED`);
     if (!appRows[0]) return null;
-    [queueRows, taskRows, attemptRows] = (await tx.batch(restSql, restParams)) as [typeof queueRows, LockedTask[], LockedAttempt[]];
+    [queueRows, taskRows, attemptRows] = (await tx.batch(sql.join(restSql, sql`;\n`))) as [QueueWindowRow[], LockedTaskRow[], LockedAttempt[]];
   } else {
-    [appRows, queueRows, taskRows, attemptRows] = (await tx.batch(`${appSql};\n${restSql}`, [applicationId, ...restParams])) as [
+    [appRows, queueRows, taskRows, attemptRows] = (await tx.batch(sql.join([appSql, ...restSql], sql`;\n`))) as [
       typeof appRows,
-      typeof queueRows,
-      LockedTask[],
+      QueueWindowRow[],
+      LockedTaskRow[],
       LockedAttempt[],
     ];
   }
@@ -130,7 +128,7 @@ export interface SettleDecision<T> {
   settlement?: Settlement;
 }
 
-export type Decide<R, T> = (ref: R, attempt: LockedAttempt | undefined, task: LockedTask | undefined, nowMs: number) => SettleDecision<T>;
+export type Decide<R, T> = (ref: R, attempt: LockedAttempt | undefined, task: LockedTaskRow | undefined, nowMs: number) => SettleDecision<T>;
 
 /** Locks, decides item by item (later items see earlier decisions), writes. Null when the application row was busy and `skipLockedApplication` was asked. */
 export async function settleAttempts<R extends AttemptRef, T>(
@@ -167,11 +165,11 @@ export async function settleAttempts<R extends AttemptRef, T>(
   }
 }
 
-const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
+/** A JSON column's value: the text, or NULL for nothing (`COALESCE(…, column)` then keeps what is there). */
+export const jsonOrNull = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
 
 class SettlementWrites {
-  private statements: string[] = [];
-  private args: unknown[] = [];
+  private statements: SQL[] = [];
   private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
   private permits = new Map<string, number>();
 
@@ -180,25 +178,16 @@ class SettlementWrites {
     private readonly nowSql: string,
   ) {}
 
-  add(attempt: LockedAttempt, task: LockedTask, s: Settlement): void {
+  add(attempt: LockedAttempt, task: LockedTaskRow, s: Settlement): void {
     if (attempt.state !== 'RESERVED' && attempt.state !== 'RUNNING') throw new Error('only an active attempt can be settled');
     const terminal = isTerminal(s.taskState);
-    this.statements.push('UPDATE orbit_attempts SET state = ?, finished_at = ? WHERE attempt_id = ?');
-    this.args.push(s.attemptState, this.nowSql, attempt.attempt_id);
+    const availableAt = s.availableAtMs === undefined ? null : millisToSql(s.availableAtMs);
     this.statements.push(
-      `UPDATE orbit_tasks
-          SET state = ?, current_attempt_id = NULL, available_at = COALESCE(?, available_at), finished_at = ?,
-              result = COALESCE(?, result), error = COALESCE(?, error), updated_at = ?
-        WHERE task_id = ?`,
-    );
-    this.args.push(
-      s.taskState,
-      s.availableAtMs === undefined ? null : millisToSql(s.availableAtMs),
-      terminal ? this.nowSql : null,
-      json(s.result),
-      json(s.error),
-      this.nowSql,
-      task.task_id,
+      sql`UPDATE orbit_attempts SET state = ${s.attemptState}, finished_at = ${this.nowSql} WHERE attempt_id = ${attempt.attempt_id}`,
+      sql`UPDATE orbit_tasks
+          SET state = ${s.taskState}, current_attempt_id = NULL, available_at = COALESCE(${availableAt}, available_at), finished_at = ${terminal ? this.nowSql : null},
+              result = COALESCE(${jsonOrNull(s.result)}, result), error = COALESCE(${jsonOrNull(s.error)}, error), updated_at = ${this.nowSql}
+        WHERE task_id = ${task.task_id}`,
     );
     const q = this.queues.get(hex(attempt.queue_id)) ?? { unfinished: 0, active: 0, pending: 0 };
     q.active -= 1;
@@ -215,19 +204,19 @@ class SettlementWrites {
   async flush(tx: Transaction): Promise<void> {
     if (this.statements.length === 0) return;
     const s = this.statements;
-    const a = this.args;
-    const counters = counterAdjustSql(
-      this.applicationId,
-      [...this.queues].map(([queueHex, delta]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta })),
+    s.push(
+      ...counterAdjustStatements(
+        this.applicationId,
+        [...this.queues].map(([queueHex, delta]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta })),
+      ),
     );
-    s.push(...counters.sql);
-    a.push(...counters.params);
     for (const [key, n] of [...this.permits].sort(([x], [y]) => x.localeCompare(y))) {
       const slash = key.indexOf('/');
-      s.push('UPDATE orbit_key_permits SET holders = holders - ?, updated_at = ? WHERE queue_id = ? AND resource_key = ?');
-      a.push(n, this.nowSql, Buffer.from(key.slice(0, slash), 'hex'), key.slice(slash + 1));
+      s.push(
+        sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = ${this.nowSql} WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
+      );
     }
-    await tx.finish(s.join(';\n'), a);
+    await tx.finish(sql.join(s, sql`;\n`));
   }
 }
 
@@ -284,25 +273,27 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
       return { kind: 'started', leaseExpiresAtMs, duplicate: false };
     });
     if (granted.length === 0) return answers;
-    const statements: string[] = [];
-    const args: unknown[] = [];
     const started = (w: WindowState) => (w.startedAt === null ? null : millisToSql(w.startedAt));
-    statements.push('UPDATE orbit_application_resources SET window_started_at = ?, window_starts = ?, pending_starts = pending_starts - ? WHERE application_id = ?');
-    args.push(started(appWindow), appWindow.starts, granted.length, params.applicationId);
+    const statements: SQL[] = [
+      sql`UPDATE orbit_application_resources SET window_started_at = ${started(appWindow)}, window_starts = ${appWindow.starts}, pending_starts = pending_starts - ${granted.length} WHERE application_id = ${params.applicationId}`,
+    ];
     const perQueue = new Map<string, number>();
     for (const g of granted) perQueue.set(hex(g.attempt.queue_id), (perQueue.get(hex(g.attempt.queue_id)) ?? 0) + 1);
     for (const [queueKey, n] of perQueue) {
       const w = queueWindows.get(queueKey) as WindowState;
-      statements.push('UPDATE orbit_queues SET window_started_at = ?, window_starts = ?, pending_starts = pending_starts - ? WHERE queue_id = ?');
-      args.push(started(w), w.starts, n, Buffer.from(queueKey, 'hex'));
+      statements.push(
+        sql`UPDATE orbit_queues SET window_started_at = ${started(w)}, window_starts = ${w.starts}, pending_starts = pending_starts - ${n} WHERE queue_id = ${Buffer.from(queueKey, 'hex')}`,
+      );
     }
-    statements.push(`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ? WHERE task_id IN (${placeholders(granted.length)})`);
-    args.push(nowSql, ...granted.map((g) => g.attempt.task_id));
+    statements.push(
+      sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ${nowSql} WHERE task_id IN (${valueList(granted.map((g) => g.attempt.task_id))})`,
+    );
     for (const g of granted) {
-      statements.push("UPDATE orbit_attempts SET state = 'RUNNING', started_at = ?, lease_expires_at = ? WHERE attempt_id = ?");
-      args.push(nowSql, millisToSql(g.leaseExpiresAtMs), g.attempt.attempt_id);
+      statements.push(
+        sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = ${nowSql}, lease_expires_at = ${millisToSql(g.leaseExpiresAtMs)} WHERE attempt_id = ${g.attempt.attempt_id}`,
+      );
     }
-    await tx.finish(statements.join(';\n'), args);
+    await tx.finish(sql.join(statements, sql`;\n`));
     return answers;
   });
 }
@@ -312,11 +303,15 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
 
 export async function attemptRenew(db: Queryable, params: { sessionId: IdBytes; attemptId: IdBytes; leaseSeconds: number }): Promise<number | null> {
   const [result, rows] = (await db.batch(
-    `UPDATE orbit_attempts SET lease_expires_at = LEAST(NOW(6) + INTERVAL ? SECOND, deadline_at)
-      WHERE attempt_id = ? AND session_id = ? AND state IN ('RESERVED', 'RUNNING') AND lease_expires_at > NOW(6);
-     SELECT lease_expires_at FROM orbit_attempts WHERE attempt_id = ?`,
-    [params.leaseSeconds, params.attemptId, params.sessionId, params.attemptId],
-  )) as [{ affectedRows: number }, Array<{ lease_expires_at: string }>];
+    sql.join(
+      [
+        sql`UPDATE orbit_attempts SET lease_expires_at = LEAST(NOW(6) + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
+      WHERE attempt_id = ${params.attemptId} AND session_id = ${params.sessionId} AND state IN ('RESERVED', 'RUNNING') AND lease_expires_at > NOW(6)`,
+        sql`SELECT lease_expires_at FROM orbit_attempts WHERE attempt_id = ${params.attemptId}`,
+      ],
+      sql`;\n`,
+    ),
+  )) as [{ affectedRows: number }, Array<Pick<AttemptRow, 'lease_expires_at'>>];
   if (result.affectedRows !== 1 || !rows[0]) return null;
   return sqlToMillis(rows[0].lease_expires_at);
 }

@@ -26,9 +26,12 @@ import {
   type ClaimCandidate, type QueueAllowance, type QuotaLevel,
 } from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
-import { placeholders, type Database, type Queryable, type Row, type Transaction } from '../database/database.ts';
+import { sql, type SQL } from 'drizzle-orm';
+import { valueList, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from './sessions.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from '../tenancy/credentials.ts';
+import { byIdAscending, lockRows } from '../database/lock-order.ts';
 
 export interface ClaimedAttemptInfo {
   attemptId: IdBytes;
@@ -43,34 +46,16 @@ export interface ClaimedAttemptInfo {
   deadlineAtMs: number;
 }
 
-interface QuotaRow extends Row {
-  max_concurrency: number;
-  active_attempts: string;
-  pending_starts: string;
-  rate_per_second: number;
-  window_started_at: string | null;
-  window_starts: number;
-}
-
-interface QueueQuotaRow extends QuotaRow {
-  queue_id: Buffer;
-  key_concurrency: number;
-  paused: number;
-}
-
-interface CandidateRow extends Row {
-  task_id: Buffer;
-  queue_id: Buffer;
-  priority: number;
-  resource_key: string | null;
-  payload: string;
-  attempts: number;
-  deadline_at: string;
-  available_at: string;
-}
+/** The quota columns a claim reads, the same on the application row and on queue rows. */
+type QuotaColumns = 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second' | 'window_started_at' | 'window_starts';
+type QuotaRow = Pick<ApplicationResourcesRow, QuotaColumns>;
+type QueueQuotaRow = Pick<QueueRow, QuotaColumns | 'queue_id' | 'key_concurrency' | 'paused'>;
+type CandidateRow = Pick<TaskRow, 'task_id' | 'queue_id' | 'priority' | 'resource_key' | 'payload' | 'attempts' | 'deadline_at' | 'available_at'>;
 
 /** How long a node counts as waiting for room after its last unsatisfied claim. */
 const WAITING_WINDOW_SECONDS = 10;
+/** Candidates read per queue in the first round trip, at most. */
+const MAX_CANDIDATES_PER_QUEUE = 1000;
 /** Re-picks when keyed tasks were passed over because their key was full. */
 const MAX_PICK_ROUNDS = 3;
 
@@ -91,229 +76,306 @@ function permitKey(queueId: Buffer, resourceKey: string): string {
   return permitOf(hex(queueId), resourceKey);
 }
 
-export async function attemptClaimBatch(
-  db: Database,
-  params: { session: SessionInfo; max: number; leaseSeconds: number },
-): Promise<ClaimedAttemptInfo[]> {
-  const { session } = params;
-  const principal = session.principal;
-  const queueIds = session.queues.map((q) => q.queueId);
-  // Nothing claimable: answer without taking any lock (an idle worker polling costs one read).
-  const [any] = await db.rows(
-    `SELECT 1 FROM orbit_tasks WHERE queue_id IN (${placeholders(queueIds.length)}) AND state = 'WAITING' AND available_at <= NOW(6) LIMIT 1`,
-    queueIds,
-  );
-  if (!any) return [];
+/** One session's claim in a group. */
+export interface ClaimRequest {
+  session: SessionInfo;
+  max: number;
+}
 
-  // Candidates are read in the first round trip, before the room is known: at most `max` per
-  // queue, locked with SKIP LOCKED (others pass over them until this commits).
-  const candidateLimit = Math.min(params.max, session.capacity);
-  return db.transaction(async (tx) => {
-    const results = await tx.batch(
-      `SELECT ${CREDENTIAL_VALID} AS valid FROM ${CREDENTIAL_JOINS} WHERE c.credential_id = ? LOCK IN SHARE MODE;
-       SELECT capacity, state FROM orbit_worker_sessions WHERE session_id = ? FOR UPDATE;
-       SELECT COUNT(*) AS held FROM orbit_attempts WHERE session_id = ? AND state IN ('RESERVED', 'RUNNING');
-       SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
-         FROM orbit_application_resources WHERE application_id = ? FOR UPDATE;
-       SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
-         FROM orbit_queues WHERE queue_id IN (${placeholders(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
-       SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
-        WHERE application_id = ? AND state = 'OPEN' AND waiting_since IS NOT NULL
-          AND last_seen_at > NOW(6) - INTERVAL ${WAITING_WINDOW_SECONDS} SECOND AND node_id <> ?;
-       ${queueIds.map(() => candidateSql({ excludedKeys: 0, excludedTasks: 0 })).join(';\n')}`,
-      [
-        principal.credentialId,
-        session.sessionId,
-        session.sessionId,
-        principal.applicationId,
-        ...queueIds,
-        principal.applicationId,
-        session.nodeId,
-        ...queueIds.flatMap((queueId) => [queueId, candidateLimit]),
-      ],
+/** What one claim of a group gets: its reservations, or why it got nothing (the others go on). */
+export type ClaimOutcome = { ok: true; claimed: ClaimedAttemptInfo[] } | { ok: false; error: OrbitError };
+
+/**
+ * The claims of several sessions of ONE application, decided in one transaction (group commit:
+ * the gateway gathers the claims that arrive while the previous group runs). The locks, in
+ * order: the identity rows of their credentials (shared), their session rows (ascending), the
+ * application row, the union of their queues' rows (ascending), candidate tasks (SKIP LOCKED),
+ * permits. The room is shared: each claim takes its budget from what the ones before it left,
+ * and at most its fair share when the room is scarce - the sessions of the group count among
+ * the nodes waiting for it. One transaction serves them all, so adding worker sessions adds
+ * claims to a group instead of transactions queueing on the application row.
+ */
+export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], leaseSeconds: number): Promise<ClaimOutcome[]> {
+  if (requests.length === 0) return [];
+  const principal = (requests[0] as ClaimRequest).session.principal;
+  const applicationId = principal.applicationId;
+  if (requests.some((r) => !r.session.principal.applicationId.equals(applicationId))) throw new Error('a claim group holds the claims of one application');
+  const queueIds = uniqueIds(requests.flatMap((r) => r.session.queues.map((q) => q.queueId)));
+  // Nothing claimable: answer without taking any lock (idle workers polling cost one read).
+  const [any] = await db.rows(
+    sql`SELECT 1 FROM orbit_tasks WHERE queue_id IN (${valueList(queueIds)}) AND state = 'WAITING' AND available_at <= NOW(6) LIMIT 1`,
+  );
+  if (!any) return requests.map(() => ({ ok: true, claimed: [] }));
+
+  const credentialIds = uniqueIds(requests.map((r) => r.session.principal.credentialId));
+  const sessionIds = uniqueIds(requests.map((r) => r.session.sessionId));
+  const nodeIds = [...new Set(requests.map((r) => r.session.nodeId))];
+  // Candidates are read in the first round trip, before the room is known: per queue, at most
+  // what the claims on it could take, locked with SKIP LOCKED (others pass over them until this
+  // commits).
+  const candidateLimit = (queueId: IdBytes) =>
+    Math.min(
+      MAX_CANDIDATES_PER_QUEUE,
+      requests.filter((r) => r.session.queues.some((q) => q.queueId.equals(queueId))).reduce((n, r) => n + Math.min(r.max, r.session.capacity), 0),
     );
-    const [identity, sessionRows, held, appRows, queueRows, waitingNodes] = results as [
-      Array<{ valid: number }>,
-      Array<{ capacity: number; state: string }>,
-      Array<{ held: string }>,
+  return db.transaction(async (tx) => {
+    // CREDENTIAL_VALID and CREDENTIAL_JOINS are constant SQL text (credentials.ts); the window is a constant too.
+    const results = await tx.batch(
+      sql.join(
+        [
+          sql`SELECT c.credential_id, ${sql.raw(CREDENTIAL_VALID)} AS valid FROM ${sql.raw(CREDENTIAL_JOINS)}
+               WHERE c.credential_id IN (${valueList(credentialIds)}) ORDER BY c.credential_id ${lockRows('identity', 'share')}`,
+          sql`SELECT session_id, capacity, state FROM orbit_worker_sessions WHERE session_id IN (${valueList(sessionIds)}) ORDER BY session_id ${lockRows('session')}`,
+          sql`SELECT session_id, COUNT(*) AS held FROM orbit_attempts WHERE session_id IN (${valueList(sessionIds)}) AND state IN ('RESERVED', 'RUNNING') GROUP BY session_id`,
+          sql`SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
+         FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
+          sql`SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
+         FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
+          sql`SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
+        WHERE application_id = ${applicationId} AND state = 'OPEN' AND waiting_since IS NOT NULL
+          AND last_seen_at > NOW(6) - INTERVAL ${sql.raw(String(WAITING_WINDOW_SECONDS))} SECOND AND node_id NOT IN (${valueList(nodeIds)})`,
+          ...queueIds.map((queueId) => candidateSql({ queueId, excludedKeys: [], excludedTasks: [], limit: candidateLimit(queueId) })),
+        ],
+        sql`;\n`,
+      ),
+    );
+    const [identityRows, sessionRows, heldRows, appRows, queueRows, waitingNodes] = results as [
+      Array<Pick<CredentialRow, 'credential_id'> & { valid: number }>,
+      Array<Pick<WorkerSessionRow, 'session_id' | 'capacity' | 'state'>>,
+      Array<Pick<AttemptRow, 'session_id'> & { held: string }>,
       Array<QuotaRow & { now: string }>,
       QueueQuotaRow[],
       Array<{ nodes: string }>,
     ];
-    const initial = (results.slice(6) as CandidateRow[][]).flat();
-    if (identity[0]?.valid !== 1) throw noLongerValid();
-    const sessionRow = sessionRows[0];
-    if (!sessionRow || sessionRow.state !== 'OPEN') throw new OrbitError('STATE_CONFLICT', 'the session is closed');
+    const pool = (results.slice(6) as CandidateRow[][]).flat();
     const app = appRows[0];
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
     const nowMs = sqlToMillis(app.now);
+    const valid = new Set(identityRows.filter((r) => r.valid === 1).map((r) => hex(r.credential_id)));
+    const sessionOf = new Map(sessionRows.map((r) => [hex(r.session_id), r]));
+    const heldOf = new Map(heldRows.map((r) => [hex(r.session_id), Number(r.held)]));
 
-    // Scarce room: take at most this node's fair share among the nodes waiting for it.
-    const { wanted, budget } = claimBudget({
-      max: params.max,
-      sessionRoom: sessionRoom(sessionRow.capacity, Number(held[0]?.held ?? 0)),
-      applicationRoom: levelRoom(levelOf(app), nowMs),
-      otherWaitingNodes: Number(waitingNodes[0]?.nodes ?? 0),
-    });
-    const queues = new Map<string, QueueAllowance>();
-    for (const q of queueRows) {
-      queues.set(hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency });
+    // The room of the application level, shared by the group: each claim's budget comes out of
+    // what the claims before it left, and while it is scarce each takes at most its fair share
+    // among every node waiting for it - the group's own nodes included.
+    const applicationRoom = levelRoom(levelOf(app), nowMs);
+    const otherWaitingNodes = Number(waitingNodes[0]?.nodes ?? 0) + nodeIds.length - 1;
+    let granted = 0;
+    const shared: PickState = {
+      queues: new Map(queueRows.map((q) => [hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency }])),
+      taken: new Set<string>(),
+      fullKeys: new Set<string>(),
+      holders: new Map<string, number>(),
+    };
+    const initialQueueRoom = new Map([...shared.queues].map(([q, a]) => [q, a.room]));
+    const leaseMs = leaseSeconds * 1000;
+    const decided: Array<{ request: ClaimRequest; claimed: ClaimedAttemptInfo[]; waiting: boolean } | OrbitError> = [];
+    for (const request of requests) {
+      const { session } = request;
+      const row = sessionOf.get(hex(session.sessionId));
+      if (!valid.has(hex(session.principal.credentialId))) {
+        decided.push(noLongerValid());
+        continue;
+      }
+      if (!row || row.state !== 'OPEN') {
+        decided.push(new OrbitError('STATE_CONFLICT', 'the session is closed'));
+        continue;
+      }
+      const held = heldOf.get(hex(session.sessionId)) ?? 0;
+      const room = sessionRoom(row.capacity, held);
+      const own = new Set(session.queues.map((q) => hex(q.queueId)));
+      // The scarce room this claim competes for: the application's, or its queues' when those
+      // have less (as they were when the group began, so every claim of the group sees the same).
+      const ownQueueRoom = [...own].reduce((n, q) => n + (initialQueueRoom.get(q) ?? 0), 0);
+      const fair = claimBudget({ max: request.max, sessionRoom: room, applicationRoom: Math.min(applicationRoom, ownQueueRoom), otherWaitingNodes });
+      const budget = Math.min(fair.budget, applicationRoom - granted);
+      const chosen: CandidateRow[] = [];
+      if (budget > 0) await pick(tx, { budget, own, applicationId, chosen, pool, state: shared });
+      granted += chosen.length;
+      // The same session twice in one group (a second claim frame before the first answer):
+      // the second sees what the first took.
+      heldOf.set(hex(session.sessionId), held + chosen.length);
+      const nameOf = new Map(session.queues.map((q) => [hex(q.queueId), q.name]));
+      const claimed = chosen.map((c): ClaimedAttemptInfo => {
+        const deadlineAtMs = sqlToMillis(c.deadline_at);
+        return {
+          attemptId: newId(nowMs),
+          taskId: c.task_id,
+          queueId: c.queue_id,
+          queueName: nameOf.get(hex(c.queue_id)) as string,
+          payload: JSON.parse(c.payload) as Record<string, unknown>,
+          priority: c.priority,
+          resourceKey: c.resource_key,
+          attemptNumber: c.attempts + 1,
+          leaseExpiresAtMs: Math.min(nowMs + leaseMs, deadlineAtMs),
+          deadlineAtMs,
+        };
+      });
+      decided.push({ request, claimed, waiting: claimed.length < fair.wanted });
     }
-
-    const chosen: CandidateRow[] = [];
-    if (budget > 0) await pick(tx, { budget, queues, applicationId: principal.applicationId, chosen, initial });
-
-    const nameOf = new Map(session.queues.map((q) => [hex(q.queueId), q.name]));
-    const leaseMs = params.leaseSeconds * 1000;
-    const claimed: ClaimedAttemptInfo[] = chosen.map((row) => {
-      const deadlineAtMs = sqlToMillis(row.deadline_at);
-      return {
-        attemptId: newId(nowMs),
-        taskId: row.task_id,
-        queueId: row.queue_id,
-        queueName: nameOf.get(hex(row.queue_id)) as string,
-        payload: JSON.parse(row.payload) as Record<string, unknown>,
-        priority: row.priority,
-        resourceKey: row.resource_key,
-        attemptNumber: row.attempts + 1,
-        leaseExpiresAtMs: Math.min(nowMs + leaseMs, deadlineAtMs),
-        deadlineAtMs,
-      };
-    });
-    await writeClaims(tx, { session, claimed, now: app.now, waiting: claimed.length < wanted });
-    return claimed;
+    const writes = decided.filter((d): d is Exclude<typeof d, OrbitError> => !(d instanceof OrbitError));
+    if (writes.length > 0) await writeClaims(tx, { applicationId, claims: writes.map((w) => ({ session: w.request.session, claimed: w.claimed, waiting: w.waiting })), now: app.now });
+    return decided.map((d): ClaimOutcome => (d instanceof OrbitError ? { ok: false, error: d } : { ok: true, claimed: d.claimed }));
   });
 }
 
-/**
- * One queue's claimable tasks in claim order, locked with SKIP LOCKED. Parameters: queue_id,
- * then the excluded keys, then the excluded task ids, then the limit.
- */
-function candidateSql(options: { excludedKeys: number; excludedTasks: number }): string {
-  return `SELECT task_id, queue_id, priority, resource_key, payload, attempts, deadline_at, available_at
+/** Distinct ids in ascending order (the order their rows are locked in). */
+function uniqueIds(ids: IdBytes[]): IdBytes[] {
+  return [...new Map(ids.map((id) => [hex(id), id])).values()].sort(byIdAscending);
+}
+
+/** One queue's claimable tasks in claim order, at most `limit`, without the excluded keys and tasks, locked with SKIP LOCKED. */
+function candidateSql(options: { queueId: IdBytes; excludedKeys: string[]; excludedTasks: IdBytes[]; limit: number }): SQL {
+  const { excludedKeys, excludedTasks } = options;
+  return sql`SELECT task_id, queue_id, priority, resource_key, payload, attempts, deadline_at, available_at
       FROM orbit_tasks FORCE INDEX (ix_orbit_tasks_claim)
-     WHERE queue_id = ? AND state = 'WAITING' AND available_at <= NOW(6) AND deadline_at > NOW(6)
-       ${options.excludedKeys > 0 ? `AND (resource_key IS NULL OR resource_key NOT IN (${Array(options.excludedKeys).fill('?').join(', ')}))` : ''}
-       ${options.excludedTasks > 0 ? `AND task_id NOT IN (${Array(options.excludedTasks).fill('?').join(', ')})` : ''}
+     WHERE queue_id = ${options.queueId} AND state = 'WAITING' AND available_at <= NOW(6) AND deadline_at > NOW(6)
+       ${excludedKeys.length > 0 ? sql`AND (resource_key IS NULL OR resource_key NOT IN (${valueList(excludedKeys)}))` : sql``}
+       ${excludedTasks.length > 0 ? sql`AND task_id NOT IN (${valueList(excludedTasks)})` : sql``}
      ORDER BY priority DESC, available_at, task_id
-     LIMIT ? FOR UPDATE SKIP LOCKED`;
+     LIMIT ${options.limit} ${lockRows('task', 'skip-locked')}`;
+}
+
+/** What the claims of one group share while they pick: queue room, the tasks taken, permit holders and full keys. */
+interface PickState {
+  /** Each queue's room and key_concurrency; replaced after each pick by what is left. */
+  queues: Map<string, QueueAllowance>;
+  /** Task ids (hex) read by this transaction: picked by a claim, or passed over. */
+  taken: Set<string>;
+  /** Permits (`queue/key`) found full. */
+  fullKeys: Set<string>;
+  /** Holders per permit, for the permits locked so far. */
+  holders: Map<string, number>;
 }
 
 async function pick(
-  tx: Queryable,
+  tx: Transaction,
   ctx: {
     budget: number;
-    /** Each queue's room and key_concurrency; replaced after each round by what is left. */
-    queues: Map<string, QueueAllowance>;
+    /** The queues (hex) this claim's session consumes. */
+    own: Set<string>;
     applicationId: IdBytes;
     chosen: CandidateRow[];
-    /** Candidates read in the first round trip. */
-    initial: CandidateRow[];
+    /** Candidates read in the first round trip, for every queue of the group. */
+    pool: CandidateRow[];
+    state: PickState;
   },
 ): Promise<void> {
-  const taken = new Set<string>();
-  const fullKeys = new Set<string>();
-  let permitHolders = new Map<string, number>();
+  const { state } = ctx;
   for (let round = 0; round < MAX_PICK_ROUNDS && ctx.chosen.length < ctx.budget; round++) {
     let candidates: CandidateRow[];
-    if (round === 0) candidates = ctx.initial;
+    if (round === 0) candidates = ctx.pool.filter((c) => ctx.own.has(hex(c.queue_id)) && !state.taken.has(hex(c.task_id)));
     else {
       // Keyed tasks were passed over because their key was full: look again without those keys.
       const left = ctx.budget - ctx.chosen.length;
-      const queues = [...ctx.queues].filter(([, q]) => q.room > 0).map(([queueHex, q]) => [queueHex, q.room] as const);
+      const queues = [...state.queues].filter(([queueHex, q]) => q.room > 0 && ctx.own.has(queueHex)).map(([queueHex, q]) => [queueHex, q.room] as const);
       if (queues.length === 0) return;
-      const statements: string[] = [];
-      const args: unknown[] = [];
-      for (const [queueHex, room] of queues) {
-        const queueKeys = [...fullKeys].filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1));
-        statements.push(candidateSql({ excludedKeys: queueKeys.length, excludedTasks: taken.size }));
-        args.push(Buffer.from(queueHex, 'hex'), ...queueKeys, ...[...taken].map((t) => Buffer.from(t, 'hex')), Math.min(left, room));
-      }
+      // Rows this transaction read already (locked by it: SKIP LOCKED would return them again).
+      const excludedTasks = uniqueIds(ctx.pool.map((c) => c.task_id));
+      const statements = queues.map(([queueHex, room]) =>
+        candidateSql({
+          queueId: Buffer.from(queueHex, 'hex'),
+          excludedKeys: [...state.fullKeys].filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1)),
+          excludedTasks,
+          limit: Math.min(left, room),
+        }),
+      );
       // One statement alone comes back as plain rows, several as a list of row sets.
-      candidates = statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as string, args) : ((await tx.batch(statements.join(';\n'), args)) as CandidateRow[][]).flat();
+      candidates =
+        statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as SQL) : ((await tx.batch(sql.join(statements, sql`;\n`))) as CandidateRow[][]).flat();
+      // Rows read here are locked by this transaction and may be picked by the next claims too.
+      ctx.pool.push(...candidates);
     }
-    for (const c of candidates) taken.add(hex(c.task_id));
+    if (candidates.length === 0) return;
     // Permit rows for keys not seen yet: created on demand, then locked (last in the lock order).
     const newKeys = [...new Set(candidates.filter((c) => c.resource_key !== null).map((c) => permitKey(c.queue_id, c.resource_key as string)))].filter(
-      (k) => !permitHolders.has(k),
+      (k) => !state.holders.has(k),
     );
-    if (newKeys.length > 0) await lockPermits(tx, ctx.applicationId, newKeys, permitHolders);
+    if (newKeys.length > 0) await lockPermits(tx, ctx.applicationId, newKeys, state.holders);
     // Claim order, budget, queue room and keyed permits: claim-decisions.ts.
     const picked = pickCandidates(
       candidates.map((row): ClaimCandidate & { row: CandidateRow } => ({
         queue: hex(row.queue_id), taskId: hex(row.task_id), priority: row.priority, availableAt: row.available_at, resourceKey: row.resource_key, row,
       })),
-      { left: ctx.budget - ctx.chosen.length, queues: ctx.queues, holders: permitHolders },
+      { left: ctx.budget - ctx.chosen.length, queues: state.queues, holders: state.holders },
     );
     ctx.chosen.push(...picked.picked.map((c) => c.row));
-    ctx.queues = picked.queues;
-    permitHolders = picked.holders;
-    for (const key of picked.fullKeys) fullKeys.add(key);
+    for (const c of picked.picked) state.taken.add(hex(c.row.task_id));
+    state.queues = picked.queues;
+    state.holders = picked.holders;
+    for (const key of picked.fullKeys) state.fullKeys.add(key);
+    // A task passed over for a full key stays passed over: holders only grow in this transaction.
+    for (const c of candidates) if (c.resource_key !== null && state.fullKeys.has(permitKey(c.queue_id, c.resource_key))) state.taken.add(hex(c.task_id));
     if (picked.fullKeys.length === 0) return;
   }
 }
 
-async function lockPermits(tx: Queryable, applicationId: IdBytes, keys: string[], holders: Map<string, number>): Promise<void> {
+async function lockPermits(tx: Transaction, applicationId: IdBytes, keys: string[], holders: Map<string, number>): Promise<void> {
   keys.sort();
   const pairs = keys.map((k) => {
     const slash = k.indexOf('/');
     return [Buffer.from(k.slice(0, slash), 'hex'), k.slice(slash + 1)] as const;
   });
   const [, rows] = (await tx.batch(
-    `INSERT IGNORE INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at)
-       VALUES ${pairs.map(() => '(?, ?, ?, 0, NOW(6))').join(', ')};
-     SELECT queue_id, resource_key, holders FROM orbit_key_permits
-      WHERE (queue_id, resource_key) IN (${pairs.map(() => '(?, ?)').join(', ')})
-      ORDER BY queue_id, resource_key FOR UPDATE`,
-    [...pairs.flatMap(([q, k]) => [q, k, applicationId]), ...pairs.flatMap(([q, k]) => [q, k])],
-  )) as [unknown, Array<{ queue_id: Buffer; resource_key: string; holders: number }>];
+    sql.join(
+      [
+        sql`INSERT IGNORE INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at)
+       VALUES ${sql.join(pairs.map(([q, k]) => sql`(${q}, ${k}, ${applicationId}, 0, NOW(6))`), sql`, `)}`,
+        sql`SELECT queue_id, resource_key, holders FROM orbit_key_permits
+      WHERE (queue_id, resource_key) IN (${sql.join(pairs.map(([q, k]) => sql`(${q}, ${k})`), sql`, `)})
+      ORDER BY queue_id, resource_key ${lockRows('permit')}`,
+      ],
+      sql`;\n`,
+    ),
+  )) as [unknown, Array<Pick<KeyPermitRow, 'queue_id' | 'resource_key' | 'holders'>>];
   for (const row of rows) holders.set(permitKey(row.queue_id, row.resource_key), row.holders);
 }
 
-async function writeClaims(tx: Transaction, params: { session: SessionInfo; claimed: ClaimedAttemptInfo[]; now: string; waiting: boolean }): Promise<void> {
-  const { session, claimed } = params;
-  const principal = session.principal;
-  const statements: string[] = [
-    `UPDATE orbit_worker_sessions SET waiting_since = ${params.waiting ? 'COALESCE(waiting_since, ?)' : 'NULL'}, last_seen_at = ? WHERE session_id = ?`,
-  ];
-  const args: unknown[] = [...(params.waiting ? [params.now] : []), params.now, session.sessionId];
-  if (claimed.length > 0) {
+async function writeClaims(
+  tx: Transaction,
+  params: { applicationId: IdBytes; claims: Array<{ session: SessionInfo; claimed: ClaimedAttemptInfo[]; waiting: boolean }>; now: string },
+): Promise<void> {
+  const { applicationId, now } = params;
+  // Session rows (locked in the first round trip) first, then the new attempts, the task rows
+  // picked, the counters on rows already held, and the permits.
+  const statements: SQL[] = [...params.claims]
+    .sort((a, b) => byIdAscending(a.session.sessionId, b.session.sessionId))
+    .map(
+      ({ session, waiting }) =>
+        sql`UPDATE orbit_worker_sessions SET waiting_since = ${waiting ? sql`COALESCE(waiting_since, ${now})` : sql`NULL`}, last_seen_at = ${now} WHERE session_id = ${session.sessionId}`,
+    );
+  const all = params.claims.flatMap(({ session, claimed }) => claimed.map((c) => ({ session, c })));
+  if (all.length > 0) {
+    const rows = all.map(
+      ({ session, c }) =>
+        sql`(${c.attemptId}, ${applicationId}, ${session.principal.namespaceId}, ${c.queueId}, ${c.taskId}, ${session.sessionId}, ${c.attemptNumber}, 'RESERVED', ${c.resourceKey}, ${now}, ${millisToSql(c.leaseExpiresAtMs)}, ${millisToSql(c.deadlineAtMs)})`,
+    );
     statements.push(
-      `INSERT INTO orbit_attempts
+      sql`INSERT INTO orbit_attempts
          (attempt_id, application_id, namespace_id, queue_id, task_id, session_id, attempt_number, state, resource_key,
           claimed_at, lease_expires_at, deadline_at)
-       VALUES ${claimed.map(() => "(?, ?, ?, ?, ?, ?, ?, 'RESERVED', ?, ?, ?, ?)").join(', ')}`,
+       VALUES ${sql.join(rows, sql`, `)}`,
+      sql`UPDATE orbit_tasks SET state = 'LEASED', updated_at = ${now},
+              current_attempt_id = CASE task_id ${sql.join(all.map(({ c }) => sql`WHEN ${c.taskId} THEN ${c.attemptId}`), sql` `)} END
+        WHERE task_id IN (${valueList(all.map(({ c }) => c.taskId))})`,
+      sql`UPDATE orbit_application_resources SET active_attempts = active_attempts + ${all.length}, pending_starts = pending_starts + ${all.length} WHERE application_id = ${applicationId}`,
     );
-    for (const c of claimed) {
-      args.push(
-        c.attemptId, principal.applicationId, principal.namespaceId, c.queueId, c.taskId, session.sessionId, c.attemptNumber, c.resourceKey,
-        params.now, millisToSql(c.leaseExpiresAtMs), millisToSql(c.deadlineAtMs),
-      );
-    }
-    statements.push(
-      `UPDATE orbit_tasks SET state = 'LEASED', updated_at = ?,
-              current_attempt_id = CASE task_id ${claimed.map(() => 'WHEN ? THEN ?').join(' ')} END
-        WHERE task_id IN (${placeholders(claimed.length)})`,
-    );
-    args.push(params.now, ...claimed.flatMap((c) => [c.taskId, c.attemptId]), ...claimed.map((c) => c.taskId));
-    statements.push('UPDATE orbit_application_resources SET active_attempts = active_attempts + ?, pending_starts = pending_starts + ? WHERE application_id = ?');
-    args.push(claimed.length, claimed.length, principal.applicationId);
     const perQueue = new Map<string, number>();
     const perKey = new Map<string, number>();
-    for (const c of claimed) {
+    for (const { c } of all) {
       perQueue.set(hex(c.queueId), (perQueue.get(hex(c.queueId)) ?? 0) + 1);
       if (c.resourceKey !== null) perKey.set(permitKey(c.queueId, c.resourceKey), (perKey.get(permitKey(c.queueId, c.resourceKey)) ?? 0) + 1);
     }
-    for (const [queueHex, n] of perQueue) {
-      statements.push('UPDATE orbit_queues SET active_attempts = active_attempts + ?, pending_starts = pending_starts + ? WHERE queue_id = ?');
-      args.push(n, n, Buffer.from(queueHex, 'hex'));
+    for (const [queueHex, n] of [...perQueue].sort(([a], [b]) => a.localeCompare(b))) {
+      statements.push(sql`UPDATE orbit_queues SET active_attempts = active_attempts + ${n}, pending_starts = pending_starts + ${n} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
     }
-    for (const [key, n] of perKey) {
+    for (const [key, n] of [...perKey].sort(([a], [b]) => a.localeCompare(b))) {
       const slash = key.indexOf('/');
-      statements.push('UPDATE orbit_key_permits SET holders = holders + ?, updated_at = ? WHERE queue_id = ? AND resource_key = ?');
-      args.push(n, params.now, Buffer.from(key.slice(0, slash), 'hex'), key.slice(slash + 1));
+      statements.push(
+        sql`UPDATE orbit_key_permits SET holders = holders + ${n}, updated_at = ${now} WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
+      );
     }
   }
   // The writes and the COMMIT in one round trip: the hot rows are not held across another.
-  await tx.finish(statements.join(';\n'), args);
+  await tx.finish(sql.join(statements, sql`;\n`));
 }

@@ -9,8 +9,11 @@
 import { idToHex, type IdBytes } from '../../ids.ts';
 import { attemptExpireBatch, type ExpiryKind } from './attempt-results.ts';
 import type { AttemptRef } from './attempts.ts';
-import { counterAdjustSql } from '../quotas/counters.ts';
-import { placeholders, type Database } from '../database/database.ts';
+import { sql } from 'drizzle-orm';
+import { valueList, type Database } from '../database/database.ts';
+import type { AttemptRow, TaskRow } from '../database/schema.ts';
+import { counterAdjustStatements } from '../quotas/counters.ts';
+import { lockRows } from '../database/lock-order.ts';
 
 function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Map<string, T[]> {
   const groups = new Map<string, T[]>();
@@ -35,11 +38,10 @@ export interface RecoveryCounts {
  */
 export async function recoverExpiredAttempts(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
   const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
-  const rows = await db.rows<{ application_id: Buffer; attempt_id: Buffer; task_id: Buffer; queue_id: Buffer }>(
-    `SELECT /* scatter: recovery-expired-leases */ application_id, attempt_id, task_id, queue_id FROM orbit_attempts
+  const rows = await db.rows<Pick<AttemptRow, 'application_id' | 'attempt_id' | 'task_id' | 'queue_id'>>(
+    sql`SELECT /* scatter: recovery-expired-leases */ application_id, attempt_id, task_id, queue_id FROM orbit_attempts
       WHERE state IN ('RESERVED', 'RUNNING') AND lease_expires_at <= NOW(6)
-      ORDER BY lease_expires_at LIMIT ?`,
-    [params.limit],
+      ORDER BY lease_expires_at LIMIT ${params.limit}`,
   );
   for (const [applicationHex, group] of groupByApplication(rows)) {
     const refs: AttemptRef[] = group.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id }));
@@ -60,9 +62,8 @@ export async function recoverExpiredAttempts(db: Database, params: { limit: numb
 /** WAITING tasks past their deadline → EXPIRED (one unfinished slot back at both levels). */
 export async function expireDeadlines(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
   const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
-  const rows = await db.rows<{ application_id: Buffer; queue_id: Buffer; task_id: Buffer }>(
-    "SELECT /* scatter: recovery-deadlines */ application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ?",
-    [params.limit],
+  const rows = await db.rows<Pick<TaskRow, 'application_id' | 'queue_id' | 'task_id'>>(
+    sql`SELECT /* scatter: recovery-deadlines */ application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ${params.limit}`,
   );
   for (const [applicationHex, group] of groupByApplication(rows)) {
     const applicationId: IdBytes = Buffer.from(applicationHex, 'hex');
@@ -72,32 +73,34 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
       const taskIds = group.map((r) => r.task_id).sort(Buffer.compare);
       // The application row alone first: when it is busy, nothing else gets locked (or waited for).
       const app = await tx.rows<{ now: string }>(
-        `SELECT NOW(6) AS now FROM orbit_application_resources WHERE application_id = ? FOR UPDATE${skip ? ' SKIP LOCKED' : ''}`,
-        [applicationId],
+        sql`SELECT NOW(6) AS now FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application', skip ? 'skip-locked' : 'update')}`,
       );
       if (!app[0]) return null;
+      const now = app[0].now;
       const [, tasks] = (await tx.batch(
-        `SELECT queue_id FROM orbit_queues WHERE queue_id IN (${placeholders(queueIds.length)}) ORDER BY queue_id FOR UPDATE;
-         SELECT task_id, queue_id FROM orbit_tasks
-          WHERE task_id IN (${placeholders(taskIds.length)}) AND state = 'WAITING' AND deadline_at <= NOW(6)
-          ORDER BY task_id FOR UPDATE`,
-        [...queueIds, ...taskIds],
-      )) as [unknown, Array<{ task_id: Buffer; queue_id: Buffer }>];
+        sql.join(
+          [
+            sql`SELECT queue_id FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
+            sql`SELECT task_id, queue_id FROM orbit_tasks
+          WHERE task_id IN (${valueList(taskIds)}) AND state = 'WAITING' AND deadline_at <= NOW(6)
+          ORDER BY task_id ${lockRows('task')}`,
+          ],
+          sql`;\n`,
+        ),
+      )) as [unknown, Array<Pick<TaskRow, 'task_id' | 'queue_id'>>];
       if (tasks.length === 0) return 0;
-      const statements = [
-        `UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ?, updated_at = ?, error = COALESCE(error, ?)
-          WHERE task_id IN (${placeholders(tasks.length)})`,
-      ];
-      const args: unknown[] = [app[0].now, app[0].now, JSON.stringify({ code: 'DEADLINE_EXCEEDED', message: 'the task reached its deadline before it finished' }), ...tasks.map((t) => t.task_id)];
+      const error = JSON.stringify({ code: 'DEADLINE_EXCEEDED', message: 'the task reached its deadline before it finished' });
       const perQueue = new Map<string, number>();
       for (const t of tasks) perQueue.set(idToHex(t.queue_id), (perQueue.get(idToHex(t.queue_id)) ?? 0) + 1);
-      const counters = counterAdjustSql(
-        applicationId,
-        [...perQueue].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n } })),
-      );
-      statements.push(...counters.sql);
-      args.push(...counters.params);
-      await tx.finish(statements.join(';\n'), args);
+      const statements = [
+        sql`UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ${now}, updated_at = ${now}, error = COALESCE(error, ${error})
+          WHERE task_id IN (${valueList(tasks.map((t) => t.task_id))})`,
+        ...counterAdjustStatements(
+          applicationId,
+          [...perQueue].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n } })),
+        ),
+      ];
+      await tx.finish(sql.join(statements, sql`;\n`));
       return tasks.length;
     });
     if (expired === null) counts.busy.push(applicationHex);

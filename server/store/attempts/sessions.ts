@@ -7,7 +7,9 @@ import { OrbitError } from '../../errors.ts';
 import { newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { byIdAscending } from '../database/lock-order.ts';
-import { placeholders, type Database, type Queryable } from '../database/database.ts';
+import { sql } from 'drizzle-orm';
+import { valueList, type Database, type Queryable } from '../database/database.ts';
+import type { QueueRow } from '../database/schema.ts';
 
 export interface SessionQueue {
   queueId: IdBytes;
@@ -29,9 +31,8 @@ export async function sessionOpen(
   params: { principal: Principal; nodeId: string; queues: string[]; capacity: number },
 ): Promise<SessionInfo> {
   const { principal } = params;
-  const rows = await db.rows<{ queue_id: Buffer; name: string }>(
-    `SELECT queue_id, name FROM orbit_queues WHERE namespace_id = ? AND name IN (${placeholders(params.queues.length)})`,
-    [principal.namespaceId, ...params.queues],
+  const rows = await db.rows<Pick<QueueRow, 'queue_id' | 'name'>>(
+    sql`SELECT queue_id, name FROM orbit_queues WHERE namespace_id = ${principal.namespaceId} AND name IN (${valueList(params.queues)})`,
   );
   const byName = new Map(rows.map((r) => [r.name, r.queue_id]));
   const queues: SessionQueue[] = params.queues.map((name, i) => {
@@ -41,31 +42,28 @@ export async function sessionOpen(
   });
   queues.sort((a, b) => byIdAscending(a.queueId, b.queueId));
   const sessionId = newId();
-  await db.exec(
-    `INSERT INTO orbit_worker_sessions
+  await db.exec(sql`
+    INSERT INTO orbit_worker_sessions
        (session_id, application_id, namespace_id, credential_id, node_id, queues, capacity, state, connected_at, last_seen_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, 'OPEN', NOW(6), NOW(6))`,
-    [sessionId, principal.applicationId, principal.namespaceId, principal.credentialId, params.nodeId, JSON.stringify(params.queues), params.capacity],
-  );
+     VALUES (${sessionId}, ${principal.applicationId}, ${principal.namespaceId}, ${principal.credentialId}, ${params.nodeId}, ${JSON.stringify(params.queues)}, ${params.capacity}, 'OPEN', NOW(6), NOW(6))`);
   return { sessionId, principal, nodeId: params.nodeId, capacity: params.capacity, queues };
 }
 
 /** Marks this process's open sessions alive, so no other process's recovery closes them. */
 export async function sessionHeartbeat(db: Queryable, sessionIds: IdBytes[]): Promise<void> {
   if (sessionIds.length === 0) return;
-  await db.exec(`UPDATE orbit_worker_sessions SET last_seen_at = NOW(6) WHERE session_id IN (${placeholders(sessionIds.length)}) AND state = 'OPEN'`, sessionIds);
+  await db.exec(sql`UPDATE orbit_worker_sessions SET last_seen_at = NOW(6) WHERE session_id IN (${valueList(sessionIds)}) AND state = 'OPEN'`);
 }
 
 export async function sessionMarkClosed(tx: Queryable, sessionId: IdBytes): Promise<void> {
-  await tx.exec("UPDATE orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL WHERE session_id = ? AND state = 'OPEN'", [sessionId]);
+  await tx.exec(sql`UPDATE orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL WHERE session_id = ${sessionId} AND state = 'OPEN'`);
 }
 
 /** Sessions whose server stopped heartbeating (it died): closed, so fairness stops counting them. Their attempts expire by lease. */
 export async function sessionCloseStale(db: Queryable, staleAfterSeconds: number): Promise<number> {
   const result = await db.exec(
-    `UPDATE /* scatter: recovery-stale-sessions */ orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL
-      WHERE state = 'OPEN' AND last_seen_at < NOW(6) - INTERVAL ? SECOND`,
-    [staleAfterSeconds],
+    sql`UPDATE /* scatter: recovery-stale-sessions */ orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL
+      WHERE state = 'OPEN' AND last_seen_at < NOW(6) - INTERVAL ${staleAfterSeconds} SECOND`,
   );
   return result.affectedRows;
 }

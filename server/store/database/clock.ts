@@ -4,6 +4,7 @@
  * server processes agree with MySQL's NOW(6), which decides claims, windows and leases.
  * Tests inject a fixed or stepping clock instead (River's injectable `now`).
  */
+import { sql } from 'drizzle-orm';
 import type { Queryable } from './database.ts';
 import { sqlToMillis } from '../../time.ts';
 
@@ -32,7 +33,7 @@ export class DatabaseClock implements Clock {
 
   async sample(): Promise<void> {
     const before = Date.now();
-    const [row] = await this.db.rows<{ now: string }>('SELECT NOW(6) AS now');
+    const [row] = await this.db.rows<{ now: string }>(sql`SELECT NOW(6) AS now`);
     const after = Date.now();
     if (row) this.offsetMs = sqlToMillis(row.now) - (before + after) / 2;
   }

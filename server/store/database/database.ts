@@ -9,10 +9,10 @@
  * lock-wait timeouts roll back and run the whole function again: it must not have effects
  * outside the database before it returns.
  */
-import { LockOrderCheck, LockOrderViolation } from './lock-order.ts';
+import { LockOrderCheck, LockOrderViolation, isLockingRead, splitStatements } from './lock-order.ts';
 import { assertRoutable, ShardRoutingViolation } from './shard-routing.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
-import type { SQL } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import { MySqlDialect } from 'drizzle-orm/mysql-core';
 
 export type Row = RowDataPacket & Record<string, unknown>;
@@ -80,9 +80,16 @@ export function isRetryableTransactionError(error: unknown): boolean {
   return errno === DEADLOCK || errno === LOCK_WAIT_TIMEOUT;
 }
 
-/** `?, ?, ?` for an IN list of `n` values. */
-export function placeholders(n: number): string {
-  return Array.from({ length: n }, () => '?').join(', ');
+/**
+ * The inside of an `IN (…)` list, each value bound in its place (`?, ?, ?`). The list must not
+ * be empty: `IN ()` is not SQL, so callers answer an empty list without asking the database.
+ */
+export function valueList(values: readonly unknown[]): SQL {
+  if (values.length === 0) throw new Error('valueList: an IN list needs at least one value');
+  return sql.join(
+    values.map((value) => sql`${value}`),
+    sql`, `,
+  );
 }
 
 export function isDuplicateKeyError(error: unknown): boolean {
@@ -299,8 +306,15 @@ export function createDatabase(options: DatabaseOptions): Database {
       throw error;
     }
   }
-  /** With checkShardRouting, a statement that would not route to one shard is rejected before it is sent. */
+  /**
+   * With checkShardRouting, a statement that would not route to one shard is rejected before it
+   * is sent. With checkLockOrder, so is a locking read outside a transaction: its locks would end
+   * with the statement, so whatever it meant to protect is not protected (lock-order.ts).
+   */
   function routed<T>(sql: string, send: () => Promise<T>): Promise<T> {
+    if (options.checkLockOrder && splitStatements(sql).some(isLockingRead)) {
+      failLoudly(new LockOrderViolation(`lock order: a locking read outside a transaction\n  statement: ${sql.replace(/\s+/g, ' ').slice(0, 200)}`));
+    }
     if (options.checkShardRouting) {
       try {
         assertRoutable(sql);

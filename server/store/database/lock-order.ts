@@ -46,6 +46,8 @@
  * cancel (one UPDATE of attempt rows), and the session heartbeat (one UPDATE of session rows).
  */
 
+import { sql, type SQL } from 'drizzle-orm';
+
 /** Sorts ids the way rows of one table are locked: ascending bytes. */
 export function byIdAscending(a: Buffer, b: Buffer): number {
   return Buffer.compare(a, b);
@@ -69,6 +71,44 @@ export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
   orbit_audit_events: 'records',
   orbit_events: 'records',
 };
+
+/**
+ * How a locking read locks: `update` waits for and takes exclusive row locks (`FOR UPDATE`),
+ * `share` shared ones (`LOCK IN SHARE MODE`, identity rows only), `skip-locked` takes exclusive
+ * locks on the rows no one else holds and passes over the others without waiting.
+ */
+export type LockMode = 'update' | 'share' | 'skip-locked';
+
+const LOCK_CLAUSE: Readonly<Record<LockMode, string>> = {
+  update: 'FOR UPDATE',
+  share: 'LOCK IN SHARE MODE',
+  'skip-locked': 'FOR UPDATE SKIP LOCKED',
+};
+
+/**
+ * THE way to end a locking read: ``sql`SELECT … FROM orbit_queues WHERE … ${lockRows('queue')}` ``.
+ * The clause carries the level it takes (`FOR UPDATE /* lock: queue *\/`), and under the check
+ * (`LockOrderCheck`) a locking read without it, or naming another level than its table's, is a
+ * violation, as is a locking read sent outside a transaction (it would lock nothing beyond its
+ * own statement). Store functions that lock take a `Transaction`, never a plain `Queryable`, so
+ * the type checker refuses to hand them a pooled connection.
+ */
+export function lockRows(level: LockLevel, mode: LockMode = 'update'): SQL {
+  if (mode === 'share' && level !== 'identity') throw new Error(`shared locks are for identity rows, not ${level} rows`);
+  return sql.raw(`${LOCK_CLAUSE[mode]} /* lock: ${level} */`);
+}
+
+const LOCKING_CLAUSE = /\bFOR UPDATE\b|\bLOCK IN SHARE MODE\b|\bFOR SHARE\b/i;
+
+/** Whether a statement is a locking read (`SELECT … FOR UPDATE` or in share mode). */
+export function isLockingRead(statement: string): boolean {
+  return /^\s*SELECT\b/i.test(statement) && LOCKING_CLAUSE.test(statement);
+}
+
+/** The level a locking read says it takes (`/* lock: queue *\/`, written by `lockRows`), or null. */
+function declaredLevel(statement: string): string | null {
+  return /\/\* lock: ([a-z]+) \*\//.exec(statement)?.[1] ?? null;
+}
 
 /** The positions of `char` in `text` outside quoted strings and identifiers (a backslash escapes inside quotes). */
 function unquotedPositions(text: string, char: string): number[] {
@@ -190,6 +230,17 @@ export class LockOrderCheck {
       const own = params.slice(offset);
       offset += placeholderCount(statement);
       const tables = lockedTables(statement).sort((a, b) => LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[a] as LockLevel) - LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[b] as LockLevel));
+      if (isLockingRead(statement)) {
+        // Every locking read goes through lockRows(), naming the one level it takes.
+        const declared = declaredLevel(statement);
+        const levels = [...new Set(tables.map((t) => LOCK_LEVEL_OF_TABLE[t]))];
+        if (declared === null || levels.length !== 1 || levels[0] !== declared) {
+          throw new LockOrderViolation(
+            `lock order: a locking read must end with lockRows(<its level>) and lock rows of that one level ` +
+              `(declared ${declared ?? 'none'}, locks ${levels.join('+') || 'no Orbit table'})\n  statement: ${statement.replace(/\s+/g, ' ').slice(0, 200)}`,
+          );
+        }
+      }
       for (const table of tables) {
         const level = LOCK_LEVEL_OF_TABLE[table] as LockLevel;
         const rank = LOCK_LEVELS.indexOf(level);

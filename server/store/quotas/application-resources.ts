@@ -9,24 +9,23 @@ import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
+import { sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../database/database.ts';
+import type { ApplicationResourcesRow } from '../database/schema.ts';
+import { lockRows } from '../database/lock-order.ts';
 
 export type ApplicationResources = components['schemas']['ApplicationResources'];
 export type ApplicationLimits = Pick<ApplicationResources, 'max_unfinished_tasks' | 'max_concurrency' | 'rate_per_second'>;
 
-interface ResourcesRow {
-  application_id: Buffer;
-  revision: string;
-  max_unfinished_tasks: number;
-  unfinished_tasks: string;
-  max_concurrency: number;
-  active_attempts: string;
-  pending_starts: string;
-  rate_per_second: number;
-}
+/** The limits and usage this module reads (not the start window). */
+type ResourcesRow = Pick<
+  ApplicationResourcesRow,
+  'application_id' | 'revision' | 'max_unfinished_tasks' | 'unfinished_tasks' | 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second'
+>;
 
-const COLUMNS = `application_id, revision, max_unfinished_tasks, unfinished_tasks, max_concurrency,
-                 active_attempts, pending_starts, rate_per_second`;
+/** The columns of ResourcesRow (constant SQL text). */
+const COLUMNS = sql.raw(`application_id, revision, max_unfinished_tasks, unfinished_tasks, max_concurrency,
+                 active_attempts, pending_starts, rate_per_second`);
 
 function toResources(row: ResourcesRow): ApplicationResources {
   return {
@@ -43,14 +42,14 @@ function toResources(row: ResourcesRow): ApplicationResources {
 
 /** The row as one consistent read (a single statement). */
 export async function applicationResourcesGet(db: Queryable, applicationId: IdBytes): Promise<ApplicationResources> {
-  const [row] = await db.rows<ResourcesRow>(`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ?`, [applicationId]);
+  const [row] = await db.rows<ResourcesRow>(sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${applicationId}`);
   if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
   return toResources(row);
 }
 
 /** Created together with the application, with the defaults of the column definitions. */
 export async function applicationResourcesInsert(tx: Queryable, applicationId: IdBytes): Promise<void> {
-  await tx.exec('INSERT INTO orbit_application_resources (application_id, revision, updated_at) VALUES (?, 1, NOW(6))', [applicationId]);
+  await tx.exec(sql`INSERT INTO orbit_application_resources (application_id, revision, updated_at) VALUES (${applicationId}, 1, NOW(6))`);
 }
 
 export interface ApplicationResourcesConfigureParams {
@@ -74,21 +73,18 @@ export async function applicationResourcesConfigure(
   const { principal } = params;
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
     // Lock order: application resources row first (it is also what orders the event feed).
-    const [row] = await tx.rows<ResourcesRow>(`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ? FOR UPDATE`, [
-      principal.applicationId,
-    ]);
+    const [row] = await tx.rows<ResourcesRow>(sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${principal.applicationId} ${lockRows('application')}`);
     if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
     if (row.revision !== params.expectedRevision) {
       throw new OrbitError('STATE_CONFLICT', `expected_revision is ${params.expectedRevision} but the current revision is ${row.revision}`, {
         details: { field: 'expected_revision', current_revision: row.revision },
       });
     }
-    await tx.exec(
-      `UPDATE orbit_application_resources
-          SET max_unfinished_tasks = ?, max_concurrency = ?, rate_per_second = ?, revision = revision + 1, updated_at = NOW(6)
-        WHERE application_id = ?`,
-      [params.limits.max_unfinished_tasks, params.limits.max_concurrency, params.limits.rate_per_second, principal.applicationId],
-    );
+    await tx.exec(sql`
+      UPDATE orbit_application_resources
+         SET max_unfinished_tasks = ${params.limits.max_unfinished_tasks}, max_concurrency = ${params.limits.max_concurrency},
+             rate_per_second = ${params.limits.rate_per_second}, revision = revision + 1, updated_at = NOW(6)
+       WHERE application_id = ${principal.applicationId}`);
     const before = toResources(row);
     const after: ApplicationResources = { ...before, ...params.limits, revision: (BigInt(row.revision) + 1n).toString() };
     const limitsOf = (r: ApplicationResources) => ({

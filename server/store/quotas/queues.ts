@@ -12,7 +12,10 @@ import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
-import { isDuplicateKeyError, placeholders, type Database, type Queryable } from '../database/database.ts';
+import { sql } from 'drizzle-orm';
+import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import type { QueueRow } from '../database/schema.ts';
+import { lockRows } from '../database/lock-order.ts';
 
 export type Queue = components['schemas']['Queue'];
 export interface QueueLimits {
@@ -23,28 +26,18 @@ export interface QueueLimits {
   paused: boolean;
 }
 
-export interface QueueRow {
-  queue_id: Buffer;
-  application_id: Buffer;
-  namespace_id: Buffer;
-  name: string;
-  revision: string;
-  max_unfinished_tasks: number;
-  unfinished_tasks: string;
-  max_concurrency: number;
-  active_attempts: string;
-  pending_starts: string;
-  rate_per_second: number;
-  key_concurrency: number;
-  paused: number;
-  created_at: string;
-  updated_at: string;
-}
+/** A queue as this module reads it: every column but the start window. */
+export type StoredQueue = Pick<
+  QueueRow,
+  | 'queue_id' | 'application_id' | 'namespace_id' | 'name' | 'revision' | 'max_unfinished_tasks' | 'unfinished_tasks'
+  | 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second' | 'key_concurrency' | 'paused' | 'created_at' | 'updated_at'
+>;
 
-export const QUEUE_COLUMNS = `queue_id, application_id, namespace_id, name, revision, max_unfinished_tasks, unfinished_tasks,
-  max_concurrency, active_attempts, pending_starts, rate_per_second, key_concurrency, paused, created_at, updated_at`;
+/** The columns of StoredQueue (constant SQL text). */
+const QUEUE_COLUMNS = sql.raw(`queue_id, application_id, namespace_id, name, revision, max_unfinished_tasks, unfinished_tasks,
+  max_concurrency, active_attempts, pending_starts, rate_per_second, key_concurrency, paused, created_at, updated_at`);
 
-export function toQueue(row: QueueRow, namespace: string): Queue {
+export function toQueue(row: StoredQueue, namespace: string): Queue {
   return {
     queue: row.name,
     namespace,
@@ -73,16 +66,18 @@ function limitsOf(queue: Queue): Record<string, unknown> {
   };
 }
 
-export async function queueFind(db: Queryable, namespaceId: IdBytes, name: string, options: { lock?: boolean } = {}): Promise<QueueRow | null> {
-  const [row] = await db.rows<QueueRow>(
-    `SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ? AND name = ?${options.lock ? ' FOR UPDATE' : ''}`,
-    [namespaceId, name],
+/** A queue by name; with `lock`, its row is locked (queue level), which only a transaction can do. */
+export async function queueFind(db: Queryable, namespaceId: IdBytes, name: string): Promise<StoredQueue | null>;
+export async function queueFind(tx: Transaction, namespaceId: IdBytes, name: string, options: { lock: true }): Promise<StoredQueue | null>;
+export async function queueFind(db: Queryable, namespaceId: IdBytes, name: string, options: { lock?: boolean } = {}): Promise<StoredQueue | null> {
+  const [row] = await db.rows<StoredQueue>(
+    sql`SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ${namespaceId} AND name = ${name}${options.lock ? sql` ${lockRows('queue')}` : sql``}`,
   );
   return row ?? null;
 }
 
 /** The queue row, or 404 - also when the credential's queue scope does not include it. */
-export async function queueGetVisible(db: Queryable, principal: Principal, name: string): Promise<QueueRow> {
+export async function queueGetVisible(db: Queryable, principal: Principal, name: string): Promise<StoredQueue> {
   const row = principal.queues === '*' || principal.queues.has(name) ? await queueFind(db, principal.namespaceId, name) : null;
   if (!row) throw notFound(`queue "${name}"`);
   return row;
@@ -92,26 +87,15 @@ export async function queueGetVisible(db: Queryable, principal: Principal, name:
 export async function queueInsert(
   tx: Queryable,
   params: { applicationId: IdBytes; namespaceId: IdBytes; name: string; limits?: Partial<QueueLimits> },
-): Promise<QueueRow> {
+): Promise<StoredQueue> {
   const limits = { ...QUEUE_DEFAULTS, ...params.limits };
   try {
-    await tx.exec(
-      `INSERT INTO orbit_queues
-         (queue_id, application_id, namespace_id, name, revision, max_unfinished_tasks, max_concurrency, rate_per_second,
-          key_concurrency, paused, created_at, updated_at)
-       VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, NOW(6), NOW(6))`,
-      [
-        newId(),
-        params.applicationId,
-        params.namespaceId,
-        params.name,
-        limits.max_unfinished_tasks,
-        limits.max_concurrency,
-        limits.rate_per_second,
-        limits.key_concurrency,
-        limits.paused ? 1 : 0,
-      ],
-    );
+    await tx.exec(sql`
+      INSERT INTO orbit_queues
+        (queue_id, application_id, namespace_id, name, revision, max_unfinished_tasks, max_concurrency, rate_per_second,
+         key_concurrency, paused, created_at, updated_at)
+      VALUES (${newId()}, ${params.applicationId}, ${params.namespaceId}, ${params.name}, 1, ${limits.max_unfinished_tasks},
+              ${limits.max_concurrency}, ${limits.rate_per_second}, ${limits.key_concurrency}, ${limits.paused ? 1 : 0}, NOW(6), NOW(6))`);
   } catch (error) {
     if (isDuplicateKeyError(error)) throw new OrbitError('STATE_CONFLICT', `queue "${params.name}" already exists`, { details: { field: 'name' } });
     throw error;
@@ -121,8 +105,8 @@ export async function queueInsert(
   return row;
 }
 
-async function lockApplicationRow(tx: Queryable, applicationId: IdBytes): Promise<void> {
-  await tx.rows('SELECT application_id FROM orbit_application_resources WHERE application_id = ? FOR UPDATE', [applicationId]);
+async function lockApplicationRow(tx: Transaction, applicationId: IdBytes): Promise<void> {
+  await tx.rows(sql`SELECT application_id FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`);
 }
 
 export async function queueCreate(
@@ -168,13 +152,12 @@ export async function queueConfigure(
       });
     }
     const limits = params.limits;
-    await tx.exec(
-      `UPDATE orbit_queues
-          SET max_unfinished_tasks = ?, max_concurrency = ?, rate_per_second = ?, key_concurrency = ?, paused = ?,
-              revision = revision + 1, updated_at = NOW(6)
-        WHERE queue_id = ?`,
-      [limits.max_unfinished_tasks, limits.max_concurrency, limits.rate_per_second, limits.key_concurrency, limits.paused ? 1 : 0, row.queue_id],
-    );
+    await tx.exec(sql`
+      UPDATE orbit_queues
+         SET max_unfinished_tasks = ${limits.max_unfinished_tasks}, max_concurrency = ${limits.max_concurrency},
+             rate_per_second = ${limits.rate_per_second}, key_concurrency = ${limits.key_concurrency}, paused = ${limits.paused ? 1 : 0},
+             revision = revision + 1, updated_at = NOW(6)
+       WHERE queue_id = ${row.queue_id}`);
     const updated = await queueFind(tx, principal.namespaceId, params.name);
     if (!updated) throw new OrbitError('INTERNAL', 'the queue vanished');
     const before = toQueue(row, principal.namespace);
@@ -203,10 +186,9 @@ export async function queueList(
 ): Promise<{ queues: Queue[]; more: boolean }> {
   const { principal } = params;
   if (principal.queues !== '*' && principal.queues.size === 0) return { queues: [], more: false };
-  const scope = principal.queues === '*' ? '' : ` AND name IN (${placeholders(principal.queues.size)})`;
-  const rows = await db.rows<QueueRow>(
-    `SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ? AND name > ?${scope} ORDER BY name LIMIT ?`,
-    [principal.namespaceId, params.after, ...(principal.queues === '*' ? [] : [...principal.queues]), params.limit + 1],
+  const scope = principal.queues === '*' ? sql`` : sql` AND name IN (${sql.join([...principal.queues].map((name) => sql`${name}`), sql`, `)})`;
+  const rows = await db.rows<StoredQueue>(
+    sql`SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ${principal.namespaceId} AND name > ${params.after}${scope} ORDER BY name LIMIT ${params.limit + 1}`,
   );
   return { more: rows.length > params.limit, queues: rows.slice(0, params.limit).map((row) => toQueue(row, principal.namespace)) };
 }
@@ -223,7 +205,7 @@ export class QueueIdCache {
     const cacheKey = `${namespaceId.toString('hex')}/${name}`;
     const cached = this.ids.get(cacheKey);
     if (cached) return cached;
-    const [row] = await db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [namespaceId, name]);
+    const [row] = await db.rows<Pick<QueueRow, 'queue_id'>>(sql`SELECT queue_id FROM orbit_queues WHERE namespace_id = ${namespaceId} AND name = ${name}`);
     if (!row) return null;
     if (this.ids.size > 100_000) this.ids.clear();
     this.ids.set(cacheKey, row.queue_id);

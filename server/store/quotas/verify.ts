@@ -46,12 +46,14 @@
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { auditInsert } from '../records/audit.ts';
-import { byIdAscending } from '../database/lock-order.ts';
-import { placeholders, type Database, type Queryable, type Row } from '../database/database.ts';
+import { byIdAscending, lockRows, type LockLevel } from '../database/lock-order.ts';
+import { statementText, type Database, type Queryable, type Row, type Statement, type Transaction } from '../database/database.ts';
+import type { ApplicationResourcesRow, AttemptRow, KeyPermitRow, NamespaceRow, QueueRow } from '../database/schema.ts';
+import { sql, type SQL } from 'drizzle-orm';
 import type { ResultSetHeader } from 'mysql2/promise';
 
-const UNFINISHED = "'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'";
-const ACTIVE = "'RESERVED', 'RUNNING'";
+const UNFINISHED = sql`'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'`;
+const ACTIVE = sql`'RESERVED', 'RUNNING'`;
 
 export const COUNTER_NAMES = ['unfinished_tasks', 'active_attempts', 'pending_starts'] as const;
 export type CounterName = (typeof COUNTER_NAMES)[number];
@@ -114,93 +116,87 @@ function count(value: unknown): string {
   return value === null || value === undefined ? '0' : BigInt(String(value)).toString();
 }
 
-function countersOf(row: Record<string, unknown>): Counters {
+function countersOf(row: Pick<ApplicationResourcesRow | QueueRow, CounterName>): Counters {
   return { unfinished_tasks: count(row.unfinished_tasks), active_attempts: count(row.active_attempts), pending_starts: count(row.pending_starts) };
 }
 
 const hex = idToHex;
 const permitKey = (queueId: IdBytes, resourceKey: string) => `${hex(queueId)}/${resourceKey}`;
 
-interface StoredQueue {
-  queue_id: Buffer;
-  application_id: Buffer;
-  namespace: string | null;
-  name: string;
-}
+/** Which application a queue belongs to and its names (the namespace's is null when the namespace row is missing). */
+type QueueLabel = Pick<QueueRow, 'queue_id' | 'application_id' | 'name'> & { namespace: NamespaceRow['name'] | null };
+/** Recount rows, per owner (an application or queue id). COUNT and SUM come back as decimal strings. */
+type TaskCount = { owner: IdBytes; n: string };
+type AttemptCount = { owner: IdBytes; active: string; pending: string };
+type KeyCount = Pick<AttemptRow, 'queue_id'> & { resource_key: NonNullable<AttemptRow['resource_key']>; n: string };
 
 /**
  * The stored rows and the recount, for one application or (null) for all. With `lock`, the rows
  * holding counters are locked in lock order (one application only); see the header for why the
  * plain reads that follow are then consistent.
  */
+async function check(q: Queryable, applicationId: IdBytes | null, lock: false): Promise<ApplicationCheck[]>;
+async function check(tx: Transaction, applicationId: IdBytes, lock: true): Promise<ApplicationCheck[]>;
 async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean): Promise<ApplicationCheck[]> {
   if (lock && applicationId === null) throw new Error('a locking check covers one application');
-  const forUpdate = lock ? ' FOR UPDATE' : '';
-  const one = applicationId === null ? [] : [applicationId];
+  const forUpdate = (level: LockLevel) => (lock ? sql` ${lockRows(level)}` : sql``);
   // Unscoped: every application's rows at once, a scatter query on Vitess (shard-routing.ts).
-  const scatter = applicationId === null ? ' /* scatter: verify-recount */' : '';
+  const scatter = applicationId === null ? sql` /* scatter: verify-recount */` : sql``;
 
   // 1. Application rows.
-  const applications = await q.rows<Row>(
-    `SELECT${scatter} application_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
-      ${applicationId === null ? '' : 'WHERE application_id = ?'} ORDER BY application_id${forUpdate}`,
-    one,
+  const applications = await q.rows<Pick<ApplicationResourcesRow, 'application_id' | CounterName>>(
+    sql`SELECT${scatter} application_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
+      ${applicationId === null ? sql`` : sql`WHERE application_id = ${applicationId}`} ORDER BY application_id${forUpdate('application')}`,
   );
   if (applications.length === 0) return [];
 
   // 2. Queue rows: which ones and their names by a plain read, then their counters, locked by
   //    primary key in ascending order when locking (namespace rows are never locked).
-  const labels = await q.rows<StoredQueue>(
-    `SELECT${scatter} q.queue_id, q.application_id, n.name AS namespace, q.name
+  const labels = await q.rows<QueueLabel>(
+    sql`SELECT${scatter} q.queue_id, q.application_id, n.name AS namespace, q.name
        FROM orbit_queues q LEFT JOIN orbit_namespaces n ON n.namespace_id = q.namespace_id
-      ${applicationId === null ? '' : 'WHERE q.application_id = ?'}`,
-    one,
+      ${applicationId === null ? sql`` : sql`WHERE q.application_id = ${applicationId}`}`,
   );
   const queueIds = labels.map((r) => r.queue_id).sort(byIdAscending);
   // Scoped reads name the application's queues; an unscoped check reads whole tables.
   const scoped = applicationId !== null;
-  const inQueues = (column: string) => (scoped ? ` AND ${column} IN (${placeholders(queueIds.length)})` : '');
-  const queueParams = scoped ? queueIds : [];
+  const inQueues = scoped ? sql` AND queue_id IN (${sql.join(queueIds.map((id) => sql`${id}`), sql`, `)})` : sql``;
   const noQueues = scoped && queueIds.length === 0;
   const queueRows = noQueues
     ? []
-    : await q.rows<Row>(
-        `SELECT${scatter} queue_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_queues
-          WHERE TRUE${inQueues('queue_id')} ORDER BY queue_id${forUpdate}`,
-        queueParams,
+    : await q.rows<Pick<QueueRow, 'queue_id' | CounterName>>(
+        sql`SELECT${scatter} queue_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_queues
+          WHERE TRUE${inQueues} ORDER BY queue_id${forUpdate('queue')}`,
       );
 
   // 3. Permits, last in the lock order.
   const permitRows = noQueues
     ? []
-    : await q.rows<{ queue_id: Buffer; resource_key: string; holders: unknown }>(
-        `SELECT${scatter} queue_id, resource_key, holders FROM orbit_key_permits
-          WHERE TRUE${inQueues('queue_id')} ORDER BY queue_id, resource_key${forUpdate}`,
-        queueParams,
+    : await q.rows<Pick<KeyPermitRow, 'queue_id' | 'resource_key' | 'holders'>>(
+        sql`SELECT${scatter} queue_id, resource_key, holders FROM orbit_key_permits
+          WHERE TRUE${inQueues} ORDER BY queue_id, resource_key${forUpdate('permit')}`,
       );
 
   // 4. The recount: one round trip, counts grouped by owner (application or queue).
-  const byApplication = applicationId === null ? '' : ' AND application_id = ?';
-  const statements = [
-    `SELECT${scatter} application_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${byApplication} GROUP BY application_id`,
-    `SELECT${scatter} application_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
+  const byApplication = applicationId === null ? sql`` : sql` AND application_id = ${applicationId}`;
+  const statements: SQL[] = [
+    sql`SELECT${scatter} application_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${byApplication} GROUP BY application_id`,
+    sql`SELECT${scatter} application_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
       WHERE state IN (${ACTIVE})${byApplication} GROUP BY application_id`,
   ];
-  const params: unknown[] = [...one, ...one];
   if (!noQueues) {
     statements.push(
-      `SELECT${scatter} queue_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${inQueues('queue_id')} GROUP BY queue_id`,
-      `SELECT${scatter} queue_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
-        WHERE state IN (${ACTIVE})${inQueues('queue_id')} GROUP BY queue_id`,
-      `SELECT${scatter} queue_id, resource_key, COUNT(*) AS n FROM orbit_attempts
-        WHERE state IN (${ACTIVE}) AND resource_key IS NOT NULL${inQueues('queue_id')} GROUP BY queue_id, resource_key`,
+      sql`SELECT${scatter} queue_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${inQueues} GROUP BY queue_id`,
+      sql`SELECT${scatter} queue_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
+        WHERE state IN (${ACTIVE})${inQueues} GROUP BY queue_id`,
+      sql`SELECT${scatter} queue_id, resource_key, COUNT(*) AS n FROM orbit_attempts
+        WHERE state IN (${ACTIVE}) AND resource_key IS NOT NULL${inQueues} GROUP BY queue_id, resource_key`,
     );
-    params.push(...queueParams, ...queueParams, ...queueParams);
   }
-  const results = (await q.batch(statements.join(';\n'), params)) as Row[][];
-  const [appTasks = [], appAttempts = [], queueTasks = [], queueAttempts = [], keyAttempts = []] = results;
+  const results = (await q.batch(sql.join(statements, sql`;\n`))) as [TaskCount[], AttemptCount[], TaskCount[]?, AttemptCount[]?, KeyCount[]?];
+  const [appTasks, appAttempts, queueTasks = [], queueAttempts = [], keyAttempts = []] = results;
 
-  const recounts = (tasks: Row[], attempts: Row[]) => {
+  const recounts = (tasks: TaskCount[], attempts: AttemptCount[]) => {
     const map = new Map<string, Counters>();
     const get = (owner: Buffer) => {
       const key = hex(owner);
@@ -208,27 +204,27 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
       if (!counters) map.set(key, (counters = { ...ZERO }));
       return counters;
     };
-    for (const r of tasks) get(r.owner as Buffer).unfinished_tasks = count(r.n);
-    for (const r of attempts) Object.assign(get(r.owner as Buffer), { active_attempts: count(r.active), pending_starts: count(r.pending) });
+    for (const r of tasks) get(r.owner).unfinished_tasks = count(r.n);
+    for (const r of attempts) Object.assign(get(r.owner), { active_attempts: count(r.active), pending_starts: count(r.pending) });
     return map;
   };
   const appRecount = recounts(appTasks, appAttempts);
   const queueRecount = recounts(queueTasks, queueAttempts);
   const keyRecount = new Map<string, { queueId: Buffer; resourceKey: string; n: string }>();
   for (const r of keyAttempts) {
-    keyRecount.set(permitKey(r.queue_id as Buffer, r.resource_key as string), { queueId: r.queue_id as Buffer, resourceKey: r.resource_key as string, n: count(r.n) });
+    keyRecount.set(permitKey(r.queue_id, r.resource_key), { queueId: r.queue_id, resourceKey: r.resource_key, n: count(r.n) });
   }
 
   // 5. Put together per application.
   const queueInfo = new Map(labels.map((r) => [hex(r.queue_id), r]));
   const checks = new Map<string, ApplicationCheck>();
   for (const row of applications) {
-    const id = row.application_id as Buffer;
+    const id = row.application_id;
     checks.set(hex(id), { applicationId: id, stored: countersOf(row), recount: appRecount.get(hex(id)) ?? { ...ZERO }, queues: [], permits: [] });
   }
-  const labelOf = (info: StoredQueue) => `${info.namespace ?? '?'}/${info.name}`;
+  const labelOf = (info: QueueLabel) => `${info.namespace ?? '?'}/${info.name}`;
   for (const row of queueRows) {
-    const info = queueInfo.get(hex(row.queue_id as Buffer));
+    const info = queueInfo.get(hex(row.queue_id));
     const owner = info && checks.get(hex(info.application_id));
     if (!info || !owner) continue; // a queue created after the labels were read, or of an application without a resources row
     owner.queues.push({ queueId: info.queue_id, label: labelOf(info), stored: countersOf(row), recount: queueRecount.get(hex(info.queue_id)) ?? { ...ZERO } });
@@ -308,15 +304,19 @@ export function formatDifference(d: CounterDifference): string {
 /** A queryable inside one consistent snapshot on a dedicated connection, then COMMIT. */
 async function inSnapshot<T>(db: Database, fn: (q: Queryable) => Promise<T>): Promise<T> {
   const conn = await db.pool.getConnection();
+  const send = async (statement: Statement, params: unknown[]) => {
+    const [text, values] = statementText(statement, params);
+    return (await conn.query(text, values))[0];
+  };
   const q: Queryable = {
-    async rows<R>(sql: string, params: unknown[] = []) {
-      return (await conn.query(sql, params))[0] as R[];
+    async rows<R>(statement: Statement, params: unknown[] = []) {
+      return (await send(statement, params)) as R[];
     },
-    async exec(sql: string, params: unknown[] = []) {
-      return (await conn.query(sql, params))[0] as ResultSetHeader;
+    async exec(statement: Statement, params: unknown[] = []) {
+      return (await send(statement, params)) as ResultSetHeader;
     },
-    async batch(sql: string, params: unknown[] = []) {
-      return (await conn.query(sql, params))[0] as unknown as Array<Row[] | ResultSetHeader>;
+    async batch(statement: Statement, params: unknown[] = []) {
+      return (await send(statement, params)) as unknown as Array<Row[] | ResultSetHeader>;
     },
   };
   try {
@@ -381,34 +381,26 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
     const differences = differencesOf(c);
     if (differences.length === 0) return [];
 
-    const statements: string[] = [];
-    const params: unknown[] = [];
-    const set = 'SET unfinished_tasks = ?, active_attempts = ?, pending_starts = ?';
-    const values = (r: Counters) => COUNTER_NAMES.map((n) => r[n]);
+    // In the lock order of the check's locking reads: application row, queue rows, permits.
+    const statements: SQL[] = [];
+    const set = (r: Counters) => sql`SET unfinished_tasks = ${r.unfinished_tasks}, active_attempts = ${r.active_attempts}, pending_starts = ${r.pending_starts}`;
     if (differences.some((d) => d.level === 'application')) {
-      statements.push(`UPDATE orbit_application_resources ${set} WHERE application_id = ?`);
-      params.push(...values(c.recount), applicationId);
+      statements.push(sql`UPDATE orbit_application_resources ${set(c.recount)} WHERE application_id = ${applicationId}`);
     }
     const queues = c.queues.filter((q) => COUNTER_NAMES.some((n) => q.stored[n] !== q.recount[n]));
-    for (const q of queues) {
-      statements.push(`UPDATE orbit_queues ${set} WHERE queue_id = ?`);
-      params.push(...values(q.recount), q.queueId);
-    }
+    for (const q of queues) statements.push(sql`UPDATE orbit_queues ${set(q.recount)} WHERE queue_id = ${q.queueId}`);
     const permits = c.permits.filter((p) => p.stored !== p.recount);
     for (const p of permits) {
-      if (p.stored === null) {
-        statements.push('INSERT INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at) VALUES (?, ?, ?, ?, NOW(6))');
-        params.push(p.queueId, p.resourceKey, applicationId, p.recount);
-      } else {
-        statements.push('UPDATE orbit_key_permits SET holders = ?, updated_at = NOW(6) WHERE queue_id = ? AND resource_key = ?');
-        params.push(p.recount, p.queueId, p.resourceKey);
-      }
+      statements.push(
+        p.stored === null
+          ? sql`INSERT INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at) VALUES (${p.queueId}, ${p.resourceKey}, ${applicationId}, ${p.recount}, NOW(6))`
+          : sql`UPDATE orbit_key_permits SET holders = ${p.recount}, updated_at = NOW(6) WHERE queue_id = ${p.queueId} AND resource_key = ${p.resourceKey}`,
+      );
     }
-    await tx.batch(statements.join(';\n'), params);
+    await tx.batch(sql.join(statements, sql`;\n`));
 
-    const [namespace] = await tx.rows<{ namespace_id: Buffer; name: string }>(
-      'SELECT namespace_id, name FROM orbit_namespaces WHERE application_id = ? ORDER BY created_at, namespace_id LIMIT 1',
-      [applicationId],
+    const [namespace] = await tx.rows<Pick<NamespaceRow, 'namespace_id' | 'name'>>(
+      sql`SELECT namespace_id, name FROM orbit_namespaces WHERE application_id = ${applicationId} ORDER BY created_at, namespace_id LIMIT 1`,
     );
     const principal: Principal = {
       credentialId: ADMIN_CREDENTIAL_ID,
@@ -444,7 +436,7 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
  * report (a repair could not decide which side is wrong); the test helper checks it as well.
  */
 export async function tasksDisagreeingWithAttempts(db: Queryable): Promise<number> {
-  const [row] = await db.rows<{ n: unknown }>(`
+  const [row] = await db.rows<{ n: string }>(sql`
     SELECT /* scatter: verify-task-attempt-agreement */ COUNT(*) AS n FROM orbit_tasks t
      WHERE (SELECT COUNT(*) FROM orbit_attempts x WHERE x.task_id = t.task_id AND x.state IN (${ACTIVE}))
            <> (CASE WHEN t.state IN ('LEASED', 'RUNNING') THEN 1 ELSE 0 END)`);

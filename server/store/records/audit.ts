@@ -7,6 +7,7 @@ import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import { sql } from 'drizzle-orm';
 import type { Queryable } from '../database/database.ts';
+import type { AuditEventRow } from '../database/schema.ts';
 
 export interface AuditRecord {
   principal: Principal;
@@ -31,26 +32,17 @@ export async function auditInsert(tx: Queryable, record: AuditRecord): Promise<v
             ${Buffer.from(record.requestId, 'hex')}, ${record.idempotencyKey}, ${json(record.before)}, ${json(record.after)}, NOW(6))`);
 }
 
-interface AuditRow {
-  sequence: string;
-  audit_id: Buffer;
-  credential_id: Buffer;
-  action: string;
-  resource_type: string;
-  resource: string;
-  reason: string;
-  request_id: Buffer;
-  idempotency_key: string;
-  before_state: string | null;
-  after_state: string | null;
-  created_at: string;
-}
+/** The columns auditList reads. */
+type AuditListRow = Pick<
+  AuditEventRow,
+  'sequence' | 'audit_id' | 'credential_id' | 'action' | 'resource_type' | 'resource' | 'reason' | 'request_id' | 'idempotency_key' | 'before_state' | 'after_state' | 'created_at'
+>;
 
 export async function auditList(
   db: Queryable,
   params: { namespaceId: IdBytes; namespace: string; afterSequence: string; limit: number },
 ): Promise<{ items: Record<string, unknown>[]; lastSequence: string | null; more: boolean }> {
-  const rows = await db.rows<AuditRow>(sql`
+  const rows = await db.rows<AuditListRow>(sql`
     SELECT sequence, audit_id, credential_id, action, resource_type, resource, reason, request_id, idempotency_key,
            before_state, after_state, created_at
       FROM orbit_audit_events

@@ -8,6 +8,7 @@ import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import { sql } from 'drizzle-orm';
 import type { Queryable } from '../database/database.ts';
+import type { EventRow } from '../database/schema.ts';
 
 export interface EventRecord {
   applicationId: IdBytes;
@@ -23,20 +24,14 @@ export async function eventInsert(tx: Queryable, event: EventRecord): Promise<vo
     VALUES (${newId()}, ${event.applicationId}, ${event.namespaceId}, ${event.type}, ${event.subject}, ${JSON.stringify(event.data)}, NOW(6))`);
 }
 
-interface EventRow {
-  sequence: string;
-  event_id: Buffer;
-  type: string;
-  subject: string;
-  data: string;
-  occurred_at: string;
-}
+/** The columns eventList reads. */
+type FeedRow = Pick<EventRow, 'sequence' | 'event_id' | 'type' | 'subject' | 'data' | 'occurred_at'>;
 
 export async function eventList(
   db: Queryable,
   params: { namespaceId: IdBytes; namespace: string; after: string; limit: number },
 ): Promise<{ events: Record<string, unknown>[]; nextAfter: string }> {
-  const rows = await db.rows<EventRow>(sql`
+  const rows = await db.rows<FeedRow>(sql`
     SELECT sequence, event_id, type, subject, data, occurred_at
       FROM orbit_events
      WHERE namespace_id = ${params.namespaceId} AND sequence > ${params.after}

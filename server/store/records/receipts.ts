@@ -4,9 +4,11 @@
  * again. Same key + same content replays the stored snapshot; other content is
  * IDEMPOTENCY_CONFLICT.
  */
+import { sql } from 'drizzle-orm';
 import { OrbitError } from '../../errors.ts';
 import type { IdBytes } from '../../ids.ts';
-import { isDuplicateKeyError, type Database, type Queryable } from '../database/database.ts';
+import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import type { IdempotencyReceiptRow } from '../database/schema.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 
 export interface ReceiptIdentity {
@@ -19,16 +21,12 @@ export interface ReceiptIdentity {
   requestSha256: Buffer;
 }
 
-interface ReceiptRow {
-  operation: string;
-  request_sha256: Buffer;
-  response: string;
-}
+/** What replaying or refusing a request needs of its receipt (admission's careful path reads these and a few more). */
+export type ReceiptRow = Pick<IdempotencyReceiptRow, 'operation' | 'request_sha256' | 'response'>;
 
 export async function receiptFind(db: Queryable, namespaceId: IdBytes, key: string): Promise<ReceiptRow | null> {
   const [row] = await db.rows<ReceiptRow>(
-    'SELECT operation, request_sha256, response FROM orbit_idempotency_receipts WHERE namespace_id = ? AND idempotency_key = ?',
-    [namespaceId, key],
+    sql`SELECT operation, request_sha256, response FROM orbit_idempotency_receipts WHERE namespace_id = ${namespaceId} AND idempotency_key = ${key}`,
   );
   return row ?? null;
 }
@@ -46,12 +44,11 @@ export function receiptReplay<T>(receipt: ReceiptRow, identity: ReceiptIdentity)
 }
 
 export async function receiptInsert(db: Queryable, identity: ReceiptIdentity, resourceId: IdBytes | null, response: unknown): Promise<void> {
-  await db.exec(
-    `INSERT INTO orbit_idempotency_receipts
-       (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`,
-    [identity.namespaceId, identity.key, identity.applicationId, identity.operation, identity.requestSha256, resourceId, JSON.stringify(response)],
-  );
+  await db.exec(sql`
+    INSERT INTO orbit_idempotency_receipts
+      (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at)
+    VALUES (${identity.namespaceId}, ${identity.key}, ${identity.applicationId}, ${identity.operation}, ${identity.requestSha256},
+            ${resourceId}, ${JSON.stringify(response)}, NOW(6))`);
 }
 
 /**
@@ -67,7 +64,7 @@ export async function receiptInsert(db: Queryable, identity: ReceiptIdentity, re
 export async function idempotentMutation<T>(
   db: Database,
   identity: ReceiptIdentity,
-  work: (tx: Queryable) => Promise<{ response: T; resourceId: IdBytes | null }>,
+  work: (tx: Transaction) => Promise<{ response: T; resourceId: IdBytes | null }>,
 ): Promise<{ response: T; deduplicated: boolean }> {
   const existing = await receiptFind(db, identity.namespaceId, identity.key);
   if (existing) return { response: receiptReplay<T>(existing, identity), deduplicated: true };

@@ -29,9 +29,11 @@ import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { millisToSql } from '../../time.ts';
 import type { Clock } from '../database/clock.ts';
-import { isDuplicateKeyError, isGuardError, placeholders, type Database, type Queryable, type Row } from '../database/database.ts';
-import { byIdAscending } from '../database/lock-order.ts';
-import { receiptReplay, type ReceiptIdentity } from '../records/receipts.ts';
+import { sql, type SQL } from 'drizzle-orm';
+import { isDuplicateKeyError, isGuardError, type Database, type Queryable } from '../database/database.ts';
+import { byIdAscending, lockRows } from '../database/lock-order.ts';
+import type { ApplicationResourcesRow, IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
+import { receiptReplay, type ReceiptIdentity, type ReceiptRow } from '../records/receipts.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import type { Task } from './tasks.ts';
 
@@ -107,34 +109,33 @@ function withPayload(stored: StoredTask, payload: Record<string, unknown>): Task
  * statement fails like a full quota does - so no write happens for a credential that may no
  * longer act, without an extra round trip.
  */
-const RECEIPT_INSERT = `INSERT INTO orbit_idempotency_receipts
-  (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at) `;
-const RECEIPT_ROW = `SELECT ?, ?, IF(a.application_id IS NULL, NULL, ?), ?, ?, ?, ?, ?
-  FROM (SELECT 1 AS one) AS one
-  LEFT JOIN orbit_credentials c ON c.credential_id = ? AND c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6))
-  LEFT JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id AND n.enabled = 1
-  LEFT JOIN orbit_applications a ON a.application_id = n.application_id AND a.enabled = 1`;
-const TASK_INSERT = `INSERT INTO orbit_tasks
-  (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
-   on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at) VALUES `;
+function receiptSelect(p: Prepared): SQL {
+  const id = p.item.receipt;
+  return sql`SELECT ${id.namespaceId}, ${id.key}, IF(a.application_id IS NULL, NULL, ${id.applicationId}), ${id.operation}, ${id.requestSha256},
+         ${p.taskId}, ${JSON.stringify(p.snapshot)}, ${p.times.created}
+    FROM (SELECT 1 AS one) AS one
+    LEFT JOIN orbit_credentials c ON c.credential_id = ${id.credentialId} AND c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6))
+    LEFT JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id AND n.enabled = 1
+    LEFT JOIN orbit_applications a ON a.application_id = n.application_id AND a.enabled = 1`;
+}
+
+function taskValues(p: Prepared): SQL {
+  const { principal, queueId, receipt, request: r } = p.item;
+  return sql`(${p.taskId}, ${principal.applicationId}, ${principal.namespaceId}, ${queueId}, 'WAITING', ${r.priority}, ${r.resourceKey}, ${p.payloadJson},
+    0, ${r.maxAttempts}, ${r.onUnknownOutcome}, 0, ${receipt.key}, ${p.times.created}, ${p.times.available}, ${p.times.deadline}, ${p.times.created})`;
+}
 
 /** The task rows, then their receipts (the lock order: tasks before records). */
-function insertStatements(prepared: Prepared[]): { sql: string[]; params: unknown[] } {
-  const params: unknown[] = [];
-  const taskRows = prepared.map((p) => {
-    const r = p.item.request;
-    params.push(
-      p.taskId, p.item.principal.applicationId, p.item.principal.namespaceId, p.item.queueId, r.priority, r.resourceKey, p.payloadJson,
-      r.maxAttempts, r.onUnknownOutcome, p.item.receipt.key, p.times.created, p.times.available, p.times.deadline, p.times.created,
-    );
-    return "(?, ?, ?, ?, 'WAITING', ?, ?, ?, 0, ?, ?, 0, ?, ?, ?, ?, ?)";
-  });
-  const receiptRows = prepared.map((p) => {
-    const id = p.item.receipt;
-    params.push(id.namespaceId, id.key, id.applicationId, id.operation, id.requestSha256, p.taskId, JSON.stringify(p.snapshot), p.times.created, id.credentialId);
-    return RECEIPT_ROW;
-  });
-  return { sql: [TASK_INSERT + taskRows.join(', '), RECEIPT_INSERT + receiptRows.join('\n  UNION ALL ')], params };
+function insertStatements(prepared: Prepared[]): SQL[] {
+  return [
+    sql`INSERT INTO orbit_tasks
+      (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
+       on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at)
+    VALUES ${sql.join(prepared.map(taskValues), sql`, `)}`,
+    sql`INSERT INTO orbit_idempotency_receipts
+      (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at)
+    ${sql.join(prepared.map(receiptSelect), sql`\n  UNION ALL `)}`,
+  ];
 }
 
 /** Tasks per queue, in lock order. */
@@ -149,30 +150,27 @@ function countByQueue(prepared: Prepared[]): Array<{ queueId: IdBytes; count: nu
   return [...counts.values()].sort((a, b) => byIdAscending(a.queueId, b.queueId));
 }
 
-function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: Array<{ queueId: IdBytes; count: number }>): { sql: string[]; params: unknown[] } {
-  const sql = [
-    `UPDATE orbit_application_resources
-        SET unfinished_tasks = IF(unfinished_tasks + ? <= max_unfinished_tasks, unfinished_tasks + ?, NULL)
-      WHERE application_id = ?`,
+function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: Array<{ queueId: IdBytes; count: number }>): SQL[] {
+  return [
+    sql`UPDATE orbit_application_resources
+        SET unfinished_tasks = IF(unfinished_tasks + ${total} <= max_unfinished_tasks, unfinished_tasks + ${total}, NULL)
+      WHERE application_id = ${applicationId}`,
     ...perQueue.map(
-      () => `UPDATE orbit_queues
-                SET unfinished_tasks = IF(unfinished_tasks + ? <= max_unfinished_tasks, unfinished_tasks + ?, NULL)
-              WHERE queue_id = ?`,
+      (q) => sql`UPDATE orbit_queues
+                SET unfinished_tasks = IF(unfinished_tasks + ${q.count} <= max_unfinished_tasks, unfinished_tasks + ${q.count}, NULL)
+              WHERE queue_id = ${q.queueId}`,
     ),
   ];
-  const params: unknown[] = [total, total, applicationId];
-  for (const q of perQueue) params.push(q.count, q.count, q.queueId);
-  return { sql, params };
 }
 
 // The details name the level and the limit, never usage: the application's figures belong to
 // every namespace of it, and this caller may not hold application:resources:read.
 const applicationFull = () =>
-  new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same Idempotency-Key", {
+  new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same idempotency key", {
     details: { level: 'application', limit: 'max_unfinished_tasks' },
   });
 const queueFull = (queue: string) =>
-  new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same Idempotency-Key`, {
+  new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same idempotency key`, {
     details: { level: 'queue', queue, limit: 'max_unfinished_tasks' },
   });
 
@@ -186,9 +184,8 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
   try {
     // Lock order: the application row, the queue rows, then the new tasks and their receipts -
     // all in one round trip with the COMMIT, so the hot rows are held for no round trip at all.
-    const updates = guardedCounterUpdates(applicationId, prepared.length, perQueue);
-    const inserts = insertStatements(prepared);
-    await db.oneShot([...updates.sql, ...inserts.sql].join(';\n'), [...updates.params, ...inserts.params]);
+    const statements = [...guardedCounterUpdates(applicationId, prepared.length, perQueue), ...insertStatements(prepared)];
+    await db.oneShot(sql.join(statements, sql`;\n`));
     return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
   } catch (error) {
     // No room somewhere, a credential that may no longer act, or a key already used: nothing
@@ -206,35 +203,24 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
   }
 }
 
-interface ReceiptRow extends Row {
-  namespace_id: Buffer;
-  idempotency_key: string;
-  operation: string;
-  request_sha256: Buffer;
-  resource_id: Buffer | null;
-  response: string;
-}
+/** A receipt found by the careful path: what a replay needs, and which request and task it is for. */
+type FoundReceipt = ReceiptRow & Pick<IdempotencyReceiptRow, 'namespace_id' | 'idempotency_key' | 'resource_id'>;
 
 async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[], perQueue: Array<{ queueId: IdBytes; count: number }>): Promise<SubmitOutcome[]> {
   const replayedTaskIds: IdBytes[] = [];
   const outcomes = await db.transaction(async (tx) => {
     // Lock order: identity rows (shared), application row, then queue rows by ascending id.
     const valid = await credentialsStillValid(tx, prepared.map((p) => p.item.receipt.credentialId));
-    const [app] = await tx.rows<{ unfinished_tasks: string; max_unfinished_tasks: number }>(
-      'SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ? FOR UPDATE',
-      [applicationId],
+    const [app] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
+      sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
     );
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
-    const queueRows = await tx.rows<{ queue_id: Buffer; unfinished_tasks: string; max_unfinished_tasks: number }>(
-      `SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
-        WHERE queue_id IN (${placeholders(perQueue.length)}) ORDER BY queue_id FOR UPDATE`,
-      perQueue.map((q) => q.queueId),
-    );
-    const receipts = await tx.rows<ReceiptRow>(
-      `SELECT namespace_id, idempotency_key, operation, request_sha256, resource_id, response FROM orbit_idempotency_receipts
-        WHERE (namespace_id, idempotency_key) IN (${prepared.map(() => '(?, ?)').join(', ')})`,
-      prepared.flatMap((p) => [p.item.receipt.namespaceId, p.item.receipt.key]),
-    );
+    const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
+      SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
+        WHERE queue_id IN (${sql.join(perQueue.map((q) => sql`${q.queueId}`), sql`, `)}) ORDER BY queue_id ${lockRows('queue')}`);
+    const receipts = await tx.rows<FoundReceipt>(sql`
+      SELECT namespace_id, idempotency_key, operation, request_sha256, resource_id, response FROM orbit_idempotency_receipts
+        WHERE (namespace_id, idempotency_key) IN (${sql.join(prepared.map((p) => sql`(${p.item.receipt.namespaceId}, ${p.item.receipt.key})`), sql`, `)})`);
     const receiptOf = new Map(receipts.map((r) => [`${r.namespace_id.toString('hex')}/${r.idempotency_key}`, r]));
     let appUnfinished = BigInt(app.unfinished_tasks);
     const queueRoom = new Map(queueRows.map((q) => [q.queue_id.toString('hex'), { unfinished: BigInt(q.unfinished_tasks), max: BigInt(q.max_unfinished_tasks) }]));
@@ -271,16 +257,13 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
       }
     });
     if (accepted.length > 0) {
-      const inserts = insertStatements(accepted);
-      const perAcceptedQueue = countByQueue(accepted);
       // Lock order: counters (rows locked above), then the new tasks and their receipts.
-      const sql = [
-        'UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ? WHERE application_id = ?',
-        ...perAcceptedQueue.map(() => 'UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ? WHERE queue_id = ?'),
-        ...inserts.sql,
+      const statements = [
+        sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ${accepted.length} WHERE application_id = ${applicationId}`,
+        ...countByQueue(accepted).map((q) => sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ${q.count} WHERE queue_id = ${q.queueId}`),
+        ...insertStatements(accepted),
       ];
-      const params = [accepted.length, applicationId, ...perAcceptedQueue.flatMap((q) => [q.count, q.queueId]), ...inserts.params];
-      await tx.batch(sql.join(';\n'), params);
+      await tx.batch(sql.join(statements, sql`;\n`));
     }
     return result;
   });
@@ -290,9 +273,8 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
 /** Replayed receipts of submitTask carry no payload; it is read from the task row (it never changes). */
 async function attachReplayedPayloads(db: Queryable, outcomes: SubmitOutcome[], taskIds: IdBytes[]): Promise<SubmitOutcome[]> {
   if (taskIds.length === 0) return outcomes;
-  const rows = await db.rows<{ task_id: Buffer; payload: string }>(
-    `SELECT task_id, payload FROM orbit_tasks WHERE task_id IN (${placeholders(taskIds.length)})`,
-    taskIds,
+  const rows = await db.rows<Pick<TaskRow, 'task_id' | 'payload'>>(
+    sql`SELECT task_id, payload FROM orbit_tasks WHERE task_id IN (${sql.join(taskIds.map((id) => sql`${id}`), sql`, `)})`,
   );
   const payloads = new Map(rows.map((r) => [idToHex(r.task_id), JSON.parse(r.payload) as Record<string, unknown>]));
   return outcomes.map((o) => {

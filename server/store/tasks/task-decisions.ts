@@ -10,23 +10,21 @@ import { auditInsert } from '../records/audit.ts';
 import { counterAdjust, permitRelease } from '../quotas/counters.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
-import { taskFind, taskGetVisible, toTask, type Task, type TaskRow, type TaskState } from './tasks.ts';
-import type { Database, Queryable } from '../database/database.ts';
+import { taskFind, taskGetVisible, toTask, type Task, type TaskWithQueue } from './tasks.ts';
+import { sql } from 'drizzle-orm';
+import type { Database, Queryable, Transaction } from '../database/database.ts';
+import type { TaskRow } from '../database/schema.ts';
+import { lockRows } from '../database/lock-order.ts';
 
-interface LockedTask {
-  state: TaskState;
-  current_attempt_id: Buffer | null;
-  resource_key: string | null;
-  cancel_requested: number;
-}
+/** What a decision needs of the task row it locked. */
+type LockedTask = Pick<TaskRow, 'state' | 'current_attempt_id' | 'resource_key' | 'cancel_requested'>;
 
 /** Lock order: application row → queue row → task row. The task's queue never changes, so the plain read that found it is good for choosing which queue row to lock. */
-async function lockTask(tx: Queryable, task: TaskRow): Promise<LockedTask> {
-  await tx.rows('SELECT application_id FROM orbit_application_resources WHERE application_id = ? FOR UPDATE', [task.application_id]);
-  await tx.rows('SELECT queue_id FROM orbit_queues WHERE queue_id = ? FOR UPDATE', [task.queue_id]);
+async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<LockedTask> {
+  await tx.rows(sql`SELECT application_id FROM orbit_application_resources WHERE application_id = ${task.application_id} ${lockRows('application')}`);
+  await tx.rows(sql`SELECT queue_id FROM orbit_queues WHERE queue_id = ${task.queue_id} ${lockRows('queue')}`);
   const [locked] = await tx.rows<LockedTask>(
-    'SELECT state, current_attempt_id, resource_key, cancel_requested FROM orbit_tasks WHERE task_id = ? FOR UPDATE',
-    [task.task_id],
+    sql`SELECT state, current_attempt_id, resource_key, cancel_requested FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`,
   );
   if (!locked) throw notFound(`task ${idToHex(task.task_id)}`);
   return locked;
@@ -42,7 +40,7 @@ async function snapshot(tx: Queryable, principal: Principal, taskId: IdBytes): P
 async function record(
   tx: Queryable,
   params: TaskDecisionParams,
-  what: { action: string; eventType: string; before: TaskState; after: (task: Task) => Record<string, unknown>; data: (task: Task) => Record<string, unknown> },
+  what: { action: string; eventType: string; before: LockedTask['state']; after: (task: Task) => Record<string, unknown>; data: (task: Task) => Record<string, unknown> },
 ): Promise<Task> {
   const { principal } = params;
   const task = await snapshot(tx, principal, params.taskId);
@@ -86,23 +84,16 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       // Writes in the lock order (lock-order.ts): counters (application, queue), task, attempt, permit.
       case 'NEEDS_REVIEW':
         await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
-        await tx.exec(
-          "UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ?, updated_at = NOW(6) WHERE task_id = ?",
-          [error, found.task_id],
-        );
+        await tx.exec(sql`UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ${error}, updated_at = NOW(6) WHERE task_id = ${found.task_id}`);
         break;
       case 'LEASED': {
         const attemptId = locked.current_attempt_id;
         if (attemptId === null) throw new OrbitError('INTERNAL', 'a LEASED task without an attempt');
         await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
-        await tx.exec(
-          "UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ?, updated_at = NOW(6) WHERE task_id = ?",
-          [error, found.task_id],
-        );
-        const released = await tx.exec(
-          "UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ? AND state = 'RESERVED'",
-          [attemptId],
-        );
+        await tx.exec(sql`
+          UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ${error}, updated_at = NOW(6)
+           WHERE task_id = ${found.task_id}`);
+        const released = await tx.exec(sql`UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ${attemptId} AND state = 'RESERVED'`);
         // Rolls the whole transaction back, counters included.
         if (released.affectedRows !== 1) throw new OrbitError('INTERNAL', 'a LEASED task whose attempt is not reserved');
         await permitRelease(tx, found.queue_id, locked.resource_key);
@@ -110,7 +101,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       }
       case 'RUNNING':
         eventType = 'task.cancel_requested';
-        await tx.exec('UPDATE orbit_tasks SET cancel_requested = 1, updated_at = NOW(6) WHERE task_id = ?', [found.task_id]);
+        await tx.exec(sql`UPDATE orbit_tasks SET cancel_requested = 1, updated_at = NOW(6) WHERE task_id = ${found.task_id}`);
         break;
       default:
         throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state} and cannot be cancelled`, {
@@ -148,19 +139,17 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
     }
     const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
     if (params.outcome === 'retry') {
-      await tx.exec(
-        `UPDATE orbit_tasks SET state = 'WAITING', available_at = NOW(6), cancel_requested = 0,
-                max_attempts = GREATEST(max_attempts, attempts + 1), updated_at = NOW(6)
-          WHERE task_id = ?`,
-        [found.task_id],
-      );
+      await tx.exec(sql`
+        UPDATE orbit_tasks SET state = 'WAITING', available_at = NOW(6), cancel_requested = 0,
+               max_attempts = GREATEST(max_attempts, attempts + 1), updated_at = NOW(6)
+         WHERE task_id = ${found.task_id}`);
     } else {
       await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
-      await tx.exec(
-        `UPDATE orbit_tasks SET state = ?, result = COALESCE(?, result), error = COALESCE(?, error), finished_at = NOW(6), updated_at = NOW(6)
-          WHERE task_id = ?`,
-        [params.outcome === 'succeeded' ? 'SUCCEEDED' : 'FAILED', json(params.result), json(params.error), found.task_id],
-      );
+      const state = params.outcome === 'succeeded' ? 'SUCCEEDED' : 'FAILED';
+      await tx.exec(sql`
+        UPDATE orbit_tasks SET state = ${state}, result = COALESCE(${json(params.result)}, result), error = COALESCE(${json(params.error)}, error),
+               finished_at = NOW(6), updated_at = NOW(6)
+         WHERE task_id = ${found.task_id}`);
     }
     const task = await record(tx, params, {
       action: 'task.resolve',

@@ -7,51 +7,38 @@ import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
+import { sql } from 'drizzle-orm';
 import type { Queryable } from '../database/database.ts';
+import type { QueueRow, TaskRow } from '../database/schema.ts';
 
 export type Task = components['schemas']['Task'];
 export type TaskState = components['schemas']['TaskState'];
 
-export interface TaskRow {
-  task_id: Buffer;
-  application_id: Buffer;
-  namespace_id: Buffer;
-  queue_id: Buffer;
-  queue_name: string;
-  state: TaskState;
-  priority: number;
-  resource_key: string | null;
-  payload: string;
-  attempts: number;
-  max_attempts: number;
-  on_unknown_outcome: 'retry' | 'review';
-  cancel_requested: number;
-  current_attempt_id: Buffer | null;
-  created_at: string;
-  available_at: string;
-  deadline_at: string;
-  finished_at: string | null;
-  result: string | null;
-  error: string | null;
-}
+/** A task as reads show it: the columns of TASK_COLUMNS, with its queue's name. */
+export type TaskWithQueue = Pick<
+  TaskRow,
+  | 'task_id' | 'application_id' | 'namespace_id' | 'queue_id' | 'state' | 'priority' | 'resource_key' | 'payload' | 'attempts' | 'max_attempts'
+  | 'on_unknown_outcome' | 'cancel_requested' | 'current_attempt_id' | 'created_at' | 'available_at' | 'deadline_at' | 'finished_at' | 'result' | 'error'
+> & { queue_name: QueueRow['name'] };
 
-/** Columns of `orbit_tasks t JOIN orbit_queues q`. */
-export const TASK_COLUMNS = `t.task_id, t.application_id, t.namespace_id, t.queue_id, q.name AS queue_name, t.state, t.priority,
+/** Columns of `orbit_tasks t JOIN orbit_queues q` (constant SQL text). */
+const TASK_COLUMNS = sql.raw(`t.task_id, t.application_id, t.namespace_id, t.queue_id, q.name AS queue_name, t.state, t.priority,
   t.resource_key, t.payload, t.attempts, t.max_attempts, t.on_unknown_outcome, t.cancel_requested, t.current_attempt_id,
-  t.created_at, t.available_at, t.deadline_at, t.finished_at, t.result, t.error`;
+  t.created_at, t.available_at, t.deadline_at, t.finished_at, t.result, t.error`);
 
 /** The API shape; absent values are omitted, never null. */
-export function toTask(row: TaskRow, namespace: string): Task {
+export function toTask(row: TaskWithQueue, namespace: string): Task {
   const task: Task = {
     task_id: idToHex(row.task_id),
     queue: row.queue_name,
     namespace,
-    state: row.state,
+    // The columns hold only the values the API defines (every writer is in the store).
+    state: row.state as TaskState,
     priority: row.priority,
     payload: JSON.parse(row.payload) as Task['payload'],
     attempts: row.attempts,
     max_attempts: row.max_attempts,
-    on_unknown_outcome: row.on_unknown_outcome,
+    on_unknown_outcome: row.on_unknown_outcome as Task['on_unknown_outcome'],
     cancel_requested: row.cancel_requested === 1,
     created_at: sqlToRfc3339(row.created_at),
     available_at: sqlToRfc3339(row.available_at),
@@ -65,17 +52,15 @@ export function toTask(row: TaskRow, namespace: string): Task {
 }
 
 /** A plain read (no lock). Transactions that change the task lock it afterwards, in lock order. */
-export async function taskFind(db: Queryable, namespaceId: IdBytes, taskId: IdBytes): Promise<TaskRow | null> {
-  const [row] = await db.rows<TaskRow>(
-    `SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
-      WHERE t.task_id = ? AND t.namespace_id = ?`,
-    [taskId, namespaceId],
-  );
+export async function taskFind(db: Queryable, namespaceId: IdBytes, taskId: IdBytes): Promise<TaskWithQueue | null> {
+  const [row] = await db.rows<TaskWithQueue>(sql`
+    SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
+     WHERE t.task_id = ${taskId} AND t.namespace_id = ${namespaceId}`);
   return row ?? null;
 }
 
 /** The task, or 404 when it is in another namespace or outside the credential's queue scope. */
-export async function taskGetVisible(db: Queryable, principal: Principal, taskId: IdBytes): Promise<TaskRow> {
+export async function taskGetVisible(db: Queryable, principal: Principal, taskId: IdBytes): Promise<TaskWithQueue> {
   const row = await taskFind(db, principal.namespaceId, taskId);
   if (!row || (principal.queues !== '*' && !principal.queues.has(row.queue_name))) throw notFound(`task ${idToHex(taskId)}`);
   return row;
@@ -86,20 +71,11 @@ export async function taskList(
   db: Queryable,
   params: { queueId: IdBytes; state: TaskState | undefined; after: IdBytes | null; limit: number; namespace: string },
 ): Promise<{ tasks: Task[]; more: boolean }> {
-  const where = ['t.queue_id = ?'];
-  const args: unknown[] = [params.queueId];
-  if (params.state !== undefined) {
-    where.push('t.state = ?');
-    args.push(params.state);
-  }
-  if (params.after !== null) {
-    where.push('t.task_id > ?');
-    args.push(params.after);
-  }
-  const rows = await db.rows<TaskRow>(
-    `SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
-      WHERE ${where.join(' AND ')} ORDER BY t.task_id LIMIT ?`,
-    [...args, params.limit + 1],
-  );
+  const where = [sql`t.queue_id = ${params.queueId}`];
+  if (params.state !== undefined) where.push(sql`t.state = ${params.state}`);
+  if (params.after !== null) where.push(sql`t.task_id > ${params.after}`);
+  const rows = await db.rows<TaskWithQueue>(sql`
+    SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
+     WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id LIMIT ${params.limit + 1}`);
   return { more: rows.length > params.limit, tasks: rows.slice(0, params.limit).map((row) => toTask(row, params.namespace)) };
 }

@@ -15,9 +15,9 @@ import {
   applicationFindByName,
   namespaceCreate,
   namespaceFind,
-  type ApplicationRow,
+  type Application,
   type Environment,
-  type NamespaceRow,
+  type Namespace,
 } from './tenancy.ts';
 import type { Database } from '../database/database.ts';
 
@@ -32,8 +32,8 @@ export interface BootstrapParams {
 }
 
 export interface BootstrapResult {
-  application: ApplicationRow;
-  namespace: NamespaceRow;
+  application: Application;
+  namespace: Namespace;
   credentialId: IdBytes;
   token: string;
 }
@@ -42,7 +42,7 @@ const failed = (message: string) => new OrbitError('INVALID_ARGUMENT', message);
 
 export async function tenantBootstrap(db: Database, params: BootstrapParams, say: (line: string) => void = () => {}): Promise<BootstrapResult> {
   return db.transaction(async (tx) => {
-    let application: ApplicationRow | null;
+    let application: Application | null;
     if (params.applicationId !== undefined) {
       application = await applicationFindById(tx, params.applicationId);
       if (!application) throw failed(`application ${idToHex(params.applicationId)} does not exist`);

@@ -8,7 +8,10 @@ import { OrbitError } from '../../errors.ts';
 import { hexToId, idToHex, newId, type IdBytes } from '../../ids.ts';
 import { isAction, type Action } from '../../domain/actions.ts';
 import type { Principal } from '../../domain/principal.ts';
-import { placeholders, type Queryable } from '../database/database.ts';
+import { sql } from 'drizzle-orm';
+import type { Queryable, Transaction } from '../database/database.ts';
+import type { ApplicationRow, CredentialRow, NamespaceRow } from '../database/schema.ts';
+import { lockRows } from '../database/lock-order.ts';
 
 const TOKEN = /^orbit_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/;
 
@@ -22,7 +25,16 @@ export function newToken(): { credentialId: IdBytes; token: string; secretSha256
   return { credentialId, token: `orbit_${idToHex(credentialId)}_${secret}`, secretSha256: sha256(secret) };
 }
 
-type ValidityFacts = Pick<CredentialRow, 'revoked' | 'expired' | 'application_enabled' | 'namespace_enabled'>;
+/**
+ * Computed by the statements below: `revoked` and `expired` are 0/1 expressions over the
+ * credential row, the two flags are the namespace's and the application's `enabled`.
+ */
+interface ValidityFacts {
+  revoked: number;
+  expired: number;
+  namespace_enabled: NamespaceRow['enabled'];
+  application_enabled: ApplicationRow['enabled'];
+}
 
 /** Why a credential may not act (told only to a caller that presented its right secret), or null. */
 function invalidCause(row: ValidityFacts): string | null {
@@ -33,43 +45,28 @@ function invalidCause(row: ValidityFacts): string | null {
   return null;
 }
 
-interface CredentialRow {
-  credential_id: Buffer;
-  application_id: Buffer;
-  namespace_id: Buffer;
-  secret_sha256: Buffer;
-  actions: string;
-  queue_scope: string;
-  revoked: number;
-  expired: number;
-  namespace: string;
-  namespace_enabled: number;
-  application_enabled: number;
-}
+/** What authentication reads: the credential's columns, the validity facts and the namespace's name. */
+type AuthenticationRow = Pick<CredentialRow, 'credential_id' | 'application_id' | 'namespace_id' | 'secret_sha256' | 'actions' | 'queue_scope'> &
+  ValidityFacts & { namespace: NamespaceRow['name'] };
 
 /**
  * The principal behind a bearer token, or UNAUTHENTICATED. A revoked or expired credential and
  * a disabled namespace or application are all 401; the message says which, but only to a
  * caller that presented the right secret.
  */
-export async function credentialAuthenticate(db: Queryable, token: string, options: { lock?: boolean } = {}): Promise<Principal> {
+export async function credentialAuthenticate(db: Queryable, token: string): Promise<Principal> {
   const match = TOKEN.exec(token);
   if (!match) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is malformed');
   const [, idHex, secret] = match as unknown as [string, string, string];
-  // `lock`: inside a transaction, take the identity rows in share mode - the first step of the
-  // lock order (docs/quotas-and-locking.md#the-lock-order) - so a concurrent disable or revoke
-  // waits for this transaction.
-  const [row] = await db.rows<CredentialRow>(
-    `SELECT c.credential_id, c.application_id, c.namespace_id, c.secret_sha256, c.actions, c.queue_scope,
-            c.revoked_at IS NOT NULL AS revoked,
-            (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
-            n.name AS namespace, n.enabled AS namespace_enabled, a.enabled AS application_enabled
-       FROM orbit_credentials c
-       JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
-       JOIN orbit_applications a ON a.application_id = n.application_id
-      WHERE c.credential_id = ?${options.lock ? ' LOCK IN SHARE MODE' : ''}`,
-    [hexToId(idHex)],
-  );
+  const [row] = await db.rows<AuthenticationRow>(sql`
+    SELECT c.credential_id, c.application_id, c.namespace_id, c.secret_sha256, c.actions, c.queue_scope,
+           c.revoked_at IS NOT NULL AS revoked,
+           (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
+           n.name AS namespace, n.enabled AS namespace_enabled, a.enabled AS application_enabled
+      FROM orbit_credentials c
+      JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
+      JOIN orbit_applications a ON a.application_id = n.application_id
+     WHERE c.credential_id = ${hexToId(idHex)}`);
   const presented = sha256(secret);
   // Compare even when the row is missing, so timing does not tell which ids exist.
   const stored = row?.secret_sha256 ?? Buffer.alloc(32);
@@ -99,21 +96,12 @@ export interface CredentialCreateParams {
 
 export async function credentialCreate(db: Queryable, params: CredentialCreateParams): Promise<{ credentialId: IdBytes; token: string }> {
   const { credentialId, token, secretSha256 } = newToken();
-  await db.exec(
-    `INSERT INTO orbit_credentials
-       (credential_id, application_id, namespace_id, secret_sha256, actions, queue_scope, description, created_at, expires_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), ?)`,
-    [
-      credentialId,
-      params.applicationId,
-      params.namespaceId,
-      secretSha256,
-      JSON.stringify([...new Set(params.actions)]),
-      JSON.stringify([...new Set(params.queues)]),
-      params.description ?? '',
-      params.expiresAt ?? null,
-    ],
-  );
+  await db.exec(sql`
+    INSERT INTO orbit_credentials
+      (credential_id, application_id, namespace_id, secret_sha256, actions, queue_scope, description, created_at, expires_at)
+    VALUES (${credentialId}, ${params.applicationId}, ${params.namespaceId}, ${secretSha256},
+            ${JSON.stringify([...new Set(params.actions)])}, ${JSON.stringify([...new Set(params.queues)])},
+            ${params.description ?? ''}, NOW(6), ${params.expiresAt ?? null})`);
   return { credentialId, token };
 }
 
@@ -122,13 +110,19 @@ export async function credentialCreate(db: Queryable, params: CredentialCreatePa
  * first revoked_at. Null for an unknown id; `alreadyRevoked` when it was revoked before this call.
  */
 export async function credentialRevoke(db: Queryable, credentialId: IdBytes): Promise<{ revokedAt: string; alreadyRevoked: boolean } | null> {
-  const result = await db.exec('UPDATE orbit_credentials SET revoked_at = NOW(6) WHERE credential_id = ? AND revoked_at IS NULL', [credentialId]);
-  const [row] = await db.rows<{ revoked_at: string }>('SELECT revoked_at FROM orbit_credentials WHERE credential_id = ?', [credentialId]);
+  const result = await db.exec(sql`UPDATE orbit_credentials SET revoked_at = NOW(6) WHERE credential_id = ${credentialId} AND revoked_at IS NULL`);
+  const [row] = await db.rows<Pick<CredentialRow, 'revoked_at'>>(sql`SELECT revoked_at FROM orbit_credentials WHERE credential_id = ${credentialId}`);
   if (!row) return null;
+  // Set by the UPDATE above, or by an earlier revoke (revoked_at is never cleared).
+  if (row.revoked_at === null) throw new OrbitError('INTERNAL', 'a revoked credential without revoked_at');
   return { revokedAt: row.revoked_at, alreadyRevoked: result.affectedRows === 0 };
 }
 
-/** The conditions under which a credential may act: not revoked or expired, its namespace and application enabled. */
+/**
+ * The conditions under which a credential may act: not revoked or expired, its namespace and
+ * application enabled. Constant SQL text with no parameters (plain strings, for `sql.raw`): the
+ * statements here and claims.ts's splice it in.
+ */
 export const CREDENTIAL_VALID = `c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > NOW(6)) AND n.enabled = 1 AND a.enabled = 1`;
 export const CREDENTIAL_JOINS = `orbit_credentials c
   JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
@@ -140,15 +134,13 @@ export const CREDENTIAL_JOINS = `orbit_credentials c
  * that was revoked or whose namespace or application was disabled before it committed - even
  * when the request was authenticated from the per-process cache.
  */
-export async function credentialsStillValid(tx: Queryable, credentialIds: IdBytes[]): Promise<Set<string>> {
+export async function credentialsStillValid(tx: Transaction, credentialIds: IdBytes[]): Promise<Set<string>> {
   const unique = [...new Map(credentialIds.map((id) => [idToHex(id), id])).values()];
   if (unique.length === 0) return new Set();
-  const rows = await tx.rows<{ credential_id: Buffer }>(
-    `SELECT c.credential_id FROM ${CREDENTIAL_JOINS}
-      WHERE c.credential_id IN (${placeholders(unique.length)}) AND ${CREDENTIAL_VALID}
-      LOCK IN SHARE MODE`,
-    unique,
-  );
+  const rows = await tx.rows<Pick<CredentialRow, 'credential_id'>>(sql`
+    SELECT c.credential_id FROM ${sql.raw(CREDENTIAL_JOINS)}
+     WHERE c.credential_id IN (${sql.join(unique.map((id) => sql`${id}`), sql`, `)}) AND ${sql.raw(CREDENTIAL_VALID)}
+     ${lockRows('identity', 'share')}`);
   return new Set(rows.map((r) => idToHex(r.credential_id)));
 }
 
@@ -171,14 +163,12 @@ export function isNoLongerValid(error: unknown): error is OrbitError {
 
 /** The precise 401 for a credential whose secret the caller presented; `fallback` if it is valid again. */
 export async function credentialExplainInvalid(db: Queryable, credentialId: IdBytes, fallback: OrbitError): Promise<OrbitError> {
-  const [row] = await db.rows<ValidityFacts>(
-    `SELECT c.revoked_at IS NOT NULL AS revoked,
-            (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
-            n.enabled AS namespace_enabled, a.enabled AS application_enabled
-       FROM ${CREDENTIAL_JOINS}
-      WHERE c.credential_id = ?`,
-    [credentialId],
-  );
+  const [row] = await db.rows<ValidityFacts>(sql`
+    SELECT c.revoked_at IS NOT NULL AS revoked,
+           (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
+           n.enabled AS namespace_enabled, a.enabled AS application_enabled
+      FROM ${sql.raw(CREDENTIAL_JOINS)}
+     WHERE c.credential_id = ${credentialId}`);
   const cause = row ? invalidCause(row) : null;
   return cause === null ? fallback : new OrbitError('UNAUTHENTICATED', cause);
 }

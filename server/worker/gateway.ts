@@ -12,11 +12,14 @@ import type { Principal } from '../domain/principal.ts';
 import { KeyedBatcher } from '../domain/batcher.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
-import { placeholders, type Database } from '../store/database/database.ts';
+import type { Database } from '../store/database/database.ts';
 import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts/attempts.ts';
 import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempts/attempt-results.ts';
 import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempts/attempt-fast-paths.ts';
+import { attemptTakeCancelNotices } from '../store/attempts/cancel-notices.ts';
 import { sessionHeartbeat, sessionMarkClosed } from '../store/attempts/sessions.ts';
+import { attemptClaimGroup, type ClaimOutcome, type ClaimRequest, type ClaimedAttemptInfo } from '../store/attempts/claims.ts';
+import type { SessionInfo } from '../store/attempts/sessions.ts';
 import { WorkerSession } from './session.ts';
 import type { UpgradeEnv } from './upgrade.ts';
 
@@ -53,6 +56,7 @@ export class WorkerGateway {
   private readonly sessions = new Map<string, WorkerSession>();
   private readonly starts: KeyedBatcher<StartItem & KnownAttempt, StartAnswer>;
   private readonly completes: KeyedBatcher<CompleteItem & KnownAttempt, CompleteAnswer>;
+  private readonly claims: KeyedBatcher<ClaimRequest, ClaimOutcome>;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly closing = new Set<Promise<void>>();
 
@@ -94,11 +98,26 @@ export class WorkerGateway {
         }),
       { maxBatch: 128, maxInFlight: 1 },
     );
+    // Claims of one application group-commit too: the claims of every session of this process
+    // that arrive while the previous group runs are decided together, in one transaction
+    // (claims.ts), so more sessions mean larger groups rather than more transactions queueing
+    // on the application row.
+    this.claims = new KeyedBatcher(
+      (_applicationHex, requests) => timed('claim', () => attemptClaimGroup(this.db, requests, this.leaseSeconds)),
+      { maxBatch: 64, maxInFlight: 1 },
+    );
     const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));
     const cancels = setInterval(() => void this.notifyCancellations(), options.cancelPollMs ?? 250);
     heartbeat.unref();
     cancels.unref();
     this.timers.push(heartbeat, cancels);
+  }
+
+  /** A session's claim, decided in its application's next claim group. */
+  async claim(session: SessionInfo, max: number): Promise<ClaimedAttemptInfo[]> {
+    const outcome = await this.claims.submit(idToHex(session.principal.applicationId), { session, max });
+    if (!outcome.ok) throw outcome.error;
+    return outcome.claimed;
   }
 
   /** Set once the Node WebSocket adapter exists (it needs the Hono app, which needs this gateway). */
@@ -182,13 +201,7 @@ export class WorkerGateway {
     this.notifying = true;
     try {
       const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
-      const rows = await this.db.rows<{ attempt_id: Buffer; session_id: Buffer }>(
-        `SELECT a.attempt_id, a.session_id FROM orbit_attempts a JOIN orbit_tasks t ON t.task_id = a.task_id
-          WHERE a.session_id IN (${placeholders(ids.length)}) AND a.state = 'RUNNING' AND a.cancel_notified = 0 AND t.cancel_requested = 1`,
-        ids,
-      );
-      if (rows.length === 0) return;
-      await this.db.exec(`UPDATE orbit_attempts SET cancel_notified = 1 WHERE attempt_id IN (${placeholders(rows.length)})`, rows.map((r) => r.attempt_id));
+      const rows = await attemptTakeCancelNotices(this.db, ids);
       for (const row of rows) this.sessions.get(idToHex(row.session_id))?.send({ type: 'cancel_requested', attempt_id: idToHex(row.attempt_id) });
     } catch (error) {
       this.log.warn({ err: error }, 'cancel notification round failed');

@@ -9,7 +9,6 @@ import { OrbitError } from '../errors.ts';
 import { idToHex, hexToId } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { toCallerError, toOrbitError } from '../failures.ts';
-import { attemptClaimBatch } from '../store/attempts/claims.ts';
 import { attemptRenew, type AttemptRef } from '../store/attempts/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempts/attempt-results.ts';
 import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
@@ -111,8 +110,7 @@ export class WorkerSession {
 
   private async onClaim(frame: ClaimFrame): Promise<void> {
     const info = this.requireInfo();
-    const end = this.gateway.metrics.transactionSeconds.startTimer({ operation: 'claim' });
-    const claimed = await attemptClaimBatch(this.gateway.db, { session: info, max: frame.max, leaseSeconds: this.gateway.leaseSeconds }).finally(end);
+    const claimed = await this.gateway.claim(info, frame.max);
     const now = Date.now();
     for (const c of claimed) {
       this.held.set(idToHex(c.attemptId), {

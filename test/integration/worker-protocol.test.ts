@@ -23,7 +23,7 @@ describe('worker protocol', () => {
 
   before(async () => {
     t = await freshDatabase('worker');
-    tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio'], resourceAccess: true });
+    tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio', 'shared', 'shared-keyed'], resourceAccess: true });
     server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
@@ -360,6 +360,44 @@ describe('worker protocol', () => {
     assert.equal(next.length, 1);
     assert.equal(next[0].resource_key, 'customer-1');
     await k.close();
+  });
+
+  test('claims that arrive together share scarce room: each waiting node gets its fair share, the total never exceeds the limit', async () => {
+    for (let i = 0; i < 12; i++) await submit('shared');
+    // Three nodes wait for room first (the queue has none), so all three count as waiting.
+    await configureQueue('shared', { max_concurrency: 1 });
+    const holder = await open(['shared'], 1, 'node-holder');
+    assert.equal((await claim(holder, 1)).length, 1);
+    const sessions = await Promise.all(['node-a', 'node-b', 'node-c'].map((node) => open(['shared'], 10, node)));
+    for (const s of sessions) assert.deepEqual(await claim(s, 10), [], 'no room yet');
+    // Room for 6 more: claimed at the same moment, decided in one group or several, each node
+    // takes ceil(6 / 3) = 2 and together they take exactly the room.
+    await configureQueue('shared', { max_concurrency: 7 });
+    const granted = await Promise.all(sessions.map((s) => claim(s, 10)));
+    assert.deepEqual(granted.map((g) => g.length), [2, 2, 2]);
+    assert.equal(new Set(granted.flat().map((a) => a.task_id)).size, 6, 'no task reserved twice');
+    assert.equal((await queue('shared')).active_attempts, '7');
+    // Released, the reservations are room again.
+    for (const [i, s] of sessions.entries()) for (const a of granted[i] as any[]) await s.request({ type: 'release', attempt_id: a.attempt_id });
+    const [a, b] = sessions as [RawSession, RawSession];
+    const again = await Promise.all([claim(a, 10), claim(b, 10), claim(a, 10)]);
+    assert.ok(again.flat().length <= 6, 'never more than the room');
+    assert.equal(new Set(again.flat().map((x) => x.task_id)).size, again.flat().length);
+    for (const s of [...sessions, holder]) await s.close();
+    await waitFor(async () => ((await queue('shared')).active_attempts === '0' ? true : null), 3000);
+  });
+
+  test('claims of several sessions in one group: keyed permits and session capacity hold across the group', async () => {
+    await configureQueue('shared-keyed', { key_concurrency: 1 });
+    for (let i = 0; i < 4; i++) await submit('shared-keyed', { resource_key: 'k1' });
+    for (let i = 0; i < 2; i++) await submit('shared-keyed', { resource_key: 'k2' });
+    await submit('shared-keyed');
+    const sessions = await Promise.all(['g1', 'g2', 'g3'].map((node) => open(['shared-keyed'], 2, node)));
+    const granted = (await Promise.all(sessions.map((s) => claim(s, 5)))).flat();
+    // One attempt per key at a time, whichever session got it; the unkeyed task too.
+    assert.deepEqual(granted.map((x) => x.resource_key ?? '-').sort(), ['-', 'k1', 'k2']);
+    for (const s of sessions) await s.close();
+    await waitFor(async () => ((await queue('shared-keyed')).active_attempts === '0' ? true : null), 3000);
   });
 
   test('lowering concurrency below usage stops new claims; running attempts keep their lease', async () => {

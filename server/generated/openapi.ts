@@ -417,7 +417,11 @@ export interface components {
         };
         /** @enum {string} */
         TaskState: "WAITING" | "LEASED" | "RUNNING" | "NEEDS_REVIEW" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "EXPIRED";
-        /** @enum {string} */
+        /**
+         * @description What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the
+         *     default) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.
+         * @enum {string}
+         */
         OnUnknownOutcome: "retry" | "review";
         Task: {
             task_id: components["schemas"]["Id"];

@@ -2933,7 +2933,7 @@ const schema94 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\
 const schema95 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
 const schema96 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
 const schema97 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
-const schema98 = {"type":"string","enum":["retry","review"]};
+const schema98 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
 const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){

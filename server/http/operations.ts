@@ -141,6 +141,46 @@ async function readAtMost(stream: ReadableStream<Uint8Array> | null, limit: numb
   return out;
 }
 
+/** How much of a refused body is read and thrown away so that its sender can read the answer. */
+const DISCARD_BYTES = 16 * 1024 * 1024;
+/** Discarding stops when nothing arrives for this long (a body left open, a trickle). */
+const DISCARD_IDLE_MS = 500;
+
+/**
+ * Reads what is left of a refused body and throws it away; true when it ended within
+ * DISCARD_BYTES (and `declared`, its Content-Length, did not already say it is longer) with no
+ * pause longer than DISCARD_IDLE_MS.
+ */
+async function discardRest(stream: ReadableStream<Uint8Array> | null, declared: number): Promise<boolean> {
+  if (stream === null) return true;
+  if (declared > DISCARD_BYTES || stream.locked) return false;
+  const reader = stream.getReader();
+  let size = 0;
+  let timer: NodeJS.Timeout | undefined;
+  const idle = () => new Promise<'idle'>((resolve) => (timer = setTimeout(() => resolve('idle'), DISCARD_IDLE_MS)));
+  try {
+    for (;;) {
+      const read = reader.read();
+      read.catch(() => {}); // a read left pending after an idle stop may reject when the connection closes
+      const next = await Promise.race([read, idle()]);
+      clearTimeout(timer);
+      if (next === 'idle') return false;
+      if (next.done) return true;
+      size += next.value.byteLength;
+      if (size > DISCARD_BYTES) return false;
+    }
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+    try {
+      reader.releaseLock();
+    } catch {
+      // A read still pending (after an idle stop): the connection's close ends it.
+    }
+  }
+}
+
 /** The body as strict JSON, read no further than `limit` bytes (the route's `maxBodyBytes`, from openapi.yaml). */
 async function readBody(c: Context, limit: number): Promise<unknown> {
   const contentType = c.req.header('Content-Type');
@@ -157,10 +197,14 @@ async function readBody(c: Context, limit: number): Promise<unknown> {
     // (A Request built in-process, as tests do with app.request(), is not held to its header.)
     if (buffer.byteLength > limit) throw bodyTooLarge(limit);
   } catch (error) {
-    // Body bytes may be left unread: close the connection after answering, so they are not
-    // taken for the next request.
-    c.header('Connection', 'close');
-    if (error instanceof OrbitError) throw error;
+    const refusal = error instanceof OrbitError ? error : undefined;
+    // A refused body may be only partly read. A client that is still sending cannot read the
+    // answer if the connection closes under it (it gets EPIPE instead of the 400), so the rest
+    // is read and thrown away - up to DISCARD_BYTES; beyond that, or when the body cannot be
+    // read, the connection closes after the answer, so the leftover bytes are never taken for
+    // the next request.
+    if (!(refusal && (await discardRest(c.req.raw.body, declared)))) c.header('Connection', 'close');
+    if (refusal) throw refusal;
     // The client went away (or broke the stream) mid-body: its problem, not the database's.
     throw invalidArgument('body', 'could not be read to its end (the client closed or broke the request)', 'body');
   }

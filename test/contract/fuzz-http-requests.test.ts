@@ -27,7 +27,7 @@ import { createCredential, createTenant, type TestTenant } from '../helpers/tena
 import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { FUZZ_SEED, LogCapture, assertNever5xx, assertRefused, dbFingerprint, fieldNames, nastyString, runProperty, sendRaw, summarize } from '../helpers/fuzz-common.ts';
-import { parameterVerdict } from '../helpers/fuzz-spec.ts';
+import { bodyVerdict, parameterVerdict } from '../helpers/fuzz-spec.ts';
 import { operations, type SpecOperation } from './spec-validator.ts';
 import { ALL_ACTIONS } from '../../server/domain/actions.ts';
 
@@ -37,6 +37,8 @@ const HEX = /^[0-9a-f]{32}$/;
 /** Invalid on purpose for each POST route, so a path that passes ends in a body 400 and nothing is written. */
 const REFUSED_BODY: Record<string, string> = {
   submitTask: '{"payload":{},"priority":99}',
+  // An empty batch is refused as a whole (an invalid item would only be refused in its result, with 200).
+  submitTasks: '{"tasks":[]}',
   configureQueue: '{"expected_revision":"0"}',
   cancelTask: '{"reason":""}',
   resolveTask: '{"outcome":"nope","reason":"x"}',
@@ -111,13 +113,20 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   }
 
   const authorized = (extra: Record<string, string> = {}) => ({ Authorization: `Bearer ${token}`, ...extra });
-  const postHeaders = () => authorized({ 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() });
+  const postHeaders = (): Record<string, string> => authorized({ 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() });
 
   /** The request for an operation with its one path parameter set to `encoded` (already in path form). */
   function requestFor(op: SpecOperation, encoded: string): { path: string; headers: Record<string, string>; body?: string } {
     const name = op.parameters.find((p) => p.in === 'path')?.name as string;
     const path = op.path.replace(`{${name}}`, encoded);
-    if (op.method === 'POST') return { path, headers: postHeaders(), body: REFUSED_BODY[op.operationId] };
+    if (op.method === 'POST') {
+      const body = REFUSED_BODY[op.operationId];
+      assert.ok(body !== undefined, `no REFUSED_BODY for ${op.operationId}: add one`);
+      // Only operations that declare it get an Idempotency-Key (a bulk submit has none: each item carries its key).
+      const headers = postHeaders();
+      if (!op.parameters.some((p) => p.in === 'header' && p.name === 'Idempotency-Key')) delete headers['Idempotency-Key'];
+      return { path, headers, body };
+    }
     return { path, headers: authorized() };
   }
 
@@ -141,6 +150,12 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     if (op.operationId === 'getQueue') assert.equal(response.body.data.queue, value, `${where}: answered for another queue`);
     if (op.operationId === 'getTask') assert.equal(response.body.data.task_id, value, `${where}: answered for another task`);
   }
+
+  test('every operation with a body has a REFUSED_BODY here, and openapi.yaml refuses each as a whole', () => {
+    const withBody = operations.filter((op) => op.requestSchema !== null).map((op) => op.operationId);
+    assert.deepEqual(Object.keys(REFUSED_BODY).sort(), [...withBody].sort());
+    for (const id of withBody) assert.equal(bodyVerdict(id, JSON.parse(REFUSED_BODY[id] as string)).valid, false, `${id}: its REFUSED_BODY is valid per openapi.yaml`);
+  });
 
   // -------------------------------------------------------------------------------------------
   // Path parameters
@@ -344,7 +359,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const separator = fc.constantFrom(' ', '  ', '\t', '', ' \t ');
     await runProperty(
       'Authorization header',
-      fc.record({ absent: fc.constantFrom(false, false, false, false, true), scheme, separator, token: tokenVariant, trailing: fc.constantFrom('', ' ', '\t', ' x'), write: fc.boolean() }),
+      fc.record({ absent: fc.constantFrom(false, false, false, false, true), scheme, separator, token: tokenVariant, trailing: fc.constantFrom('', ' ', '\t', ' x'), write: fc.constantFrom(false, true, 'bulk' as const) }),
       async ({ absent, scheme: s, separator: sep, token: variant, trailing, write }) => {
         const [prefix, idHex, secret] = /^orbit_([0-9a-f]{32})_(.*)$/.exec(token) as unknown as [string, string, string];
         void prefix;
@@ -363,12 +378,18 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const header = `${s}${sep}${presented}${trailing}`;
         // Exactly the credential: the scheme in any case, spaces or tabs before it, optional whitespace after.
         const valid = !absent && /^bearer$/i.test(s) && sep.length > 0 && presented === token && /^[ \t]*$/.test(trailing);
-        const where = `${absent ? 'no Authorization' : `Authorization ${summarize(header, 160)}`}${write ? ' on submitTask' : ' on getApplicationResources'}`;
+        const where = `${absent ? 'no Authorization' : `Authorization ${summarize(header, 160)}`}${write === 'bulk' ? ' on submitTasks' : write ? ' on submitTask' : ' on getApplicationResources'}`;
         const headers: Record<string, string> = absent ? {} : { Authorization: header };
-        const response = write
-          ? await exchange(where, 'POST', '/v1/queues/fuzz/tasks', { ...headers, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() }, '{"payload":{"auth":true}}')
-          : await exchange(where, 'GET', '/v1/application/resources', headers);
-        if (valid) assert.equal(response.status, 200, `${where}: the real credential was refused: ${response.text.slice(0, 300)}`);
+        const response =
+          write === 'bulk'
+            ? await exchange(where, 'POST', '/v1/queues/fuzz/tasks:batch', { ...headers, 'Content-Type': 'application/json' }, JSON.stringify({ tasks: [{ idempotency_key: freshKey(), payload: { auth: true } }] }))
+            : write
+              ? await exchange(where, 'POST', '/v1/queues/fuzz/tasks', { ...headers, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() }, '{"payload":{"auth":true}}')
+              : await exchange(where, 'GET', '/v1/application/resources', headers);
+        if (valid) {
+          assert.equal(response.status, 200, `${where}: the real credential was refused: ${response.text.slice(0, 300)}`);
+          if (write === 'bulk') assert.equal(response.body.data.results[0].status, 'accepted', `${where}: ${response.text.slice(0, 300)}`);
+        }
         else {
           assertRefused(response, where, { status: 401, code: 'UNAUTHENTICATED' }, log);
           assert.doesNotMatch(response.body.error.message, /revoked|expired|disabled/, `${where}: a 401 without the right secret must not say why the credential is not valid`);

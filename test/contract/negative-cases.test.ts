@@ -7,16 +7,24 @@
  *                  JSON text); wrong type; integers min-1 / max+1; strings maxLength+1; a value
  *                  outside an enum or pattern (picked from candidates and checked with Ajv)
  *   per object:    an unknown field
+ *   per array:     minItems-1 / maxItems+1 items, an item of the wrong type
  *   per operation: non-JSON body, `null` / array body, wrong / missing Content-Type, an
- *                  undeclared query parameter, a missing Idempotency-Key, one of 129 characters
- *                  and one containing a space
+ *                  undeclared query parameter, a body one byte over the operation's limit
+ *                  (`x-orbit-max-body-bytes`, else 1 MiB), a missing Idempotency-Key, one of
+ *                  129 characters and one containing a space (when the operation declares it)
+ *   bulk items:    the items of a bulk body (submitTasks: "each a `SubmitTaskItem`") get the
+ *                  per-field cases of their own schema; a body valid as a whole is 200 and
+ *                  each bad item is refused in its own result naming `tasks[i].<field>`, while
+ *                  a duplicate key inside an item is the whole body's 400
  *
  * Every case must answer 400 INVALID_ARGUMENT naming the offending field (or header / query
  * parameter) in `error.details.field`, match the spec's error schema, and change nothing: the
  * row count of every orbit_ table and the application's resources row are compared before and
  * after all of them. Then the accepted side: integers exactly at min and max, strings exactly at
- * maxLength are never 400 (200, or 409 for a business reason), and nulls and unknown keys inside
- * user data (`payload`, `result`, `error`) are accepted and come back unchanged.
+ * maxLength, arrays of exactly maxItems, bodies of exactly the byte limit are never 400 (200, or
+ * 409 for a business reason; bulk items each accepted, valid and invalid ones mixed in order),
+ * and nulls and unknown keys inside user data (`payload`, `result`, `error`) are accepted and
+ * come back unchanged.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -71,6 +79,23 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject }> = {
       on_unknown_outcome: 'retry',
     },
   },
+  submitTasks: {
+    path: `/v1/queues/{queue}/tasks:batch`,
+    body: {
+      tasks: [
+        {
+          idempotency_key: 'neg-item',
+          payload: { order: 1, lines: [{ sku: 'A-1', qty: 2 }] },
+          priority: 5,
+          resource_key: 'customer-1',
+          max_attempts: 3,
+          deadline_seconds: 86400,
+          delay_seconds: 0,
+          on_unknown_outcome: 'retry',
+        },
+      ],
+    },
+  },
   cancelTask: { path: '/v1/tasks/{task_id}:cancel', body: { reason: '负例测试取消' } },
   resolveTask: {
     path: '/v1/tasks/{task_id}:resolve',
@@ -83,7 +108,8 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject }> = {
  * accepted side. Returns the field the server must name, or null.
  */
 function crossFieldViolation(operationId: string, body: JsonObject): string | null {
-  if (operationId === 'submitTask') {
+  // A single submit and each item of a bulk submit (submitTasks' items are checked on their own).
+  if (operationId === 'submitTask' || operationId === 'submitTasks item') {
     // "delay_seconds … must be less than deadline_seconds"
     const delay = (body.delay_seconds as number | undefined) ?? 0;
     const deadline = (body.deadline_seconds as number | undefined) ?? 86400;
@@ -199,22 +225,33 @@ interface AcceptedCase {
   operationId: string;
   name: string;
   body: JsonObject;
+  /** Send the body padded with whitespace to exactly this many bytes. */
+  padTo?: number;
 }
 
-function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: AcceptedCase[] } {
-  const example = VALID_EXAMPLES[op.operationId];
-  assert.ok(example, `openapi.yaml has a request body for ${op.operationId} but this test has no valid example: add one to VALID_EXAMPLES`);
-  const schema = op.requestSchema as JsonSchema;
-  const base = example.body;
-  const negative: NegativeCase[] = [];
-  const accepted: AcceptedCase[] = [];
-  const json = (name: string, field: string, value: JsonObject | Json) =>
-    negative.push({ operationId: op.operationId, name, field, value, query: '', text: JSON.stringify(value), contentType: 'application/json' });
+/** A case of one object against its schema: `value` is the object (null when only `text` can say it, e.g. duplicate keys). */
+interface ObjectCase {
+  name: string;
+  /** The field `error.details.field` must name, from the object's root. */
+  field: string;
+  value: Json | null;
+  text: string;
+}
+
+/**
+ * The per-field and per-object cases of `base` (valid) against `schema`: refused ones (`negative`)
+ * and boundary values that are valid (`accepted`). Used for request bodies and for the items of
+ * a bulk body (validated one by one).
+ */
+function objectCases(schema: JsonSchema, base: JsonObject, label: string): { negative: ObjectCase[]; accepted: Array<{ name: string; body: JsonObject }> } {
+  const negative: ObjectCase[] = [];
+  const accepted: Array<{ name: string; body: JsonObject }> = [];
+  const json = (name: string, field: string, value: JsonObject | Json) => negative.push({ name, field, value, text: JSON.stringify(value) });
 
   for (const field of fieldsOf(schema)) {
     const where = show(field.path);
     const present = getAt(base, field.path) !== undefined;
-    assert.ok(present, `${op.operationId}: the valid example lacks ${where}; add it so the field gets its cases`);
+    assert.ok(present, `${label}: the valid example lacks ${where}; add it so the field gets its cases`);
     const type = field.schema.type as string | undefined;
     const userData = type === undefined; // JsonValue: any JSON, null included
 
@@ -224,15 +261,7 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
     for (const wrongCase of new Set([upperFirst(name), name.toUpperCase()])) {
       json(`${where} spelled ${wrongCase}`, show([...field.path.slice(0, -1), wrongCase]), renamed(base, field.path, wrongCase));
     }
-    negative.push({
-      operationId: op.operationId,
-      name: `${where} duplicated`,
-      field: where,
-      value: null,
-      query: '',
-      text: withDuplicateKey(base, field.path),
-      contentType: 'application/json',
-    });
+    negative.push({ name: `${where} duplicated`, field: where, value: null, text: withDuplicateKey(base, field.path) });
 
     // Wrong types.
     const wrongTypes: Record<string, Json[]> = {
@@ -251,11 +280,33 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
       const max = field.schema.maximum as number | undefined;
       if (min !== undefined) {
         json(`${where} = min-1 (${min - 1})`, where, withValue(base, field.path, min - 1));
-        accepted.push({ operationId: op.operationId, name: `${where} = min (${min})`, body: withValue(base, field.path, min) });
+        accepted.push({ name: `${where} = min (${min})`, body: withValue(base, field.path, min) });
       }
       if (max !== undefined) {
         json(`${where} = max+1 (${max + 1})`, where, withValue(base, field.path, max + 1));
-        accepted.push({ operationId: op.operationId, name: `${where} = max (${max})`, body: withValue(base, field.path, max) });
+        accepted.push({ name: `${where} = max (${max})`, body: withValue(base, field.path, max) });
+      }
+    }
+
+    // Array sizes and items of the wrong type (the element's own fields are another schema's business).
+    if (type === 'array') {
+      const list = getAt(base, field.path) as Json[];
+      const element = list[0] as Json;
+      const minItems = field.schema.minItems as number | undefined;
+      const maxItems = field.schema.maxItems as number | undefined;
+      if (minItems !== undefined && minItems > 0) {
+        json(`${where} of minItems-1 (${minItems - 1}) items`, where, withValue(base, field.path, list.slice(0, minItems - 1)));
+        accepted.push({ name: `${where} of minItems (${minItems}) items`, body: withValue(base, field.path, Array.from({ length: minItems }, () => clone(element))) });
+      }
+      if (maxItems !== undefined) {
+        json(`${where} of maxItems+1 (${maxItems + 1}) items`, where, withValue(base, field.path, Array.from({ length: maxItems + 1 }, () => clone(element))));
+        accepted.push({ name: `${where} of maxItems (${maxItems}) items`, body: withValue(base, field.path, Array.from({ length: maxItems }, () => clone(element))) });
+      }
+      const itemSchema = field.schema.items as JsonSchema | undefined;
+      if (itemSchema?.type !== undefined) {
+        for (const wrong of [null, 1, 'x', true, [], {}] as Json[]) {
+          if (!specAccepts(itemSchema, wrong)) json(`${where}[0] = ${JSON.stringify(wrong)} (not ${String(itemSchema.type)})`, `${where}[0]`, withValue(base, field.path, [wrong, ...list.slice(1)]));
+        }
       }
     }
 
@@ -268,7 +319,7 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
         return { s: 'é'.repeat(twoByte) + 'x'.repeat(content - 2 * twoByte) };
       };
       json(`${where} of ${maxBytes + 1} bytes as JSON`, where, withValue(base, field.path, sized(maxBytes + 1)));
-      accepted.push({ operationId: op.operationId, name: `${where} of exactly ${maxBytes} bytes as JSON`, body: withValue(base, field.path, sized(maxBytes)) });
+      accepted.push({ name: `${where} of exactly ${maxBytes} bytes as JSON`, body: withValue(base, field.path, sized(maxBytes)) });
     }
 
     // String lengths, enums, patterns.
@@ -277,16 +328,16 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
       const minLength = field.schema.minLength as number | undefined;
       if (maxLength !== undefined) {
         json(`${where} of maxLength+1 (${maxLength + 1}) characters`, where, withValue(base, field.path, 'x'.repeat(maxLength + 1)));
-        accepted.push({ operationId: op.operationId, name: `${where} of maxLength (${maxLength}) characters`, body: withValue(base, field.path, 'x'.repeat(maxLength)) });
+        accepted.push({ name: `${where} of maxLength (${maxLength}) characters`, body: withValue(base, field.path, 'x'.repeat(maxLength)) });
       }
       if (minLength !== undefined && minLength > 0) json(`${where} of minLength-1 (${minLength - 1}) characters`, where, withValue(base, field.path, 'x'.repeat(minLength - 1)));
       if (Array.isArray(field.schema.enum)) json(`${where} outside its enum`, where, withValue(base, field.path, 'not-a-member'));
       if (typeof field.schema.pattern === 'string') {
         // Every candidate the field's pattern refuses (checked with Ajv, so the case is really invalid).
-        const candidates = ['0', '01', '-1', 'UPPER', 'a b', ' ', '\t', '\u3000'].filter(
+        const candidates = ['0', '01', '-1', 'UPPER', 'a b', ' ', '\t', '\u3000', '', 'clé', 'k'.repeat(129)].filter(
           (c) => c.length >= (minLength ?? 0) && (maxLength === undefined || c.length <= maxLength) && !specAccepts(schema, withValue(base, field.path, c)),
         );
-        for (const candidate of candidates) json(`${where} = ${JSON.stringify(candidate)} (against its pattern)`, where, withValue(base, field.path, candidate));
+        for (const candidate of candidates) json(`${where} = ${JSON.stringify(candidate).slice(0, 24)} (against its pattern)`, where, withValue(base, field.path, candidate));
       }
     }
   }
@@ -294,6 +345,42 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
   for (const objectPath of objectsOf(schema)) {
     const unknown = [...objectPath, 'unknown_field'];
     json(`unknown field ${show(unknown)}`, show(unknown), withValue(base, unknown, 1));
+  }
+  return { negative, accepted };
+}
+
+/** The items of a bulk body, each checked on its own: refused ones and boundary values, named from the body's root (`tasks[i].priority`). */
+interface ItemCases {
+  array: string;
+  negative: ObjectCase[];
+  accepted: Array<{ name: string; body: JsonObject }>;
+}
+
+const declaresIdempotencyKey = (op: SpecOperation) => op.parameters.some((p) => p.in === 'header' && p.name.toLowerCase() === 'idempotency-key');
+
+function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: AcceptedCase[]; items: ItemCases | null } {
+  const example = VALID_EXAMPLES[op.operationId];
+  assert.ok(example, `openapi.yaml has a request body for ${op.operationId} but this test has no valid example: add one to VALID_EXAMPLES`);
+  const schema = op.requestSchema as JsonSchema;
+  const base = example.body;
+  const negative: NegativeCase[] = [];
+  const accepted: AcceptedCase[] = [];
+  const cases = objectCases(schema, base, op.operationId);
+  for (const c of cases.negative) negative.push({ operationId: op.operationId, name: c.name, field: c.field, value: c.value, query: '', text: c.text, contentType: 'application/json' });
+  for (const c of cases.accepted) accepted.push({ operationId: op.operationId, ...c });
+
+  // A bulk body: its items are another schema, checked one by one (each refused in its own result).
+  let items: ItemCases | null = null;
+  if (op.bulkItems) {
+    const { array, schema: itemSchema, schemaName } = op.bulkItems;
+    const baseItem = (base[array] as JsonObject[])[0] as JsonObject;
+    const itemCases = objectCases(itemSchema, baseItem, `${op.operationId} ${array}[0] (${schemaName})`);
+    const inArray = (field: string) => (field.startsWith('[') ? `${array}[0]${field}` : `${array}[0].${field}`);
+    // A duplicate key is the document's ambiguity, not the item's: the whole body is 400, naming where.
+    for (const c of itemCases.negative.filter((c) => c.value === null)) {
+      negative.push({ operationId: op.operationId, name: `${array}[0]: ${c.name}`, field: inArray(c.field), value: null, query: '', text: `{${JSON.stringify(array)}:[${c.text}]}`, contentType: 'application/json' });
+    }
+    items = { array, negative: itemCases.negative.filter((c) => c.value !== null), accepted: itemCases.accepted };
   }
 
   // Per operation: the body as a whole, the headers and the query.
@@ -307,28 +394,43 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
   raw('Content-Type application/x-www-form-urlencoded', 'Content-Type', { contentType: 'application/x-www-form-urlencoded' });
   raw('no Content-Type', 'Content-Type', { contentType: null });
   raw('undeclared query parameter', 'dry_run', { query: '?dry_run=1' });
+  // The operation's byte limit (x-orbit-max-body-bytes, else 1 MiB): one byte more is 400 `body`, exactly the limit is not refused for size.
+  const limit = op.maxBodyBytes as number;
+  const text = JSON.stringify(base);
+  raw(`body of ${limit + 1} bytes (the limit plus one, valid JSON padded with spaces)`, 'body', { text: text + ' '.repeat(limit + 1 - Buffer.byteLength(text)) });
+  accepted.push({ operationId: op.operationId, name: `a body of exactly ${limit} bytes (the limit, padded with spaces)`, body: base, padTo: limit });
   const idempotency = op.parameters.find((p) => p.in === 'header' && p.name.toLowerCase() === 'idempotency-key');
-  assert.ok(idempotency?.required, `${op.operationId} has a body but no required Idempotency-Key header in openapi.yaml`);
-  raw('no Idempotency-Key', idempotency.name, { key: null });
-  raw('Idempotency-Key of 129 characters', idempotency.name, { key: 'k'.repeat(129) });
-  raw('Idempotency-Key with a space', idempotency.name, { key: 'has space' });
-  raw('Idempotency-Key with a non-ASCII character', idempotency.name, { key: 'clé' });
+  if (idempotency) {
+    assert.ok(idempotency.required, `${op.operationId}: its Idempotency-Key header must be required`);
+    raw('no Idempotency-Key', idempotency.name, { key: null });
+    raw('Idempotency-Key of 129 characters', idempotency.name, { key: 'k'.repeat(129) });
+    raw('Idempotency-Key with a space', idempotency.name, { key: 'has space' });
+    raw('Idempotency-Key with a non-ASCII character', idempotency.name, { key: 'clé' });
+  } else {
+    // No header: then every item carries its own required key (a bulk body).
+    const itemSchema = op.bulkItems?.schema;
+    assert.ok(
+      itemSchema && ((itemSchema.required ?? []) as string[]).includes('idempotency_key'),
+      `${op.operationId} has a body but neither a required Idempotency-Key header nor a required idempotency_key per item in openapi.yaml`,
+    );
+  }
 
-  return { negative, accepted };
+  return { negative, accepted, items };
 }
 
 /** Operations in the order their accepted cases run: submissions before anything that lowers limits. */
-const ORDER = ['submitTask', 'cancelTask', 'resolveTask', 'createQueue', 'configureQueue', 'configureApplicationResources'];
+const ORDER = ['submitTask', 'submitTasks', 'cancelTask', 'resolveTask', 'createQueue', 'configureQueue', 'configureApplicationResources'];
 const bodyOperations = operations
   .filter((op) => op.requestSchema !== null)
   .sort((a, b) => (ORDER.indexOf(a.operationId) + 1 || 99) - (ORDER.indexOf(b.operationId) + 1 || 99));
 const generated = bodyOperations.map((op) => ({ op, ...generate(op) }));
 const negativeCount = generated.reduce((n, g) => n + g.negative.length, 0);
 const acceptedCount = generated.reduce((n, g) => n + g.accepted.length, 0);
+const itemCount = generated.reduce((n, g) => n + (g.items ? g.items.negative.length + g.items.accepted.length : 0), 0);
 
 // ---------------------------------------------------------------------------------------------
 
-describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acceptedCount} boundary cases from openapi.yaml`, () => {
+describe(`contract: strict input, ${negativeCount} generated 400 cases, ${acceptedCount} boundary cases and ${itemCount} bulk item cases from openapi.yaml`, () => {
   let t: TestDatabase;
   let api: Awaited<ReturnType<typeof testApp>>;
   let tenant: TestTenant;
@@ -398,6 +500,46 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acc
     assert.equal(response.headers.get('x-request-id'), response.body.request_id, `${where}: X-Request-Id`);
   }
 
+  /** An item with the example's key gets a fresh one (so results can be told apart); items about the key keep theirs. */
+  function withFreshKey(item: Json): Json {
+    if (item === null || typeof item !== 'object' || Array.isArray(item) || item.idempotency_key !== 'neg-item') return item;
+    return { ...item, idempotency_key: freshKey() };
+  }
+  const itemField = (array: string, i: number, field: string) => (field.startsWith('[') ? `${array}[${i}]${field}` : `${array}[${i}].${field}`);
+
+  /**
+   * A bulk answer: 200 matching the spec, one result per item in order with the item's key,
+   * the tallies right; each item refused with INVALID_ARGUMENT naming exactly the expected
+   * field (location body, no task), or accepted with a task of the queue holding its payload.
+   */
+  function checkItemResults(operationId: string, response: TestResponse, array: string, sent: Json[], expected: Array<{ refused: string } | { accepted: true }>): void {
+    const where = `${operationId}`;
+    assert.equal(response.status, 200, `${where}: a body valid as a whole is 200 whatever its items are: ${response.text.slice(0, 500)}`);
+    assertMatchesSpec(operationId, 200, response.body);
+    assert.equal(response.headers.get('x-request-id'), response.body.request_id, `${where}: X-Request-Id`);
+    const results = response.body.data.results as Array<Record<string, any>>;
+    assert.equal(results.length, sent.length, `${where}: one result per item`);
+    const count = (status: string) => results.filter((r) => r.status === status).length;
+    assert.deepEqual([response.body.data.accepted, response.body.data.replayed, response.body.data.refused], [count('accepted'), count('replayed'), count('refused')], `${where}: tallies`);
+    expected.forEach((e, i) => {
+      const item = sent[i] as JsonObject;
+      const result = results[i] as Record<string, any>;
+      const at = `${where}: ${array}[${i}] ${JSON.stringify(item).slice(0, 200)} → ${JSON.stringify(result).slice(0, 300)}`;
+      assert.equal(result.idempotency_key, typeof item.idempotency_key === 'string' ? item.idempotency_key : '', `${at}: the result carries the item's key`);
+      if ('refused' in e) {
+        assert.equal(result.status, 'refused', at);
+        assert.equal(result.error?.code, 'INVALID_ARGUMENT', at);
+        assert.equal(result.error.details?.field, e.refused, `${at}: error.details.field must name ${e.refused}`);
+        assert.equal(result.error.details?.location, 'body', `${at}: error.details.location`);
+        assert.equal(result.task, undefined, `${at}: a refused item has no task`);
+      } else {
+        assert.equal(result.status, 'accepted', at);
+        assert.equal(result.task?.queue, NEG_QUEUE, at);
+        assert.deepEqual(result.task.payload, item.payload, `${at}: the task's payload`);
+      }
+    });
+  }
+
   before(async () => {
     t = await freshDatabase('negative');
     api = await testApp(t.db);
@@ -433,6 +575,17 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acc
     for (const { op, accepted } of generated) {
       for (const c of accepted) assert.ok(specAccepts(op.requestSchema as JsonSchema, c.body), `${op.operationId}: ${c.name} should be valid per openapi.yaml`);
     }
+    // Bulk items: the refused ones are refused by the item schema itself, the boundary ones valid, and every item case sits in a body valid as a whole.
+    for (const { op, items } of generated) {
+      if (!items || !op.bulkItems) continue;
+      for (const c of items.negative) {
+        assert.equal(specAccepts(op.bulkItems.schema, c.value), false, `${op.operationId}: item case ${c.name} is valid per ${op.bulkItems.schemaName}; the generator is wrong`);
+        assert.ok(specAccepts(op.requestSchema as JsonSchema, { [items.array]: [c.value] }), `${op.operationId}: item case ${c.name} makes the whole body invalid`);
+      }
+      for (const c of items.accepted) assert.ok(specAccepts(op.bulkItems.schema, c.body), `${op.operationId}: item case ${c.name} should be valid per ${op.bulkItems.schemaName}`);
+      assert.ok(items.negative.length > 40, `${op.operationId}: only ${items.negative.length} item cases generated`);
+    }
+    assert.ok(generated.some((g) => g.items !== null), 'no bulk operation found in openapi.yaml (an array described as "each a `Schema`")');
     assert.ok(negativeCount > 100, `only ${negativeCount} cases generated`);
   });
 
@@ -440,16 +593,23 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acc
     snapshotBefore = await snapshot();
   });
 
-  for (const { op, negative } of generated) {
+  for (const { op, negative, items } of generated) {
     describe(`${op.operationId} (${op.method} ${op.path}): ${negative.length} cases answer 400 naming the field`, () => {
       for (const c of negative) {
         test(c.name, async () => {
           const headers: Record<string, string> = {};
           if (c.contentType !== null) headers['Content-Type'] = c.contentType;
-          const key = c.key === undefined ? freshKey() : c.key;
+          const key = c.key === undefined ? (declaresIdempotencyKey(op) ? freshKey() : null) : c.key;
           headers.Authorization = `Bearer ${token}`;
           if (key !== null) headers['Idempotency-Key'] = key;
           checkError(c, await send(op.method, `${pathFor(op.operationId)}${c.query}`, headers, c.text));
+        });
+      }
+      if (items) {
+        test(`${items.negative.length} invalid items in one body: 200, each refused in its own result with INVALID_ARGUMENT naming ${items.array}[i].<field>, in order`, async () => {
+          const sent = items.negative.map((c) => withFreshKey(c.value as Json));
+          const response = await send(op.method, pathFor(op.operationId), { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` }, JSON.stringify({ [items.array]: sent }));
+          checkItemResults(op.operationId, response, items.array, sent, items.negative.map((c, i) => ({ refused: itemField(items.array, i, c.field) })));
         });
       }
     });
@@ -490,12 +650,13 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acc
     assert.deepEqual(await snapshot(), before);
   });
 
-  for (const { op, accepted } of generated) {
+  for (const { op, accepted, items } of generated) {
     describe(`${op.operationId}: ${accepted.length} boundary values are accepted (never 400)`, () => {
       for (const c of accepted) {
         test(c.name, async () => {
-          // Fresh targets so a success is possible: a new queue name, the current revision, a task in the right state.
+          // Fresh targets so a success is possible: a new queue name, the current revision, a task in the right state, fresh item keys.
           const body = clone(c.body);
+          if (op.bulkItems) body[op.bulkItems.array] = (body[op.bulkItems.array] as Json[]).map(withFreshKey);
           let path = pathFor(op.operationId);
           if (op.operationId === 'createQueue') body.name = `nb-${keyCounter + 1}`;
           if (op.operationId === 'configureQueue') {
@@ -507,7 +668,12 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acc
           if (op.operationId === 'cancelTask') path = pathFor(op.operationId, await submit());
           if (op.operationId === 'resolveTask') path = pathFor(op.operationId, await needsReview());
           const crossField = crossFieldViolation(op.operationId, body);
-          const response = await api.request(op.method, path, { token, key: freshKey(), body });
+          const text = JSON.stringify(body);
+          const response = await api.request(op.method, path, {
+            token,
+            key: declaresIdempotencyKey(op) ? freshKey() : undefined,
+            ...(c.padTo === undefined ? { body } : { rawBody: text + ' '.repeat(c.padTo - Buffer.byteLength(text)), headers: { 'Content-Type': 'application/json' } }),
+          });
           if (crossField !== null) {
             // Reachable only through a rule the spec states in words (see crossFieldViolation).
             checkError({ operationId: op.operationId, name: c.name, field: crossField, value: null, query: '', text: '', contentType: null }, response);
@@ -516,6 +682,37 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases and ${acc
           assert.notEqual(response.status, 400, `${op.operationId}: ${c.name} is valid per openapi.yaml but was refused: ${response.text.slice(0, 300)}`);
           assert.ok([200, 409].includes(response.status), `${op.operationId}: ${c.name}: expected 200 or 409, got ${response.status}: ${response.text.slice(0, 300)}`);
           assertMatchesSpec(op.operationId, response.status, response.body);
+          if (op.bulkItems) {
+            const sent = body[op.bulkItems.array] as Json[];
+            checkItemResults(op.operationId, response, op.bulkItems.array, sent, sent.map(() => ({ accepted: true })));
+          }
+        });
+      }
+      if (items) {
+        test(`${items.accepted.length} boundary values of ${items.array}[i] in one body: each accepted (or refused naming ${items.array}[i].delay_seconds past the delay rule)`, async () => {
+          const sent = items.accepted.map((c) => withFreshKey(c.body));
+          const response = await api.request(op.method, pathFor(op.operationId), { token, body: { [items.array]: sent } });
+          checkItemResults(
+            op.operationId,
+            response,
+            items.array,
+            sent,
+            sent.map((item, i) => {
+              const violated = crossFieldViolation(`${op.operationId} item`, item as JsonObject);
+              return violated === null ? { accepted: true } : { refused: itemField(items.array, i, violated) };
+            }),
+          );
+        });
+        test('valid and invalid items mixed: the valid ones are admitted, each invalid one refused on its own, in order', async () => {
+          const valid = () => withFreshKey(clone((VALID_EXAMPLES[op.operationId]?.body[items.array] as JsonObject[])[0] as JsonObject));
+          const picks = [0, Math.floor(items.negative.length / 2), items.negative.length - 1].map((i) => items.negative[i] as ObjectCase);
+          const sent: Json[] = [valid(), withFreshKey(picks[0]?.value as Json), valid(), withFreshKey(picks[1]?.value as Json), withFreshKey(picks[2]?.value as Json), valid()];
+          const refused = (n: number, i: number) => ({ refused: itemField(items.array, i, (picks[n] as ObjectCase).field) });
+          const before = (await snapshot()) as { counts: Record<string, string> };
+          const response = await api.request(op.method, pathFor(op.operationId), { token, body: { [items.array]: sent } });
+          checkItemResults(op.operationId, response, items.array, sent, [{ accepted: true }, refused(0, 1), { accepted: true }, refused(1, 3), refused(2, 4), { accepted: true }]);
+          const after = (await snapshot()) as { counts: Record<string, string> };
+          assert.equal(Number(after.counts.orbit_tasks), Number(before.counts.orbit_tasks) + 3, 'exactly the three valid items became tasks');
         });
       }
     });

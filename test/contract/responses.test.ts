@@ -337,6 +337,67 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     await post(`/v1/tasks/${b.task_id}:resolve`, { outcome: 'done', reason: 'x' }, 400, { code: 'INVALID_ARGUMENT' });
   });
 
+  test('bulk submit: one result per item, in order - accepted, replayed, conflicting, invalid, a queue full mid-batch - and the errors of the request itself', async () => {
+    // No Idempotency-Key header: each item carries its own key.
+    const batch = (queueName: string, tasks: unknown, status = 200, token = admin, code?: string) => call('POST', `/v1/queues/${queueName}/tasks:batch`, { token, body: { tasks } }, status, code);
+    const statuses = (r: TestResponse) => r.body.data.results.map((x: { idempotency_key: string; status: string; error?: { code: string } }) => [x.idempotency_key, x.status, x.error?.code ?? null]);
+    const items = [
+      { idempotency_key: 'bulk-1', payload: { n: 1, lines: [{ sku: 'A', qty: 1 }] }, priority: 7, resource_key: 'customer-7' },
+      { idempotency_key: 'bulk-2', payload: { n: 2 }, on_unknown_outcome: 'review', max_attempts: 1, deadline_seconds: 3600, delay_seconds: 5 },
+    ];
+    const first = await batch('orders', items);
+    assert.deepEqual(statuses(first), [['bulk-1', 'accepted', null], ['bulk-2', 'accepted', null]]);
+    assert.deepEqual([first.body.data.accepted, first.body.data.replayed, first.body.data.refused], [2, 0, 0]);
+    const [one, two] = first.body.data.results.map((x: { task: Record<string, any> }) => x.task);
+    assert.deepEqual([one.queue, one.state, one.priority, one.resource_key, one.max_attempts, one.on_unknown_outcome], ['orders', 'WAITING', 7, 'customer-7', 3, 'retry']);
+    assert.deepEqual(one.payload, items[0]?.payload);
+    assert.deepEqual([two.priority, two.max_attempts, two.on_unknown_outcome, Date.parse(two.available_at) - Date.parse(two.created_at), Date.parse(two.deadline_at) - Date.parse(two.created_at)], [5, 1, 'review', 5000, 3_600_000]);
+    assert.deepEqual((await get(`/v1/tasks/${one.task_id}`)).body.data, one);
+
+    const again = await batch('orders', [
+      items[0],
+      { ...items[1], payload: { n: 'changed' } },
+      { idempotency_key: 'bulk-3', payload: {}, priority: 10 },
+      { idempotency_key: 'bulk-4', payload: {}, deadline_seconds: 5, delay_seconds: 5 },
+      { payload: {} },
+    ]);
+    assert.deepEqual(statuses(again), [
+      ['bulk-1', 'replayed', null],
+      ['bulk-2', 'refused', 'IDEMPOTENCY_CONFLICT'],
+      ['bulk-3', 'refused', 'INVALID_ARGUMENT'],
+      ['bulk-4', 'refused', 'INVALID_ARGUMENT'],
+      ['', 'refused', 'INVALID_ARGUMENT'],
+    ]);
+    assert.deepEqual([again.body.data.accepted, again.body.data.replayed, again.body.data.refused], [0, 1, 4]);
+    assert.equal(again.body.data.results[0].task.task_id, one.task_id);
+    assert.deepEqual(
+      again.body.data.results.slice(2).map((x: { error: { details: { field: string; location: string } } }) => [x.error.details.field, x.error.details.location]),
+      [['tasks[2].priority', 'body'], ['tasks[3].delay_seconds', 'body'], ['tasks[4].idempotency_key', 'body']],
+    );
+    // The same key and content sent singly is the same submission (defaults filled in).
+    const single = await post('/v1/queues/orders/tasks', { payload: items[0]?.payload, priority: 7, resource_key: 'customer-7', max_attempts: 3 }, 200, { key: 'bulk-1' });
+    assert.equal(single.body.data.deduplicated, true);
+    assert.equal(single.body.data.task.task_id, one.task_id);
+
+    // The queue fills in the middle: the items before stay accepted, it and the ones after are QUEUE_FULL.
+    await post('/v1/queues', { name: 'bulk-tiny', reason: '批量容量', max_unfinished_tasks: 2 }, 200);
+    const full = await batch('bulk-tiny', [1, 2, 3, 4].map((i) => ({ idempotency_key: `bulk-tiny-${i}`, payload: { i } })));
+    assert.deepEqual(statuses(full), [['bulk-tiny-1', 'accepted', null], ['bulk-tiny-2', 'accepted', null], ['bulk-tiny-3', 'refused', 'QUEUE_FULL'], ['bulk-tiny-4', 'refused', 'QUEUE_FULL']]);
+    assert.deepEqual(full.body.data.results[2].error.details, { level: 'queue', queue: 'bulk-tiny', limit: 'max_unfinished_tasks' });
+    assert.equal((await queue('bulk-tiny')).unfinished_tasks, '2');
+
+    // The request itself: refused as a whole only when the body is invalid, the queue unknown or out of scope.
+    const empty = await batch('orders', [], 400, admin, 'INVALID_ARGUMENT');
+    assert.deepEqual([empty.body.error.details.field, empty.body.error.details.location], ['tasks', 'body']);
+    const tooMany = await batch('orders', Array.from({ length: 1001 }, (_, i) => ({ idempotency_key: `many-${i}`, payload: {} })), 400, admin, 'INVALID_ARGUMENT');
+    assert.equal(tooMany.body.error.details.field, 'tasks');
+    const notObject = await batch('orders', [{ idempotency_key: 'x', payload: {} }, 'x'], 400, admin, 'INVALID_ARGUMENT');
+    assert.equal(notObject.body.error.details.field, 'tasks[1]');
+    await batch('no-such-queue', [{ idempotency_key: 'nq', payload: {} }], 404, admin, 'NOT_FOUND');
+    await batch('orders', [{ idempotency_key: 'scope', payload: {} }], 404, scoped, 'NOT_FOUND'); // outside the credential's queue scope
+    await batch('Bad!Name', [{ idempotency_key: 'bad', payload: {} }], 400, admin, 'INVALID_ARGUMENT');
+  });
+
   test('429: QUEUE_FULL and APPLICATION_FULL, with Retry-After: 1, and nothing written', async () => {
     await post('/v1/queues', { name: 'tiny', reason: '容量为一的队列', max_unfinished_tasks: 1 }, 200);
     await submit('tiny');
@@ -405,6 +466,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       createQueue: { name: 'never', reason: 'x' },
       configureQueue: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1, key_concurrency: 1, paused: false },
       submitTask: { payload: {} },
+      submitTasks: { tasks: [{ idempotency_key: 'never', payload: {} }] },
       cancelTask: { reason: 'x' },
       resolveTask: { outcome: 'failed', reason: 'x' },
     };

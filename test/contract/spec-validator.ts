@@ -35,6 +35,10 @@ export const STATUS_OF_CODE: Record<string, number> = {
   INTERNAL: 500,
 };
 
+/** openapi.yaml's own keyword on a request body: the largest body in bytes; without it a body is at most 1 MiB (info.description). */
+export const MAX_BODY_BYTES = 'x-orbit-max-body-bytes';
+export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+
 /** openapi.yaml's own keyword: the largest UTF-8 size of the value serialised as compact JSON. */
 export const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
 const requestAjv = new Ajv2020({ strict: false, allErrors: true });
@@ -98,6 +102,14 @@ export interface SpecOperation {
   parameters: Array<{ name: string; in: string; required: boolean; schema: JsonSchema }>;
   /** The `application/json` request body schema, fully dereferenced; null when there is no body. */
   requestSchema: JsonSchema | null;
+  /** The largest request body in bytes (`x-orbit-max-body-bytes`, else 1 MiB); null when there is no body. */
+  maxBodyBytes: number | null;
+  /**
+   * A bulk operation: the request's array whose description says "each a `Schema`" - its items
+   * are checked one by one against that component schema (dereferenced), each refused in its
+   * own result. null otherwise.
+   */
+  bulkItems: { array: string; schemaName: string; schema: JsonSchema } | null;
   /** Spec path as a regex over a concrete request path. */
   matcher: RegExp;
 }
@@ -151,6 +163,23 @@ function withoutExtensions(schema: unknown): unknown {
   return out;
 }
 
+/** A component schema of openapi.yaml, fully dereferenced. */
+export function componentSchema(name: string): JsonSchema {
+  const schema = spec.components.schemas?.[name];
+  assert.ok(schema !== undefined, `openapi.yaml has no schema ${name}`);
+  return dereference(schema) as JsonSchema;
+}
+
+/** The array of a request schema whose items the spec says are "each a `Name`" (a component schema). */
+function bulkItemsOf(schema: JsonSchema): SpecOperation['bulkItems'] {
+  for (const [name, property] of Object.entries((schema.properties ?? {}) as Record<string, JsonSchema>)) {
+    if (property.type !== 'array' || typeof property.description !== 'string') continue;
+    const match = /\beach an? `([A-Za-z][A-Za-z0-9]*)`/.exec(property.description);
+    if (match && spec.components.schemas?.[match[1] as string] !== undefined) return { array: name, schemaName: match[1] as string, schema: componentSchema(match[1] as string) };
+  }
+  return null;
+}
+
 function pathMatcher(path: string): RegExp {
   const source = path
     .split(/(\{[^}]+\})/)
@@ -168,8 +197,11 @@ for (const [path, item] of Object.entries(spec.paths)) {
       const param = deref(p) as { name: string; in: string; required?: boolean; schema: unknown };
       return { name: param.name, in: param.in, required: param.required === true, schema: withoutExtensions(dereference(param.schema)) as JsonSchema };
     });
-    const body = deref(operation.requestBody as Record<string, unknown> | undefined) as { content?: Record<string, { schema: unknown }> } | undefined;
+    const body = deref(operation.requestBody as Record<string, unknown> | undefined) as ({ content?: Record<string, { schema: unknown }> } & Record<string, unknown>) | undefined;
     const jsonBody = body?.content?.['application/json']?.schema;
+    const requestSchema = jsonBody === undefined ? null : (dereference(jsonBody) as JsonSchema);
+    const declaredLimit = body?.[MAX_BODY_BYTES];
+    assert.ok(declaredLimit === undefined || (Number.isSafeInteger(declaredLimit) && (declaredLimit as number) > 0), `${operation.operationId}: ${MAX_BODY_BYTES} must be a positive integer`);
     operations.push({
       operationId: operation.operationId,
       method: method.toUpperCase(),
@@ -179,7 +211,9 @@ for (const [path, item] of Object.entries(spec.paths)) {
       authenticated: (operation.security ?? spec.security ?? []).length > 0,
       action: (operation['x-orbit-action'] as string | undefined) ?? null,
       parameters,
-      requestSchema: jsonBody === undefined ? null : (dereference(jsonBody) as JsonSchema),
+      requestSchema,
+      maxBodyBytes: requestSchema === null ? null : ((declaredLimit as number | undefined) ?? DEFAULT_MAX_BODY_BYTES),
+      bulkItems: requestSchema === null ? null : bulkItemsOf(requestSchema),
       matcher: pathMatcher(path),
     });
   }

@@ -68,12 +68,38 @@ export interface PropertyOptions {
 export async function runProperty<T>(name: string, arbitrary: fc.Arbitrary<T>, predicate: (value: T) => Promise<void>, options: PropertyOptions): Promise<void> {
   const seed = propertySeed(name);
   const numRuns = Math.max(1, Math.round(options.numRuns * RUNS_SCALE));
+  // fc.interruptAfterTimeLimit races the run in progress against the clock and abandons it,
+  // still running: its request would land in the middle of the next property (whose "a refused
+  // request changed nothing" fingerprints then see it). So the abandoned run is awaited here,
+  // and if it fails that is a failure too (not shrunk).
+  let inFlight: { value: T; done: Promise<unknown> } | null = null;
   const details = await fc.check(
     fc.asyncProperty(arbitrary, async (value) => {
-      await predicate(value);
+      const run = predicate(value);
+      const current = { value, done: run.then(() => null, (error: unknown) => error ?? new Error('rejected')) };
+      inFlight = current;
+      try {
+        await run;
+      } finally {
+        if (inFlight === current) inFlight = null;
+      }
     }),
     { seed, numRuns, endOnFailure: false, plugins: [fc.interruptAfterTimeLimit(options.timeLimitMs ?? 5000)] },
   );
+  const abandoned = inFlight as { value: T; done: Promise<unknown> } | null;
+  const lateError = abandoned ? await abandoned.done : null;
+  if (!details.failed && abandoned && lateError !== null) {
+    const message = lateError instanceof Error ? lateError.message : String(lateError);
+    throw new Error(
+      [
+        `property "${name}" failed in the run the time limit cut short (after ${details.numRuns} run(s); not shrunk)`,
+        `  seed: ORBIT_FUZZ_SEED=${FUZZ_SEED} (property seed ${seed})`,
+        `  counterexample: ${summarize(abandoned.value)}`,
+        `  error: ${message.split('\n').join('\n    ')}`,
+      ].join('\n'),
+      { cause: lateError },
+    );
+  }
   if (details.failed) {
     const error = details.errorInstance;
     const message = error instanceof Error ? error.message : String(error);

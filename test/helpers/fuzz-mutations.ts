@@ -120,6 +120,22 @@ export function isUnrepresentable(literal: string): boolean {
   return n === 0 && /[1-9]/.test(mantissa);
 }
 
+/**
+ * Writes the raw number literals of `mutate` into the JSON text of its value, one per
+ * placeholder still in it (a later mutation may have dropped one); `unrepresentable` says
+ * whether one that is in the text cannot be kept by JSON.parse (see `isUnrepresentable`).
+ */
+export function spliceRaws(text: string, raws: readonly string[]): { text: string; unrepresentable: boolean } {
+  const placeholder = JSON.stringify(SENTINEL);
+  let unrepresentable = false;
+  for (const raw of raws) {
+    if (!text.includes(placeholder)) break;
+    text = text.replace(placeholder, raw);
+    if (isUnrepresentable(raw)) unrepresentable = true;
+  }
+  return { text, unrepresentable };
+}
+
 export interface MutatedDocument {
   /** Which valid document it started from (an operation id, a frame type). */
   base: string;
@@ -158,8 +174,7 @@ export function mutatedDocument(valid: Record<string, JsonObject>, maxMutations 
           duplicate = [...path, key];
         } else text = JSON.stringify(value);
       } else text = writing === 'escaped-keys' ? withEscapedKeys(value) : JSON.stringify(value);
-      for (const raw of raws) text = text.replace(JSON.stringify(SENTINEL), raw);
-      const unrepresentable = raws.some(isUnrepresentable);
-      return { base, text, duplicate, unrepresentable, label: `${base} ${writing} ${mutations.map((m) => m.kind).join('+') || 'unchanged'}` };
+      const spliced = spliceRaws(text, raws);
+      return { base, text: spliced.text, duplicate, unrepresentable: spliced.unrepresentable, label: `${base} ${writing} ${mutations.map((m) => m.kind).join('+') || 'unchanged'}` };
     });
 }

@@ -16,12 +16,15 @@ export const OPENAPI_TEXT = readFileSync(OPENAPI_FILE, 'utf8');
 export const ASYNCAPI_TEXT = readFileSync(ASYNCAPI_FILE, 'utf8');
 
 
-/** The spellings of the field an Ajv error is about (see `fieldNames`). */
-function errorFields(error: ErrorObject, root: string): string[] {
-  const segments = error.instancePath
-    .split('/')
-    .slice(1)
-    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+/** The spellings of the field an Ajv error is about (see `fieldNames`); `within` is where the validated value sits in the document. */
+function errorFields(error: ErrorObject, root: string, within: ReadonlyArray<string | number> = []): string[] {
+  const segments: Array<string | number> = [
+    ...within,
+    ...error.instancePath
+      .split('/')
+      .slice(1)
+      .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~')),
+  ];
   if (error.keyword === 'required') segments.push(String(error.params.missingProperty));
   if (error.keyword === 'additionalProperties') segments.push(String(error.params.additionalProperty));
   return fieldNames(segments, root);
@@ -31,11 +34,30 @@ export interface Verdict {
   valid: boolean;
   /** Every field an INVALID_ARGUMENT may name, in every accepted spelling (empty when valid). */
   fields: string[];
+  /**
+   * A bulk body valid as a whole (`submitTasks`): the verdict on each item, in order - an
+   * invalid item is refused in its own result naming one of its `fields` (`tasks[3].priority`),
+   * the others go on.
+   */
+  items?: Verdict[];
 }
 
-function verdict(validate: ValidateFunction, value: unknown, root: string): Verdict {
+function verdict(validate: ValidateFunction, value: unknown, root: string, within: ReadonlyArray<string | number> = []): Verdict {
   if (validate(value)) return { valid: true, fields: [] };
-  return { valid: false, fields: [...new Set((validate.errors ?? []).flatMap((e) => errorFields(e, root)))] };
+  return { valid: false, fields: [...new Set((validate.errors ?? []).flatMap((e) => errorFields(e, root, within)))] };
+}
+
+/**
+ * A rule openapi.yaml states in words on DelaySeconds: "must be less than deadline_seconds"
+ * (defaults 0 and 86400, from the same descriptions). Applies to every object schema with both
+ * fields (a single submit, an item of a bulk submit), once the object is valid otherwise.
+ */
+function delayRule(schema: JsonSchema, value: unknown, root: string, within: ReadonlyArray<string | number>): Verdict | null {
+  const properties = (schema.properties ?? {}) as Record<string, unknown>;
+  if (!('delay_seconds' in properties) || !('deadline_seconds' in properties) || !value || typeof value !== 'object') return null;
+  const body = value as { delay_seconds?: number; deadline_seconds?: number };
+  if ((body.delay_seconds ?? 0) >= (body.deadline_seconds ?? 86400)) return { valid: false, fields: fieldNames([...within, 'delay_seconds'], root) };
+  return null;
 }
 
 const bodyValidators = new Map<string, ValidateFunction>();
@@ -43,20 +65,41 @@ const bodyValidators = new Map<string, ValidateFunction>();
 /** Operations with a JSON request body. */
 export const bodyOperations: SpecOperation[] = operations.filter((op) => op.requestSchema !== null);
 
-/** The spec's verdict on a request body; `root` ('body') is what the server names for the whole body. */
+/** The largest body an operation takes, in bytes (`x-orbit-max-body-bytes`, else 1 MiB). */
+export function maxBodyBytes(operationId: string): number {
+  const limit = operationById(operationId).maxBodyBytes;
+  if (limit === null) throw new Error(`${operationId} has no request body`);
+  return limit;
+}
+
+/**
+ * The spec's verdict on a request body; `root` ('body') is what the server names for the whole
+ * body. For a bulk operation whose body is valid as a whole, also the verdict on every item
+ * (its component schema, e.g. SubmitTaskItem, plus the rules stated in words).
+ */
 export function bodyVerdict(operationId: string, value: unknown): Verdict {
+  const op = operationById(operationId);
   let validate = bodyValidators.get(operationId);
   if (!validate) {
-    validate = requestSchemaValidator(operationById(operationId).requestSchema);
+    validate = requestSchemaValidator(op.requestSchema);
     bodyValidators.set(operationId, validate);
   }
   const result = verdict(validate, value, 'body');
-  // A rule openapi.yaml states in words: "delay_seconds … must be less than deadline_seconds".
-  if (operationId === 'submitTask' && result.valid && value && typeof value === 'object') {
-    const body = value as { delay_seconds?: number; deadline_seconds?: number };
-    if ((body.delay_seconds ?? 0) >= (body.deadline_seconds ?? 86400)) return { valid: false, fields: ['delay_seconds'] };
-  }
-  return result;
+  if (!result.valid) return result;
+  const rule = delayRule(op.requestSchema as JsonSchema, value, 'body', []);
+  if (rule) return rule;
+  const bulk = op.bulkItems;
+  if (bulk === null) return result;
+  const validateItem = requestSchemaValidator(bulk.schema);
+  const items = (value as Record<string, unknown[]>)[bulk.array] as unknown[];
+  return {
+    valid: true,
+    fields: [],
+    items: items.map((item, i) => {
+      const itemVerdict = verdict(validateItem, item, 'body', [bulk.array, i]);
+      return itemVerdict.valid ? (delayRule(bulk.schema, item, 'body', [bulk.array, i]) ?? itemVerdict) : itemVerdict;
+    }),
+  };
 }
 
 const parameterValidators = new Map<string, ValidateFunction>();

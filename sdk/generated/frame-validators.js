@@ -150,7 +150,7 @@ return errors === 0;
 validate20.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema34 = {"type":"object","additionalProperties":false,"required":["type","claim_id","attempts"],"properties":{"type":{"type":"string","const":"claimed"},"claim_id":{"type":"string"},"attempts":{"type":"array","items":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/ClaimedAttempt"}}}};
-const schema35 = {"type":"object","additionalProperties":false,"required":["attempt_id","task_id","queue","payload","priority","attempt_number","lease_expires_at"],"properties":{"attempt_id":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Id"},"task_id":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Id"},"queue":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/QueueName"},"payload":{"type":"object"},"priority":{"type":"integer","minimum":0,"maximum":9},"resource_key":{"type":"string"},"attempt_number":{"type":"integer","minimum":1},"lease_expires_at":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Timestamp"},"deadline_at":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Timestamp"}}};
+const schema35 = {"type":"object","additionalProperties":false,"required":["attempt_id","task_id","queue","payload","priority","attempt_number","lease_expires_at"],"properties":{"attempt_id":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Id"},"task_id":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Id"},"queue":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/QueueName"},"payload":{"type":"object"},"priority":{"type":"integer","minimum":0,"maximum":9},"resource_key":{"type":"string"},"attempt_number":{"type":"integer","minimum":1},"lease_expires_at":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Timestamp"},"deadline_at":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Timestamp"},"started":{"type":"boolean","description":"Present (true) when the claim asked for `start` - the attempt is already running."}}};
 const schema38 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
 const schema39 = {"type":"string","format":"date-time"};
 const func1 = Object.prototype.hasOwnProperty;
@@ -436,14 +436,27 @@ vErrors.push(err22);
 errors++;
 }
 }
-}
-else {
-const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema35.type,parentSchema:schema35,data};
+if(data.started !== undefined){
+let data9 = data.started;
+if(typeof data9 !== "boolean"){
+const err23 = {instancePath:instancePath+"/started",schemaPath:"#/properties/started/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema35.properties.started.type,parentSchema:schema35.properties.started,data:data9};
 if(vErrors === null){
 vErrors = [err23];
 }
 else {
 vErrors.push(err23);
+}
+errors++;
+}
+}
+}
+else {
+const err24 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema35.type,parentSchema:schema35,data};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
 }
 errors++;
 }

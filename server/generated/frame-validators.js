@@ -273,7 +273,7 @@ return errors === 0;
 }
 validate20.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema34 = {"type":"object","additionalProperties":false,"required":["type","claim_id","max"],"properties":{"type":{"type":"string","const":"claim"},"claim_id":{"type":"string","minLength":1,"maxLength":128,"pattern":"^[!-~]+$","description":"Chosen by the worker; echoed in `claimed`."},"max":{"type":"integer","minimum":1,"maximum":1000}}};
+const schema34 = {"type":"object","additionalProperties":false,"required":["type","claim_id","max"],"properties":{"type":{"type":"string","const":"claim"},"claim_id":{"type":"string","minLength":1,"maxLength":128,"pattern":"^[!-~]+$","description":"Chosen by the worker; echoed in `claimed`."},"max":{"type":"integer","minimum":1,"maximum":1000},"start":{"type":"boolean","description":"Start every granted attempt in the same transaction (default false). The grant is\nthe same as without it - the start windows' room already limits a claim - but each\nattempt is counted in both start windows at once instead of as a pending start, its\ntask is RUNNING and its attempt number counts. Saves a `start` round trip and a\ntransaction per attempt.\n"}}};
 
 function validate22(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -317,7 +317,7 @@ vErrors.push(err2);
 errors++;
 }
 for(const key0 in data){
-if(!(((key0 === "type") || (key0 === "claim_id")) || (key0 === "max"))){
+if(!((((key0 === "type") || (key0 === "claim_id")) || (key0 === "max")) || (key0 === "start"))){
 const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema34,data};
 if(vErrors === null){
 vErrors = [err3];
@@ -431,14 +431,27 @@ errors++;
 }
 }
 }
-}
-else {
-const err13 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema34.type,parentSchema:schema34,data};
+if(data.start !== undefined){
+let data3 = data.start;
+if(typeof data3 !== "boolean"){
+const err13 = {instancePath:instancePath+"/start",schemaPath:"#/properties/start/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema34.properties.start.type,parentSchema:schema34.properties.start,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
 else {
 vErrors.push(err13);
+}
+errors++;
+}
+}
+}
+else {
+const err14 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema34.type,parentSchema:schema34,data};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
 }
 errors++;
 }

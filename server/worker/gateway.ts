@@ -114,8 +114,8 @@ export class WorkerGateway {
   }
 
   /** A session's claim, decided in its application's next claim group. */
-  async claim(session: SessionInfo, max: number): Promise<ClaimedAttemptInfo[]> {
-    const outcome = await this.claims.submit(idToHex(session.principal.applicationId), { session, max });
+  async claim(session: SessionInfo, max: number, start: boolean): Promise<ClaimedAttemptInfo[]> {
+    const outcome = await this.claims.submit(idToHex(session.principal.applicationId), { session, max, start });
     if (!outcome.ok) throw outcome.error;
     return outcome.claimed;
   }

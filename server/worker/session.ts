@@ -110,7 +110,7 @@ export class WorkerSession {
 
   private async onClaim(frame: ClaimFrame): Promise<void> {
     const info = this.requireInfo();
-    const claimed = await this.gateway.claim(info, frame.max);
+    const claimed = await this.gateway.claim(info, frame.max, frame.start === true);
     const now = Date.now();
     for (const c of claimed) {
       this.held.set(idToHex(c.attemptId), {
@@ -124,6 +124,8 @@ export class WorkerSession {
     }
     this.gateway.metrics.claims.inc({ result: claimed.length > 0 ? 'granted' : 'empty' });
     this.gateway.metrics.claimedAttempts.inc(claimed.length);
+    const startedHere = claimed.filter((c) => c.started).length;
+    if (startedHere > 0) this.gateway.metrics.starts.inc({ result: 'started_on_claim' }, startedHere);
     this.send({
       type: 'claimed',
       claim_id: frame.claim_id,
@@ -136,6 +138,7 @@ export class WorkerSession {
         ...(c.resourceKey === null ? {} : { resource_key: c.resourceKey }),
         attempt_number: c.attemptNumber,
         lease_expires_at: new Date(c.leaseExpiresAtMs).toISOString(),
+        ...(c.started ? { started: true } : {}),
         deadline_at: new Date(c.deadlineAtMs).toISOString(),
       })),
     });

@@ -23,7 +23,7 @@ describe('worker protocol', () => {
 
   before(async () => {
     t = await freshDatabase('worker');
-    tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio', 'shared', 'shared-keyed'], resourceAccess: true });
+    tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio', 'shared', 'shared-keyed', 'started'], resourceAccess: true });
     server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
@@ -398,6 +398,42 @@ describe('worker protocol', () => {
     assert.deepEqual(granted.map((x) => x.resource_key ?? '-').sort(), ['-', 'k1', 'k2']);
     for (const s of sessions) await s.close();
     await waitFor(async () => ((await queue('shared-keyed')).active_attempts === '0' ? true : null), 3000);
+  });
+
+  test('claim with start: reserve and start in one step, counted in both start windows at once, never pending', async () => {
+    await configureQueue('started', { rate_per_second: 2 });
+    const ids = [];
+    for (let i = 0; i < 3; i++) ids.push(await submit('started'));
+    const s = await open(['started'], 10, 'node-start');
+    const answer = await s.request({ type: 'claim', claim_id: 'start-1', max: 5, start: true });
+    assert.equal(answer.type, 'claimed');
+    const granted = answer.attempts as any[];
+    assert.equal(granted.length, 2, 'the start window of the queue (2 per second) limits the claim');
+    assert.ok(granted.every((a) => a.started === true));
+    const q = await queue('started');
+    assert.deepEqual([q.active_attempts, q.pending_starts], ['2', '0'], 'active, not pending');
+    for (const a of granted) {
+      const current = await task(a.task_id);
+      assert.equal(current.state, 'RUNNING');
+      assert.equal(current.attempts, 1);
+    }
+    // The window is full: nothing more this second, with or without start.
+    assert.deepEqual((await s.request({ type: 'claim', claim_id: 'start-2', max: 5, start: true })).attempts, []);
+    // A start frame for a started attempt answers started again and counts nothing.
+    const again = await s.request({ type: 'start', attempt_id: granted[0].attempt_id });
+    assert.equal(again.type, 'started');
+    for (const a of granted) assert.equal((await s.request({ type: 'complete', attempt_id: a.attempt_id, outcome: 'succeeded' })).task_state, 'SUCCEEDED');
+    // A plain claim still reserves without starting (no `started` field).
+    const plain = await waitFor(async () => {
+      const r = await s.request({ type: 'claim', claim_id: `plain-${Date.now()}`, max: 1 });
+      return r.attempts.length > 0 ? r.attempts : null;
+    }, 3000);
+    assert.equal(plain[0].started, undefined);
+    await s.request({ type: 'release', attempt_id: plain[0].attempt_id });
+    assert.equal((await task(plain[0].task_id)).attempts, 0, 'a released reservation is not an attempt');
+    assert.equal(ids.length, 3);
+    await s.close();
+    await configureQueue('started', { rate_per_second: 10000 });
   });
 
   test('lowering concurrency below usage stops new claims; running attempts keep their lease', async () => {

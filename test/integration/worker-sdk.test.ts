@@ -38,8 +38,8 @@ describe('worker SDK', () => {
   const http = (method: string, path: string, body?: unknown) => call(server.url, method, path, { token: tenant.token, key: method === 'POST' ? `k${++keys}` : undefined, body });
   const submit = async (queue: string, body: Record<string, unknown>) => (await http('POST', `/v1/queues/${queue}/tasks`, body)).body.data.task;
   const task = async (id: string) => (await http('GET', `/v1/tasks/${id}`)).body.data;
-  function worker(queue: string, handler: (task: TaskContext) => Promise<unknown>, events: WorkerEvent[] = [], capacity = 4) {
-    return new OrbitWorker({ baseUrl: server.url, token: tenant.token, nodeId: `sdk-${queue}`, queues: [queue], capacity, handler, maxPollIntervalMs: 50, onEvent: (e) => events.push(e) });
+  function worker(queue: string, handler: (task: TaskContext) => Promise<unknown>, events: WorkerEvent[] = [], capacity = 4, startOnClaim = true) {
+    return new OrbitWorker({ baseUrl: server.url, token: tenant.token, nodeId: `sdk-${queue}`, queues: [queue], capacity, handler, maxPollIntervalMs: 50, onEvent: (e) => events.push(e), startOnClaim });
   }
   const configureQueue = (name: string, patch: Record<string, unknown>) => configureQueueVia(server.url, tenant.token, name, patch);
 
@@ -112,7 +112,8 @@ describe('worker SDK', () => {
     // The worker's Starts are held back until the rate has been lowered under the two
     // reservations it holds, so the second Start meets a full window every time.
     const gate = await frameGate(server.url, 'start');
-    const w = new OrbitWorker({ baseUrl: gate.url, token: tenant.token, nodeId: 'sdk-rated', queues: ['rated'], capacity: 4, handler: async () => null, maxPollIntervalMs: 50, onEvent: (e) => events.push(e) });
+    // Reserve first, start after (a claim that starts its attempts itself is never RATE_LIMITED).
+    const w = new OrbitWorker({ baseUrl: gate.url, token: tenant.token, nodeId: 'sdk-rated', queues: ['rated'], capacity: 4, handler: async () => null, maxPollIntervalMs: 50, onEvent: (e) => events.push(e), startOnClaim: false });
     await w.start();
     await gate.held(2);
     await configureQueue('rated', { rate_per_second: 1 });
@@ -140,7 +141,7 @@ describe('worker SDK', () => {
     const w = worker('stop', async () => {
       await new Promise((r) => setTimeout(r, 300));
       finished += 1;
-    }, [], 3);
+    }, [], 3, false);
     await w.start();
     // One start per second: after the first starts, the other reservations wait on RATE_LIMITED.
     await waitFor(async () => (await t.db.rows("SELECT 1 FROM orbit_attempts WHERE state = 'RUNNING'")).length > 0);

@@ -20,7 +20,7 @@
  */
 import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
-import { windowOfRow } from '../../domain/start-window.ts';
+import { windowIsOpen, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import {
   claimBudget, levelRoom, permitKey as permitOf, pickCandidates, queueRoom, sessionRoom,
   type ClaimCandidate, type QueueAllowance, type QuotaLevel,
@@ -44,6 +44,8 @@ export interface ClaimedAttemptInfo {
   attemptNumber: number;
   leaseExpiresAtMs: number;
   deadlineAtMs: number;
+  /** Started by the claim itself (`start: true`). */
+  started: boolean;
 }
 
 /** The quota columns a claim reads, the same on the application row and on queue rows. */
@@ -80,6 +82,12 @@ function permitKey(queueId: Buffer, resourceKey: string): string {
 export interface ClaimRequest {
   session: SessionInfo;
   max: number;
+  /**
+   * Start what is granted in the same transaction: the attempts are counted in both start
+   * windows at once instead of as pending starts (the claim's room already kept that window
+   * room for them, so the grant is the same), the tasks are RUNNING and their attempts count.
+   */
+  start?: boolean;
 }
 
 /** What one claim of a group gets: its reservations, or why it got nothing (the others go on). */
@@ -209,12 +217,21 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
           attemptNumber: c.attempts + 1,
           leaseExpiresAtMs: Math.min(nowMs + leaseMs, deadlineAtMs),
           deadlineAtMs,
+          started: request.start === true,
         };
       });
       decided.push({ request, claimed, waiting: claimed.length < fair.wanted });
     }
     const writes = decided.filter((d): d is Exclude<typeof d, OrbitError> => !(d instanceof OrbitError));
-    if (writes.length > 0) await writeClaims(tx, { applicationId, claims: writes.map((w) => ({ session: w.request.session, claimed: w.claimed, waiting: w.waiting })), now: app.now });
+    if (writes.length > 0) {
+      await writeClaims(tx, {
+        applicationId,
+        claims: writes.map((w) => ({ session: w.request.session, claimed: w.claimed, waiting: w.waiting })),
+        now: app.now,
+        nowMs,
+        windows: { application: windowOfRow(app), queues: new Map(queueRows.map((q) => [hex(q.queue_id), windowOfRow(q)])) },
+      });
+    }
     return decided.map((d): ClaimOutcome => (d instanceof OrbitError ? { ok: false, error: d } : { ok: true, claimed: d.claimed }));
   });
 }
@@ -333,7 +350,14 @@ async function lockPermits(tx: Transaction, applicationId: IdBytes, keys: string
 
 async function writeClaims(
   tx: Transaction,
-  params: { applicationId: IdBytes; claims: Array<{ session: SessionInfo; claimed: ClaimedAttemptInfo[]; waiting: boolean }>; now: string },
+  params: {
+    applicationId: IdBytes;
+    claims: Array<{ session: SessionInfo; claimed: ClaimedAttemptInfo[]; waiting: boolean }>;
+    now: string;
+    nowMs: number;
+    /** The start windows as read under the locks, for attempts the claim starts itself. */
+    windows: { application: WindowState; queues: Map<string, WindowState> };
+  },
 ): Promise<void> {
   const { applicationId, now } = params;
   // Session rows (locked in the first round trip) first, then the new attempts, the task rows
@@ -348,26 +372,50 @@ async function writeClaims(
   if (all.length > 0) {
     const rows = all.map(
       ({ session, c }) =>
-        sql`(${c.attemptId}, ${applicationId}, ${session.principal.namespaceId}, ${c.queueId}, ${c.taskId}, ${session.sessionId}, ${c.attemptNumber}, 'RESERVED', ${c.resourceKey}, ${now}, ${millisToSql(c.leaseExpiresAtMs)}, ${millisToSql(c.deadlineAtMs)})`,
+        sql`(${c.attemptId}, ${applicationId}, ${session.principal.namespaceId}, ${c.queueId}, ${c.taskId}, ${session.sessionId}, ${c.attemptNumber}, ${c.started ? 'RUNNING' : 'RESERVED'}, ${c.resourceKey}, ${now}, ${c.started ? now : null}, ${millisToSql(c.leaseExpiresAtMs)}, ${millisToSql(c.deadlineAtMs)})`,
     );
     statements.push(
       sql`INSERT INTO orbit_attempts
          (attempt_id, application_id, namespace_id, queue_id, task_id, session_id, attempt_number, state, resource_key,
-          claimed_at, lease_expires_at, deadline_at)
+          claimed_at, started_at, lease_expires_at, deadline_at)
        VALUES ${sql.join(rows, sql`, `)}`,
-      sql`UPDATE orbit_tasks SET state = 'LEASED', updated_at = ${now},
-              current_attempt_id = CASE task_id ${sql.join(all.map(({ c }) => sql`WHEN ${c.taskId} THEN ${c.attemptId}`), sql` `)} END
-        WHERE task_id IN (${valueList(all.map(({ c }) => c.taskId))})`,
-      sql`UPDATE orbit_application_resources SET active_attempts = active_attempts + ${all.length}, pending_starts = pending_starts + ${all.length} WHERE application_id = ${applicationId}`,
     );
-    const perQueue = new Map<string, number>();
+    // Task rows by ascending id: reserved ones LEASED; started ones RUNNING, their attempt counted.
+    for (const started of [false, true]) {
+      const tasks = all.filter(({ c }) => c.started === started).sort((a, b) => byIdAscending(a.c.taskId, b.c.taskId));
+      if (tasks.length === 0) continue;
+      statements.push(
+        sql`UPDATE orbit_tasks SET ${started ? sql`state = 'RUNNING', attempts = attempts + 1` : sql`state = 'LEASED'`}, updated_at = ${now},
+                current_attempt_id = CASE task_id ${sql.join(tasks.map(({ c }) => sql`WHEN ${c.taskId} THEN ${c.attemptId}`), sql` `)} END
+          WHERE task_id IN (${valueList(tasks.map(({ c }) => c.taskId))})`,
+      );
+    }
+    /**
+     * A quota row's counters: +active for every attempt, +pending for the reserved ones, and the
+     * started ones counted in its start window - opened now when the last one has ended, as
+     * start-window.ts decides (the row is locked: the claim's room already left them room).
+     */
+    const counters = (n: number, startedHere: number, window: WindowState) => {
+      const set = [sql`active_attempts = active_attempts + ${n}`, sql`pending_starts = pending_starts + ${n - startedHere}`];
+      if (startedHere > 0) {
+        set.push(windowIsOpen(window, params.nowMs) ? sql`window_starts = window_starts + ${startedHere}` : sql`window_started_at = ${now}, window_starts = ${startedHere}`);
+      }
+      return sql.join(set, sql`, `);
+    };
+    const startedTotal = all.filter(({ c }) => c.started).length;
+    statements.push(sql`UPDATE orbit_application_resources SET ${counters(all.length, startedTotal, params.windows.application)} WHERE application_id = ${applicationId}`);
+    const perQueue = new Map<string, { n: number; started: number }>();
     const perKey = new Map<string, number>();
     for (const { c } of all) {
-      perQueue.set(hex(c.queueId), (perQueue.get(hex(c.queueId)) ?? 0) + 1);
+      const q = perQueue.get(hex(c.queueId)) ?? { n: 0, started: 0 };
+      q.n += 1;
+      if (c.started) q.started += 1;
+      perQueue.set(hex(c.queueId), q);
       if (c.resourceKey !== null) perKey.set(permitKey(c.queueId, c.resourceKey), (perKey.get(permitKey(c.queueId, c.resourceKey)) ?? 0) + 1);
     }
-    for (const [queueHex, n] of [...perQueue].sort(([a], [b]) => a.localeCompare(b))) {
-      statements.push(sql`UPDATE orbit_queues SET active_attempts = active_attempts + ${n}, pending_starts = pending_starts + ${n} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
+    for (const [queueHex, q] of [...perQueue].sort(([a], [b]) => a.localeCompare(b))) {
+      const window = params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 };
+      statements.push(sql`UPDATE orbit_queues SET ${counters(q.n, q.started, window)} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
     }
     for (const [key, n] of [...perKey].sort(([a], [b]) => a.localeCompare(b))) {
       const slash = key.indexOf('/');

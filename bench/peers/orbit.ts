@@ -58,6 +58,34 @@ async function startOrbit(w: Workload): Promise<Orbit> {
 }
 
 /** The limits in force, for the run line: `application 1,000,000 unfinished / 10,000 concurrent / 100,000 starts/s; queue …`. */
+/** `sessions` worker SDK sessions spread over the servers, each recording the tasks it ran; at most 5 problems are kept. */
+function benchWorkers(
+  orbit: { urls: string[]; tenant: { token: string } },
+  options: { sessions: number; capacity: number; nodePrefix: string; ledger: RunLedger; problems: string[] },
+  onCompleted: () => void,
+): OrbitWorker[] {
+  return Array.from(
+    { length: options.sessions },
+    (_, i) =>
+      new OrbitWorker({
+        baseUrl: orbit.urls[i % orbit.urls.length]!,
+        token: orbit.tenant.token,
+        nodeId: `${options.nodePrefix}-${i}`,
+        queues: ['bench'],
+        capacity: options.capacity,
+        maxPollIntervalMs: 20,
+        handler: async (task) => {
+          options.ledger.record(task.taskId);
+          return undefined;
+        },
+        onEvent(event) {
+          if (event.type === 'completed') onCompleted();
+          else if ((event.type === 'attempt_dropped' || event.type === 'protocol_error') && options.problems.length < 5) options.problems.push(JSON.stringify(event));
+        },
+      }),
+  );
+}
+
 export async function orbitLimits(db: Database): Promise<string> {
   const [a] = await db.rows<Record<string, string>>('SELECT max_unfinished_tasks AS u, max_concurrency AS c, rate_per_second AS r FROM orbit_application_resources LIMIT 1');
   const [q] = await db.rows<Record<string, string>>("SELECT max_unfinished_tasks AS u, max_concurrency AS c, rate_per_second AS r FROM orbit_queues WHERE name = 'bench' LIMIT 1");
@@ -162,30 +190,10 @@ async function drain(w: Workload, orbit: Orbit, sessions: number, capacity: numb
   let completed = 0;
   let last = 0;
   const t0 = performance.now();
-  const workers = Array.from(
-    { length: sessions },
-    (_, i) =>
-      new OrbitWorker({
-        baseUrl: orbit.urls[i % orbit.urls.length]!,
-        token: orbit.tenant.token,
-        nodeId: `bench-${i}`,
-        queues: ['bench'],
-        capacity,
-        maxPollIntervalMs: 20,
-        handler: async (task) => {
-          ledger.record(task.taskId);
-          return undefined;
-        },
-        onEvent(event) {
-          if (event.type === 'completed') {
-            completed += 1;
-            last = performance.now();
-          } else if (event.type === 'attempt_dropped' || event.type === 'protocol_error') {
-            if (problems.length < 5) problems.push(JSON.stringify(event));
-          }
-        },
-      }),
-  );
+  const workers = benchWorkers(orbit, { sessions, capacity, nodePrefix: 'bench', ledger, problems }, () => {
+    completed += 1;
+    last = performance.now();
+  });
   await Promise.all(workers.map((wk) => wk.start()));
   const done = await waitUntil(() => completed >= expected, w.phaseTimeoutMs);
   if (!keepRunning) await Promise.all(workers.map((wk) => wk.stop({ timeoutMs: 5000 })));
@@ -342,26 +350,9 @@ export async function orbitLatency(w: Workload, rate: number, sessions: number, 
     const ledger = new RunLedger();
     let completed = 0;
     const problems: string[] = [];
-    const workers = Array.from(
-      { length: sessions },
-      (_, i) =>
-        new OrbitWorker({
-          baseUrl: orbit.urls[i % orbit.urls.length]!,
-          token: orbit.tenant.token,
-          nodeId: `latency-${i}`,
-          queues: ['bench'],
-          capacity,
-          maxPollIntervalMs: 20,
-          handler: async (task) => {
-            ledger.record(task.taskId);
-            return undefined;
-          },
-          onEvent(event) {
-            if (event.type === 'completed') completed += 1;
-            else if ((event.type === 'attempt_dropped' || event.type === 'protocol_error') && problems.length < 5) problems.push(JSON.stringify(event));
-          },
-        }),
-    );
+    const workers = benchWorkers(orbit, { sessions, capacity, nodePrefix: 'latency', ledger, problems }, () => {
+      completed += 1;
+    });
     await Promise.all(workers.map((wk) => wk.start()));
     const httpLatencies: number[] = [];
     let refused = 0;

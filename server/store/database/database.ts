@@ -16,6 +16,7 @@ import { sql, type SQL } from 'drizzle-orm';
 import { MySqlDialect } from 'drizzle-orm/mysql-core';
 
 export type Row = RowDataPacket & Record<string, unknown>;
+export type { ResultSetHeader };
 
 /**
  * A statement: drizzle's `sql` template, where each value is bound exactly where it appears

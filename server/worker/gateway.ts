@@ -10,7 +10,6 @@ import { OrbitError, invalidArgument } from '../errors.ts';
 import { idToHex, type IdBytes } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { KeyedBatcher } from '../domain/batcher.ts';
-import { FastPathGate } from '../domain/fast-path-gate.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Database } from '../store/database/database.ts';
@@ -58,7 +57,6 @@ export class WorkerGateway {
   private readonly starts: KeyedBatcher<StartItem & KnownAttempt, StartAnswer>;
   private readonly completes: KeyedBatcher<CompleteItem & KnownAttempt, CompleteAnswer>;
   private readonly claims: KeyedBatcher<ClaimRequest, ClaimOutcome>;
-  private readonly claimFastPath = new FastPathGate();
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly closing = new Set<Promise<void>>();
 
@@ -105,16 +103,9 @@ export class WorkerGateway {
     // (claims.ts), so more sessions mean larger groups rather than more transactions queueing
     // on the application row.
     this.claims = new KeyedBatcher(
-      (applicationHex, requests) =>
+      (_applicationHex, requests) =>
         timed('claim', () =>
-          attemptClaimGroup(this.db, requests, this.leaseSeconds, {
-            // Where several processes claim the same tasks the fast path mostly misses: back off.
-            tryFast: this.claimFastPath.shouldTry(applicationHex),
-            fastPath: (hit) => {
-              this.claimFastPath.record(applicationHex, hit);
-              this.metrics.fastPath.inc({ operation: 'claim', result: hit ? 'hit' : 'miss' });
-            },
-          }),
+          attemptClaimGroup(this.db, requests, this.leaseSeconds, { fastPath: (hit) => this.metrics.fastPath.inc({ operation: 'claim', result: hit ? 'hit' : 'miss' }) }),
         ),
       { maxBatch: 64, maxInFlight: 1 },
     );

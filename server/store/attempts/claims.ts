@@ -103,13 +103,7 @@ export type ClaimOutcome = { ok: true; claimed: ClaimedAttemptInfo[] } | { ok: f
  * the nodes waiting for it. One transaction serves them all, so adding worker sessions adds
  * claims to a group instead of transactions queueing on the application row.
  */
-export async function attemptClaimGroup(
-  db: Database,
-  requests: ClaimRequest[],
-  leaseSeconds: number,
-  /** `tryFast` false: straight to the careful path (the caller's FastPathGate saw misses). `fastPath` is told hit or miss. */
-  options: { tryFast?: boolean; fastPath?(hit: boolean): void } = {},
-): Promise<ClaimOutcome[]> {
+export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], leaseSeconds: number, metrics?: { fastPath(hit: boolean): void }): Promise<ClaimOutcome[]> {
   if (requests.length === 0) return [];
   const applicationId = (requests[0] as ClaimRequest).session.principal.applicationId;
   if (requests.some((r) => !r.session.principal.applicationId.equals(applicationId))) throw new Error('a claim group holds the claims of one application');
@@ -122,18 +116,18 @@ export async function attemptClaimGroup(
   // candidates always take the careful path (their permits are decided under lock).
   const read = readResults(await db.batch(plain));
   if (read.pool.length === 0) return requests.map(() => ({ ok: true, claimed: [] }));
-  if (options.tryFast !== false && !read.pool.some((c) => c.resource_key !== null)) {
+  if (!read.pool.some((c) => c.resource_key !== null)) {
     const plan = decide(requests, read, leaseSeconds, null);
     const decided = await plan.picked;
     const claimedAny = decided.some((d) => !(d instanceof OrbitError) && d.claimed.length > 0);
     if (claimedAny) {
       try {
         await db.oneShot(writeStatements({ applicationId, claims: writesOf(decided), now: sql`@now`, guarded: { sessionCapacity: plan.capacityOf }, windows: null }), undefined, { retries: 0 });
-        options.fastPath?.(true);
+        metrics?.fastPath(true);
         return outcomesOf(decided);
       } catch (error) {
         if (!isGuardError(error) && !isRetryableTransactionError(error)) throw error;
-        options.fastPath?.(false);
+        metrics?.fastPath(false);
       }
     }
   }

@@ -103,10 +103,7 @@ export class WorkerGateway {
     // (claims.ts), so more sessions mean larger groups rather than more transactions queueing
     // on the application row.
     this.claims = new KeyedBatcher(
-      (_applicationHex, requests) =>
-        timed('claim', () =>
-          attemptClaimGroup(this.db, requests, this.leaseSeconds, { fastPath: (hit) => this.metrics.fastPath.inc({ operation: 'claim', result: hit ? 'hit' : 'miss' }) }),
-        ),
+      (_applicationHex, requests) => timed('claim', () => attemptClaimGroup(this.db, requests, this.leaseSeconds)),
       { maxBatch: 64, maxInFlight: 1 },
     );
     const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));

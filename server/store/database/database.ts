@@ -16,7 +16,6 @@ import { sql, type SQL } from 'drizzle-orm';
 import { MySqlDialect } from 'drizzle-orm/mysql-core';
 
 export type Row = RowDataPacket & Record<string, unknown>;
-export type { ResultSetHeader };
 
 /**
  * A statement: drizzle's `sql` template, where each value is bound exactly where it appears

@@ -14,7 +14,8 @@
  * Options (environment): ORBIT_BENCH_TASKS (20000), ORBIT_BENCH_PRODUCERS (16),
  * ORBIT_BENCH_CONCURRENCY (16), ORBIT_BENCH_BATCH (1000 items per bulk request),
  * ORBIT_BENCH_BATCHES_IN_FLIGHT (4), ORBIT_BENCH_SERVERS (2 orbit-server processes),
- * ORBIT_BENCH_LATENCY_SECONDS (10), ORBIT_BENCH_CEILING_CONNECTIONS (16),
+ * ORBIT_BENCH_LATENCY_SECONDS (10), ORBIT_BENCH_LATENCY_RATE (submissions/s offered in the latency
+ * run; default half the peak single-submit rate measured before it), ORBIT_BENCH_CEILING_CONNECTIONS (16),
  * ORBIT_BENCH_CEILING_SECONDS (5), ORBIT_BENCH_TIMEOUT_SECONDS (300 per phase),
  * ORBIT_BENCH_ONLY (comma list of orbit, bulk, latency, graphile, graphile-bulk, pg-boss, bullmq,
  * ceilings), ORBIT_BENCH_DATABASE_URL (MariaDB server, as bench/common.ts),
@@ -105,9 +106,11 @@ try {
   let latencyLine: string | null = null;
   let latencyCheck: string | null = null;
   if (wanted(w, 'latency')) {
-    const rate = Number(process.env.ORBIT_BENCH_LATENCY_RATE ?? 0) || (Number.isFinite(peakSingle) ? peakSingle / 2 : 500);
+    const given = Number(process.env.ORBIT_BENCH_LATENCY_RATE ?? 0);
+    const rate = given || (Number.isFinite(peakSingle) ? peakSingle / 2 : 500);
+    const source = given ? 'ORBIT_BENCH_LATENCY_RATE' : Number.isFinite(peakSingle) ? '~50% of the peak single-submit rate' : 'a default rate (no single-submit run)';
     try {
-      const { line, check } = await orbitLatency(w, Math.max(1, Math.round(rate)), 4, w.concurrency);
+      const { line, check } = await orbitLatency(w, Math.max(1, Math.round(rate)), 4, w.concurrency, source);
       latencyLine = line;
       latencyCheck = check;
       console.log(line);

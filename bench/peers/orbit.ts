@@ -341,7 +341,7 @@ export async function benchOrbit(w: Workload, options: { sessions: number; capac
  * while `sessions` × `capacity` workers drain. Latency = the attempt's started_at minus the
  * task's created_at, both from the database.
  */
-export async function orbitLatency(w: Workload, rate: number, sessions: number, capacity: number): Promise<{ line: string; check: string }> {
+export async function orbitLatency(w: Workload, rate: number, sessions: number, capacity: number, rateSource = '~50% of the peak single-submit rate'): Promise<{ line: string; check: string }> {
   const orbit = await startOrbit(w);
   const { post, close } = createPoster(w.producers);
   try {
@@ -385,7 +385,7 @@ export async function orbitLatency(w: Workload, rate: number, sessions: number, 
     const latencies = rows.map((r) => sqlToMillis(r.started_at) - sqlToMillis(r.created_at)).sort((a, b) => a - b);
     httpLatencies.sort((a, b) => a - b);
     const line =
-      `Orbit submit → start latency at ~50% of the peak single-submit rate: p50 ${fmt(percentile(latencies, 50), 1)} ms   p99 ${fmt(percentile(latencies, 99), 1)} ms ` +
+      `Orbit submit → start latency at ${rateSource}: p50 ${fmt(percentile(latencies, 50), 1)} ms   p99 ${fmt(percentile(latencies, 99), 1)} ms ` +
       `(${fmt(rate)}/s offered for ${w.latencySeconds} s, ${fmt(accepted / submitSeconds)}/s accepted, ${fmt(latencies.length)} tasks, ${sessions} sessions × capacity ${capacity} draining; ` +
       `the submit request itself p50 ${fmt(percentile(httpLatencies, 50), 1)} ms p99 ${fmt(percentile(httpLatencies, 99), 1)} ms)`;
     const check = await checkOrbit(orbit.db, 'Orbit latency run', ledger, accepted, problems);

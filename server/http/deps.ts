@@ -16,6 +16,8 @@ export interface AppDeps {
   metrics: Metrics;
   /** Group commit of submissions per application. */
   admission: KeyedBatcher<SubmitItem, SubmitOutcome>;
+  /** One admission transaction for these items, in order (a bulk submit; the batcher runs the same). */
+  submitBatch(items: SubmitItem[]): Promise<SubmitOutcome[]>;
   /** The OpenAPI document served at /openapi.yaml. */
   openApiDocument: string;
   /** How long a successful authentication is reused by this process (0: never). */

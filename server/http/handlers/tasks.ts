@@ -5,7 +5,7 @@ import { OrbitError, invalidArgument, notFound } from '../../errors.ts';
 import { hexToId, idToHex, isHexId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { TASK_DEFAULTS } from '../../domain/limits.ts';
-import { taskSubmitBatch, type SubmitItem, type SubmitRequest } from '../../store/tasks/admission.ts';
+import type { SubmitItem, SubmitRequest } from '../../store/tasks/admission.ts';
 import type { components } from '../../generated/openapi.ts';
 import * as validators from '../../generated/validators.js';
 import { validationError } from '../../input/validation-errors.ts';
@@ -102,8 +102,7 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       });
       // One transaction for the whole batch, in order (admission.ts): when a quota fills in
       // the middle, the items before stay accepted and the rest are refused.
-      const end = deps.metrics.transactionSeconds.startTimer({ operation: 'submit' });
-      const outcomes = await taskSubmitBatch(deps.db, deps.clock, items).finally(end);
+      const outcomes = await deps.submitBatch(items);
       outcomes.forEach((outcome, n) => {
         const item = items[n] as SubmitItem;
         results[itemIndex[n] as number] = outcome.ok

@@ -26,7 +26,8 @@ export interface KnownAttempt extends AttemptRef {
 }
 
 
-function countBy<T>(items: T[], key: (item: T) => string | null): Map<string, number> {
+/** How many items per key; items whose key is null are not counted. */
+export function countBy<T>(items: T[], key: (item: T) => string | null): Map<string, number> {
   const counts = new Map<string, number>();
   for (const item of items) {
     const k = key(item);

@@ -27,11 +27,12 @@ import {
 } from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
-import { valueList, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import { valueList, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from './sessions.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from '../tenancy/credentials.ts';
-import { byIdAscending, lockRows } from '../database/lock-order.ts';
+import { byIdAscending, distinctIdsAscending, lockRows } from '../database/lock-order.ts';
+import { countBy } from './attempt-fast-paths.ts';
 
 export interface ClaimedAttemptInfo {
   attemptId: IdBytes;
@@ -108,15 +109,15 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
   const principal = (requests[0] as ClaimRequest).session.principal;
   const applicationId = principal.applicationId;
   if (requests.some((r) => !r.session.principal.applicationId.equals(applicationId))) throw new Error('a claim group holds the claims of one application');
-  const queueIds = uniqueIds(requests.flatMap((r) => r.session.queues.map((q) => q.queueId)));
+  const queueIds = distinctIdsAscending(requests.flatMap((r) => r.session.queues.map((q) => q.queueId)));
   // Nothing claimable: answer without taking any lock (idle workers polling cost one read).
   const [any] = await db.rows(
     sql`SELECT 1 FROM orbit_tasks WHERE queue_id IN (${valueList(queueIds)}) AND state = 'WAITING' AND available_at <= NOW(6) LIMIT 1`,
   );
   if (!any) return requests.map(() => ({ ok: true, claimed: [] }));
 
-  const credentialIds = uniqueIds(requests.map((r) => r.session.principal.credentialId));
-  const sessionIds = uniqueIds(requests.map((r) => r.session.sessionId));
+  const credentialIds = distinctIdsAscending(requests.map((r) => r.session.principal.credentialId));
+  const sessionIds = distinctIdsAscending(requests.map((r) => r.session.sessionId));
   const nodeIds = [...new Set(requests.map((r) => r.session.nodeId))];
   // Candidates are read in the first round trip, before the room is known: per queue, at most
   // what the claims on it could take, locked with SKIP LOCKED (others pass over them until this
@@ -236,10 +237,6 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
   });
 }
 
-/** Distinct ids in ascending order (the order their rows are locked in). */
-function uniqueIds(ids: IdBytes[]): IdBytes[] {
-  return [...new Map(ids.map((id) => [hex(id), id])).values()].sort(byIdAscending);
-}
 
 /** One queue's claimable tasks in claim order, at most `limit`, without the excluded keys and tasks, locked with SKIP LOCKED. */
 function candidateSql(options: { queueId: IdBytes; excludedKeys: string[]; excludedTasks: IdBytes[]; limit: number }): SQL {
@@ -288,7 +285,7 @@ async function pick(
       const queues = [...state.queues].filter(([queueHex, q]) => q.room > 0 && ctx.own.has(queueHex)).map(([queueHex, q]) => [queueHex, q.room] as const);
       if (queues.length === 0) return;
       // Rows this transaction read already (locked by it: SKIP LOCKED would return them again).
-      const excludedTasks = uniqueIds(ctx.pool.map((c) => c.task_id));
+      const excludedTasks = distinctIdsAscending(ctx.pool.map((c) => c.task_id));
       const statements = queues.map(([queueHex, room]) =>
         candidateSql({
           queueId: Buffer.from(queueHex, 'hex'),
@@ -404,18 +401,12 @@ async function writeClaims(
     };
     const startedTotal = all.filter(({ c }) => c.started).length;
     statements.push(sql`UPDATE orbit_application_resources SET ${counters(all.length, startedTotal, params.windows.application)} WHERE application_id = ${applicationId}`);
-    const perQueue = new Map<string, { n: number; started: number }>();
-    const perKey = new Map<string, number>();
-    for (const { c } of all) {
-      const q = perQueue.get(hex(c.queueId)) ?? { n: 0, started: 0 };
-      q.n += 1;
-      if (c.started) q.started += 1;
-      perQueue.set(hex(c.queueId), q);
-      if (c.resourceKey !== null) perKey.set(permitKey(c.queueId, c.resourceKey), (perKey.get(permitKey(c.queueId, c.resourceKey)) ?? 0) + 1);
-    }
-    for (const [queueHex, q] of [...perQueue].sort(([a], [b]) => a.localeCompare(b))) {
+    const perQueue = countBy(all, ({ c }) => hex(c.queueId));
+    const startedPerQueue = countBy(all, ({ c }) => (c.started ? hex(c.queueId) : null));
+    const perKey = countBy(all, ({ c }) => (c.resourceKey === null ? null : permitKey(c.queueId, c.resourceKey)));
+    for (const [queueHex, n] of [...perQueue].sort(([a], [b]) => a.localeCompare(b))) {
       const window = params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 };
-      statements.push(sql`UPDATE orbit_queues SET ${counters(q.n, q.started, window)} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
+      statements.push(sql`UPDATE orbit_queues SET ${counters(n, startedPerQueue.get(queueHex) ?? 0, window)} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
     }
     for (const [key, n] of [...perKey].sort(([a], [b]) => a.localeCompare(b))) {
       const slash = key.indexOf('/');

@@ -53,6 +53,11 @@ export function byIdAscending(a: Buffer, b: Buffer): number {
   return Buffer.compare(a, b);
 }
 
+/** Distinct ids in ascending order (the order their rows are locked in). */
+export function distinctIdsAscending(ids: readonly Buffer[]): Buffer[] {
+  return [...new Map(ids.map((id) => [id.toString('hex'), id])).values()].sort(byIdAscending);
+}
+
 export const LOCK_LEVELS = ['identity', 'session', 'schedule', 'application', 'queue', 'task', 'attempt', 'permit', 'records'] as const;
 export type LockLevel = (typeof LOCK_LEVELS)[number];
 
@@ -142,7 +147,7 @@ export function lockedTables(statement: string): string[] {
   const verb = /^(\w+)/.exec(text)?.[1]?.toUpperCase();
   let tables: string[] = [];
   if (verb === 'SELECT') {
-    if (!/\bFOR UPDATE\b|\bLOCK IN SHARE MODE\b|\bFOR SHARE\b/i.test(text)) return [];
+    if (!LOCKING_CLAUSE.test(text)) return [];
     tables = [...text.matchAll(/\b(?:FROM|JOIN) (orbit_[a-z_]+)/gi)].map((m) => m[1] as string);
   } else if (verb === 'UPDATE') {
     tables = (/^UPDATE (.*?) SET /i.exec(text)?.[1] ?? '').match(TABLE) ?? [];

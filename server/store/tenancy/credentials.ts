@@ -11,7 +11,7 @@ import type { Principal } from '../../domain/principal.ts';
 import { sql } from 'drizzle-orm';
 import type { Queryable, Transaction } from '../database/database.ts';
 import type { ApplicationRow, CredentialRow, NamespaceRow } from '../database/schema.ts';
-import { lockRows } from '../database/lock-order.ts';
+import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 
 const TOKEN = /^orbit_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/;
 
@@ -135,7 +135,7 @@ export const CREDENTIAL_JOINS = `orbit_credentials c
  * when the request was authenticated from the per-process cache.
  */
 export async function credentialsStillValid(tx: Transaction, credentialIds: IdBytes[]): Promise<Set<string>> {
-  const unique = [...new Map(credentialIds.map((id) => [idToHex(id), id])).values()];
+  const unique = distinctIdsAscending(credentialIds);
   if (unique.length === 0) return new Set();
   const rows = await tx.rows<Pick<CredentialRow, 'credential_id'>>(sql`
     SELECT c.credential_id FROM ${sql.raw(CREDENTIAL_JOINS)}

@@ -18,7 +18,7 @@ type Schemas = components['schemas'];
 // Public types, derived from the generated schemas so they cannot drift from the spec.
 
 /** Wire fields that are uint64 decimal strings and that the SDK hands out as `bigint`. */
-type BigintField = 'revision' | 'unfinished_tasks' | 'active_attempts' | 'pending_starts' | 'sequence' | 'next_after';
+type BigintField = 'revision' | 'unfinished_tasks' | 'active_attempts' | 'pending_starts' | 'sequence' | 'next_after' | 'fired' | 'skipped_misfire' | 'deferred_full';
 
 /**
  * A response schema as the SDK returns it. openapi-typescript renders a free JSON object
@@ -59,6 +59,11 @@ export type SubmitTaskItemResult = FromWire<Schemas['SubmitTaskItemResult']>;
 export type SubmitTasksResult = FromWire<Schemas['SubmitTasksResult']>;
 export type CancelTaskRequest = ToWire<Schemas['CancelTaskRequest']>;
 export type ResolveTaskRequest = ToWire<Schemas['ResolveTaskRequest']>;
+export type Schedule = FromWire<Schemas['Schedule']>;
+export type SchedulePage = FromWire<Schemas['SchedulePage']>;
+export type ScheduleResult = FromWire<Schemas['ScheduleResult']>;
+export type CreateScheduleRequest = ToWire<Schemas['CreateScheduleRequest']>;
+export type ScheduleStateRequest = ToWire<Schemas['ScheduleStateRequest']>;
 export type AuditEvent = FromWire<Schemas['AuditEvent']>;
 export type AuditEventPage = FromWire<Schemas['AuditEventPage']>;
 export type Event = FromWire<Schemas['Event']>;
@@ -67,6 +72,7 @@ export type EventPage = FromWire<Schemas['EventPage']>;
 type Query<Op extends keyof operations> = NonNullable<operations[Op]['parameters']['query']>;
 export type ListQueuesParams = Query<'listQueues'>;
 export type ListTasksParams = Query<'listTasks'>;
+export type ListSchedulesParams = Query<'listSchedules'>;
 export type ListAuditEventsParams = Query<'listAuditEvents'>;
 export type ListEventsParams = Omit<Query<'listEvents'>, 'after'> & { after?: bigint | string };
 
@@ -190,6 +196,9 @@ function usage<T extends { revision: string; unfinished_tasks: string; active_at
   return { ...row, revision: BigInt(revision), unfinished_tasks: BigInt(unfinished_tasks), active_attempts: BigInt(active_attempts), pending_starts: BigInt(pending_starts) } as FromWire<T>;
 }
 const queueResult = (r: Schemas['QueueResult']): QueueResult => ({ ...r, queue: usage(r.queue) });
+const schedule = (s: Schemas['Schedule']): Schedule =>
+  ({ ...s, fired: BigInt(s.fired), skipped_misfire: BigInt(s.skipped_misfire), deferred_full: BigInt(s.deferred_full) }) as Schedule;
+const scheduleResult = (r: Schemas['ScheduleResult']): ScheduleResult => ({ ...r, schedule: schedule(r.schedule) });
 const eventPage = (p: Schemas['EventPage']): EventPage => ({
   events: p.events.map((e) => ({ ...e, sequence: BigInt(e.sequence) })),
   next_after: BigInt(p.next_after),
@@ -338,6 +347,53 @@ export function createOrbitClient(options: OrbitClientOptions) {
           params: { header: idempotencyKey(key), path: { task_id: segment('task_id', taskId) } },
           body: toWire<'ResolveTaskRequest'>(request),
         }),
+      );
+    },
+
+    /**
+     * A cron or interval schedule on a queue. Its tasks are admitted like submissions (both
+     * quota levels); a full quota defers a trigger point, never skips it; only points older than
+     * `misfire_window_seconds` follow `misfire_policy`, which cannot be changed later.
+     */
+    async createSchedule(key: string, queue: string, request: CreateScheduleRequest): Promise<ScheduleResult> {
+      return scheduleResult(
+        await unwrap(
+          api.POST('/v1/queues/{queue}/schedules', {
+            params: { header: idempotencyKey(key), path: { queue: segment('queue', queue) } },
+            body: toWire<'CreateScheduleRequest'>(request),
+          }),
+        ),
+      );
+    },
+
+    async getSchedule(scheduleId: string): Promise<Schedule> {
+      return schedule(await unwrap(api.GET('/v1/schedules/{schedule_id}', { params: { path: { schedule_id: segment('schedule_id', scheduleId) } } })));
+    },
+
+    async listSchedules(queue: string, params: ListSchedulesParams = {}): Promise<SchedulePage> {
+      const data = await unwrap(api.GET('/v1/queues/{queue}/schedules', { params: { path: { queue: segment('queue', queue) }, query: params } }));
+      return { ...data, schedules: data.schedules.map(schedule) };
+    },
+
+    async pauseSchedule(key: string, scheduleId: string, request: ScheduleStateRequest): Promise<ScheduleResult> {
+      return scheduleResult(
+        await unwrap(
+          api.POST('/v1/schedules/{schedule_id}:pause', {
+            params: { header: idempotencyKey(key), path: { schedule_id: segment('schedule_id', scheduleId) } },
+            body: toWire<'ScheduleStateRequest'>(request),
+          }),
+        ),
+      );
+    },
+
+    async resumeSchedule(key: string, scheduleId: string, request: ScheduleStateRequest): Promise<ScheduleResult> {
+      return scheduleResult(
+        await unwrap(
+          api.POST('/v1/schedules/{schedule_id}:resume', {
+            params: { header: idempotencyKey(key), path: { schedule_id: segment('schedule_id', scheduleId) } },
+            body: toWire<'ScheduleStateRequest'>(request),
+          }),
+        ),
       );
     },
 

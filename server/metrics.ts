@@ -14,6 +14,7 @@ export interface Metrics {
   completions: Counter<'outcome' | 'task_state'>;
   releases: Counter;
   recoveries: Counter<'kind'>;
+  scheduleTriggerPoints: Counter<'outcome'>;
   leaseAgeSeconds: Histogram;
   transactionSeconds: Histogram<'operation'>;
   fastPath: Counter<'operation' | 'result'>;
@@ -33,6 +34,12 @@ export function createMetrics(): Metrics {
     completions: new Counter({ name: 'orbit_completions_total', help: 'Authoritative results by outcome and resulting task state', labelNames: ['outcome', 'task_state'], registers: [registry] }),
     releases: new Counter({ name: 'orbit_released_reservations_total', help: 'Unstarted reservations given back by workers', registers: [registry] }),
     recoveries: new Counter({ name: 'orbit_recoveries_total', help: 'Recovery actions by kind (expired_reservation, expired_lease, deadline)', labelNames: ['kind'], registers: [registry] }),
+    scheduleTriggerPoints: new Counter({
+      name: 'orbit_schedule_trigger_points_total',
+      help: 'Schedule trigger points by outcome: fired (a task was made), deferred (waited a round because a quota was full; counted once per point), skipped (dropped by the misfire policy)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
     leaseAgeSeconds: new Histogram({ name: 'orbit_lease_age_seconds', help: 'Age of an attempt (claim to final result or recovery)', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300], registers: [registry] }),
     transactionSeconds: new Histogram({ name: 'orbit_db_transaction_seconds', help: 'Database transaction latency by operation', labelNames: ['operation'], buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [registry] }),
     fastPath: new Counter({ name: 'orbit_fast_path_total', help: 'One-round-trip transactions by operation and result (hit, or miss: the careful path decided)', labelNames: ['operation', 'result'], registers: [registry] }),

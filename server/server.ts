@@ -18,6 +18,7 @@ import { WorkerGateway } from './worker/gateway.ts';
 import { MAX_FRAME_BYTES } from './worker/frames.ts';
 import { serveWorkerUpgrades } from './worker/upgrade.ts';
 import { RecoveryLoop } from './loops/recovery.ts';
+import { ScheduleLoop } from './loops/schedules.ts';
 
 export { OPENAPI_PATH } from './deps.ts';
 
@@ -25,6 +26,7 @@ export interface RunningServer {
   url: string;
   deps: AppDeps;
   recovery: RecoveryLoop;
+  schedules: ScheduleLoop;
   close(): Promise<void>;
 }
 
@@ -92,6 +94,8 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   serveWorkerUpgrades(server as never, app, nodeWs.wss);
   const recovery = new RecoveryLoop({ db, log, metrics, intervalMs: config.recoveryIntervalMs, leaseSeconds: config.leaseSeconds });
   recovery.start();
+  const schedules = new ScheduleLoop({ db, log, metrics, intervalMs: config.scheduleIntervalMs });
+  schedules.start();
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -100,11 +104,13 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     url,
     deps,
     recovery,
+    schedules,
     async close() {
       // Stop accepting, close worker sockets (their unstarted reservations go back), then stop the loops.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const client of nodeWs.wss.clients) client.close(1001, 'server shutting down');
       await recovery.stop();
+      await schedules.stop();
       await workers.close();
       (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
       await closed;

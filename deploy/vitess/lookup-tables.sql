@@ -43,3 +43,9 @@ CREATE TABLE orbit_worker_sessions_session_id_lookup (
   keyspace_id VARBINARY(128) NOT NULL,
   PRIMARY KEY (session_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE orbit_schedules_schedule_id_lookup (
+  schedule_id BINARY(16) NOT NULL,
+  keyspace_id VARBINARY(128) NOT NULL,
+  PRIMARY KEY (schedule_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -18,3 +18,9 @@ export const TASK_DEFAULTS = {
   delay_seconds: 0,
   on_unknown_outcome: 'retry',
 } as const;
+
+export const SCHEDULE_DEFAULTS = {
+  timezone: 'UTC',
+  misfire_policy: 'skip',
+  misfire_window_seconds: 60,
+} as const;

@@ -268,6 +268,92 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Schedules of a queue, by name. */
+        get: operations["listSchedules"];
+        put?: never;
+        /**
+         * Create a cron or interval schedule that submits tasks to the queue.
+         * @description The schedule's tasks are admitted exactly like direct submissions: the application's
+         *     and the queue's `max_unfinished_tasks` are both checked, and a trigger point that finds
+         *     either full makes nothing and waits for the next round (`deferred_full`) - a full quota
+         *     is never a misfire. Only a trigger point older than `misfire_window_seconds` when it is
+         *     finally processed is handled by `misfire_policy`, which is frozen at creation. Each
+         *     trigger point makes at most one task: its identity is (schedule, trigger point).
+         */
+        post: operations["createSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One schedule, with its next and last trigger points and its counters. */
+        get: operations["getSchedule"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}:pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause an ACTIVE schedule; it fires nothing until resumed.
+         * @description Pausing a schedule that is already PAUSED is 409 STATE_CONFLICT and changes nothing.
+         */
+        post: operations["pauseSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}:resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a PAUSED schedule; trigger points that came due meanwhile are handled by its misfire policy.
+         * @description Nothing is fired for the paused time by the resume itself: the schedule loop takes the
+         *     overdue trigger points in order, and those older than `misfire_window_seconds` are
+         *     handled by the schedule's `misfire_policy`. Resuming an ACTIVE schedule is 409
+         *     STATE_CONFLICT and changes nothing.
+         */
+        post: operations["resumeSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit-events": {
         parameters: {
             query?: never;
@@ -442,6 +528,10 @@ export interface components {
             finished_at?: components["schemas"]["Timestamp"];
             result?: components["schemas"]["JsonValue"];
             error?: components["schemas"]["JsonValue"];
+            /** @description The schedule that made this task (absent for a direct submission). */
+            schedule_id?: components["schemas"]["Id"];
+            /** @description The trigger point this task was made for (absent for a direct submission). */
+            scheduled_for?: components["schemas"]["Timestamp"];
         };
         /** @description Free JSON object, at most 256 KiB as compact JSON. */
         TaskPayload: Record<string, never>;
@@ -531,15 +621,102 @@ export interface components {
             result?: components["schemas"]["JsonValue"];
             error?: components["schemas"]["JsonValue"];
         };
+        /** @description Unique within the queue. */
+        ScheduleName: string;
+        /** @enum {string} */
+        ScheduleState: "ACTIVE" | "PAUSED";
+        /**
+         * @description What happens to trigger points older than `misfire_window_seconds` when they are
+         *     finally processed (the schedule was paused, its application or namespace disabled, the
+         *     servers down, or the quota full for longer than the window): `skip` drops each of them
+         *     (counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue
+         *     points - for the latest of them - and counts the others in `skipped_misfire`;
+         *     `fire_all` makes a task for each, in order. Frozen at creation.
+         * @enum {string}
+         */
+        MisfirePolicy: "skip" | "fire_once" | "fire_all";
+        /**
+         * @description Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds
+         *     field, evaluated by croner in `timezone`. Where a daylight-saving change skips a local
+         *     time, the trigger point moves to the first instant after the gap; where it repeats one,
+         *     a point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in
+         *     both.
+         */
+        CronExpression: string;
+        /** @description RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision. */
+        TimestampInput: string;
+        /** @description Exactly one of `cron` and `interval_seconds` is present. Absent values are omitted, never null. */
+        Schedule: {
+            schedule_id: components["schemas"]["Id"];
+            queue: components["schemas"]["QueueName"];
+            namespace: string;
+            name: components["schemas"]["ScheduleName"];
+            cron?: components["schemas"]["CronExpression"];
+            interval_seconds?: number;
+            timezone: string;
+            payload: Record<string, never>;
+            priority: number;
+            resource_key?: string;
+            max_attempts: number;
+            deadline_seconds: number;
+            on_unknown_outcome: components["schemas"]["OnUnknownOutcome"];
+            misfire_policy: components["schemas"]["MisfirePolicy"];
+            misfire_window_seconds: number;
+            start_at?: components["schemas"]["Timestamp"];
+            state: components["schemas"]["ScheduleState"];
+            next_fire_at?: components["schemas"]["Timestamp"];
+            last_fire_at?: components["schemas"]["Timestamp"];
+            fired: components["schemas"]["Counter"];
+            skipped_misfire: components["schemas"]["Counter"];
+            deferred_full: components["schemas"]["Counter"];
+            created_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT
+         *     naming `cron`). The first trigger point is the first one at or after `start_at`
+         *     (default: the creation time): for an interval, `start_at` itself, or one interval after
+         *     the creation time when `start_at` is left out; a `start_at` in the past starts from
+         *     the creation time instead, so creating a schedule never makes a backlog. Task options
+         *     default as for a submit.
+         */
+        CreateScheduleRequest: {
+            name: components["schemas"]["ScheduleName"];
+            reason: components["schemas"]["Reason"];
+            cron?: components["schemas"]["CronExpression"];
+            interval_seconds?: number;
+            /** @description An IANA time zone name (default `UTC`); an unknown zone is 400 naming `timezone`. */
+            timezone?: string;
+            payload: components["schemas"]["TaskPayload"];
+            priority?: components["schemas"]["TaskPriority"];
+            resource_key?: components["schemas"]["ResourceKey"];
+            max_attempts?: components["schemas"]["MaxAttempts"];
+            deadline_seconds?: components["schemas"]["DeadlineSeconds"];
+            on_unknown_outcome?: components["schemas"]["OnUnknownOutcome"];
+            misfire_policy?: components["schemas"]["MisfirePolicy"];
+            /** @description Default 60. */
+            misfire_window_seconds?: number;
+            start_at?: components["schemas"]["TimestampInput"];
+        };
+        ScheduleStateRequest: {
+            reason: components["schemas"]["Reason"];
+        };
+        ScheduleResult: {
+            schedule: components["schemas"]["Schedule"];
+            deduplicated: boolean;
+        };
+        SchedulePage: {
+            schedules: components["schemas"]["Schedule"][];
+            next_cursor?: components["schemas"]["Cursor"];
+        };
         AuditEvent: {
             audit_id: components["schemas"]["Id"];
             namespace: string;
             credential_id: components["schemas"]["Id"];
-            /** @description e.g. application.resources.configure, queue.create, queue.configure, task.cancel, task.resolve */
+            /** @description e.g. application.resources.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume */
             action: string;
             /** @enum {string} */
-            resource_type: "application_resources" | "queue" | "task";
-            /** @description The application id, queue name or task id. */
+            resource_type: "application_resources" | "queue" | "task" | "schedule";
+            /** @description The application id, queue name, task id or schedule id. */
             resource: string;
             reason: string;
             request_id: components["schemas"]["RequestId"];
@@ -555,10 +732,10 @@ export interface components {
         Event: {
             sequence: components["schemas"]["Counter"];
             event_id: components["schemas"]["Id"];
-            /** @description e.g. application.resources.configured, queue.created, queue.configured, task.cancelled, task.resolved */
+            /** @description e.g. application.resources.configured, queue.created, queue.configured, task.cancelled, task.resolved, schedule.created, schedule.paused, schedule.resumed */
             type: string;
             namespace: string;
-            /** @description The application id, queue name or task id the event is about. */
+            /** @description The application id, queue name, task id or schedule id the event is about. */
             subject: string;
             data: Record<string, never>;
             occurred_at: components["schemas"]["Timestamp"];
@@ -594,6 +771,7 @@ export interface components {
         IdempotencyKey: string;
         Queue: components["schemas"]["QueueName"];
         TaskId: components["schemas"]["Id"];
+        ScheduleId: components["schemas"]["Id"];
         /** @description Page size (default 50). */
         Limit: number;
         /** @description The `next_cursor` of the previous page. */
@@ -1070,6 +1248,162 @@ export interface operations {
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: {
+                /** @description Page size (default 50). */
+                limit?: components["parameters"]["Limit"];
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path: {
+                queue: components["parameters"]["Queue"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of schedules. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SchedulePage"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    createSchedule: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                queue: components["parameters"]["Queue"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description The new schedule (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["ScheduleResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: components["parameters"]["ScheduleId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["Schedule"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                schedule_id: components["parameters"]["ScheduleId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleStateRequest"];
+            };
+        };
+        responses: {
+            /** @description The schedule after the change (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["ScheduleResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                schedule_id: components["parameters"]["ScheduleId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleStateRequest"];
+            };
+        };
+        responses: {
+            /** @description The schedule after the change (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["ScheduleResult"];
                     };
                 };
             };

@@ -32,6 +32,11 @@ export type OperationId =
   | "getTask"
   | "cancelTask"
   | "resolveTask"
+  | "listSchedules"
+  | "createSchedule"
+  | "getSchedule"
+  | "pauseSchedule"
+  | "resumeSchedule"
   | "listAuditEvents"
   | "listEvents";
 /** The credential actions the HTTP operations require. */
@@ -42,6 +47,7 @@ export type OperationAction =
   | "events:read"
   | "queues:manage"
   | "queues:read"
+  | "schedules:manage"
   | "tasks:cancel"
   | "tasks:read"
   | "tasks:review"
@@ -377,6 +383,96 @@ export const routes: readonly RouteSpec[] = [
       query: validators.resolveTask_query,
       headers: validators.resolveTask_headers,
       body: validators.resolveTask_body,
+    },
+  },
+  {
+    operationId: "listSchedules",
+    method: "GET",
+    path: "/v1/queues/{queue}/schedules",
+    honoPath: "/v1/queues/:queue/schedules",
+    queryParams: {"limit":"integer","cursor":"string"},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "schedules:manage",
+    raw: false,
+    validate: {
+      path: validators.listSchedules_path,
+      query: validators.listSchedules_query,
+      headers: validators.listSchedules_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "createSchedule",
+    method: "POST",
+    path: "/v1/queues/{queue}/schedules",
+    honoPath: "/v1/queues/:queue/schedules",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "schedules:manage",
+    raw: false,
+    validate: {
+      path: validators.createSchedule_path,
+      query: validators.createSchedule_query,
+      headers: validators.createSchedule_headers,
+      body: validators.createSchedule_body,
+    },
+  },
+  {
+    operationId: "getSchedule",
+    method: "GET",
+    path: "/v1/schedules/{schedule_id}",
+    honoPath: "/v1/schedules/:schedule_id",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "schedules:manage",
+    raw: false,
+    validate: {
+      path: validators.getSchedule_path,
+      query: validators.getSchedule_query,
+      headers: validators.getSchedule_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "pauseSchedule",
+    method: "POST",
+    path: "/v1/schedules/{schedule_id}:pause",
+    honoPath: "/v1/schedules/:schedule_id{[^/]+:pause}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "schedules:manage",
+    raw: false,
+    validate: {
+      path: validators.pauseSchedule_path,
+      query: validators.pauseSchedule_query,
+      headers: validators.pauseSchedule_headers,
+      body: validators.pauseSchedule_body,
+    },
+  },
+  {
+    operationId: "resumeSchedule",
+    method: "POST",
+    path: "/v1/schedules/{schedule_id}:resume",
+    honoPath: "/v1/schedules/:schedule_id{[^/]+:resume}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "schedules:manage",
+    raw: false,
+    validate: {
+      path: validators.resumeSchedule_path,
+      query: validators.resumeSchedule_query,
+      headers: validators.resumeSchedule_headers,
+      body: validators.resumeSchedule_body,
     },
   },
   {

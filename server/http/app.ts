@@ -18,6 +18,7 @@ import { applicationResourcesHandlers } from './handlers/application-resources.t
 import { queueHandlers } from './handlers/queues.ts';
 import { taskHandlers } from './handlers/tasks.ts';
 import { feedHandlers } from './handlers/feeds.ts';
+import { scheduleHandlers } from './handlers/schedules.ts';
 import { workerHandlers } from './handlers/workers.ts';
 
 export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
@@ -26,6 +27,7 @@ export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
     ...applicationResourcesHandlers(deps),
     ...queueHandlers(deps),
     ...taskHandlers(deps),
+    ...scheduleHandlers(deps),
     ...feedHandlers(deps),
     ...workerHandlers(deps),
   };

@@ -8,6 +8,7 @@ import type { Metrics } from '../metrics.ts';
 import type { Database } from '../store/database/database.ts';
 import { expireDeadlines, recoverExpiredAttempts } from '../store/attempts/recovery.ts';
 import { sessionCloseStale } from '../store/attempts/sessions.ts';
+import { PeriodicLoop } from './periodic-loop.ts';
 
 export interface RecoveryLoopOptions {
   db: Database;
@@ -18,30 +19,12 @@ export interface RecoveryLoopOptions {
   batchSize?: number;
 }
 
-export class RecoveryLoop {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
-  private stopped = false;
+export class RecoveryLoop extends PeriodicLoop {
   private busyAttempts = new Set<string>();
   private busyDeadlines = new Set<string>();
 
-  constructor(private readonly options: RecoveryLoopOptions) {}
-
-  start(): void {
-    this.schedule();
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    // Jitter keeps processes started together from hitting the same rows in lockstep.
-    const delay = this.options.intervalMs * (0.75 + Math.random() * 0.5);
-    this.timer = setTimeout(() => {
-      this.running = this.round().finally(() => {
-        this.running = null;
-        this.schedule();
-      });
-    }, delay);
-    this.timer.unref();
+  constructor(private readonly options: RecoveryLoopOptions) {
+    super(options.intervalMs);
   }
 
   /** One round; exported for tests that want recovery now. */
@@ -64,11 +47,5 @@ export class RecoveryLoop {
     } catch (error) {
       log.warn({ err: error }, 'recovery round failed; retrying next round');
     }
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running;
   }
 }

@@ -5,11 +5,12 @@
  */
 import assert from 'node:assert/strict';
 import type { Database } from '../../server/store/database/database.ts';
-import { countersVerify, formatDifference, tasksDisagreeingWithAttempts } from '../../server/store/quotas/verify.ts';
+import { countersVerify, formatDifference, schedulesDisagreeingWithTasks, tasksDisagreeingWithAttempts } from '../../server/store/quotas/verify.ts';
 
 export async function assertCountersMatchRecount(db: Database): Promise<void> {
   const report = await countersVerify(db);
   const lines = report.differences.map(formatDifference);
   assert.deepEqual(lines, [], `usage counters differ from the recount (${lines.length}):\n  ${lines.join('\n  ')}`);
   assert.equal(await tasksDisagreeingWithAttempts(db), 0, 'tasks whose state disagrees with their active attempts');
+  assert.equal(await schedulesDisagreeingWithTasks(db), 0, 'schedules whose fired counter disagrees with the tasks they made');
 }

@@ -7,7 +7,9 @@
  *                not at all on the HTTP hot paths (authentication is a plain read before the
  *                transaction; writes re-check inside their statements)
  *   session      the worker session row                  (orbit_worker_sessions)
- *   schedule     schedule rows                            (orbit_schedules, when they exist)
+ *   schedule     schedule rows                            (orbit_schedules): the schedule loop takes
+ *                due ones with SKIP LOCKED, pause and resume one by id, both before the
+ *                application row they then lock
  *   application  the application resources row           (orbit_application_resources)
  *   queue        queue rows, in ascending queue_id        (orbit_queues)
  *   task         task rows                                (orbit_tasks)
@@ -167,13 +169,17 @@ export function lockedTables(statement: string): string[] {
  * application row), and there is no other unique key. Inserting such a row is not "taking" its
  * level; updating or locking existing rows of the table is. Receipts and permits are not here:
  * their unique keys are the caller's (namespace + Idempotency-Key, queue + resource key), so an
- * INSERT can wait for another transaction's row.
+ * INSERT can wait for another transaction's row. Tasks do have one more unique key, the trigger
+ * point of a schedule (schedule_id, scheduled_for), but only the schedule loop writes non-NULL
+ * values there, and only while it holds that schedule's row: two transactions never insert the
+ * same trigger point at once, so a task INSERT still never waits for another transaction.
  */
 export const NEW_ROWS_ONLY_ON_INSERT: ReadonlySet<string> = new Set(['orbit_tasks', 'orbit_attempts', 'orbit_worker_sessions', 'orbit_audit_events', 'orbit_events']);
 
 /** The single-column primary keys of the tables whose rows are locked by key (permits: queue_id + resource_key). */
 const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
   orbit_worker_sessions: ['session_id'],
+  orbit_schedules: ['schedule_id'],
   orbit_application_resources: ['application_id'],
   orbit_queues: ['queue_id'],
   orbit_tasks: ['task_id'],

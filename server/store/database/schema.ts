@@ -248,11 +248,15 @@ export const tasks = mysqlTable(
     result: mediumtext('result'),
     error: mediumtext('error'),
     updated_at: time('updated_at').notNull(),
+    // 0003_schedules.sql
+    schedule_id: id('schedule_id'),
+    scheduled_for: time('scheduled_for'),
   },
   (t) => [
     index('ix_orbit_tasks_claim').on(t.queue_id, t.state, sql`${t.priority} desc`, t.available_at, t.task_id),
     index('ix_orbit_tasks_queue').on(t.queue_id, t.task_id),
     index('ix_orbit_tasks_deadline').on(t.state, t.deadline_at),
+    uniqueIndex('uk_orbit_tasks_trigger_point').on(t.schedule_id, t.scheduled_for),
   ],
 );
 
@@ -316,6 +320,43 @@ export const keyPermits = mysqlTable(
   (t) => [primaryKey({ columns: [t.queue_id, t.resource_key] })],
 );
 
+// ---------------------------------------------------------------------------------------------
+// 0003_schedules.sql (and the two columns of orbit_tasks above)
+// ---------------------------------------------------------------------------------------------
+
+export const schedules = mysqlTable(
+  'orbit_schedules',
+  {
+    schedule_id: id('schedule_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    queue_id: id('queue_id').notNull(),
+    name: varchar('name', { length: 128 }).notNull(),
+    cron_expression: varchar('cron_expression', { length: 200 }),
+    interval_seconds: uint32('interval_seconds'),
+    timezone: varchar('timezone', { length: 64 }).notNull(),
+    payload: mediumtext('payload').notNull(),
+    priority: tinyint('priority', { unsigned: true }).notNull(),
+    resource_key: varchar('resource_key', { length: 128 }),
+    max_attempts: uint16('max_attempts').notNull(),
+    deadline_seconds: uint32('deadline_seconds').notNull(),
+    on_unknown_outcome: varchar('on_unknown_outcome', { length: 8 }).notNull(),
+    misfire_policy: varchar('misfire_policy', { length: 16 }).notNull(),
+    misfire_window_seconds: uint32('misfire_window_seconds').notNull(),
+    state: varchar('state', { length: 16 }).notNull(),
+    start_at: time('start_at'),
+    next_fire_at: time('next_fire_at'),
+    last_fire_at: time('last_fire_at'),
+    deferred_through: time('deferred_through'),
+    fired: uint64('fired').notNull().default('0'),
+    skipped_misfire: uint64('skipped_misfire').notNull().default('0'),
+    deferred_full: uint64('deferred_full').notNull().default('0'),
+    created_at: time('created_at').notNull(),
+    updated_at: time('updated_at').notNull(),
+  },
+  (t) => [uniqueIndex('uk_orbit_schedules_name').on(t.queue_id, t.name), index('ix_orbit_schedules_due').on(t.state, t.next_fire_at)],
+);
+
 /** Every table of the schema, ledger included: the drift test requires this list to equal the database's. */
 export const allTables = [
   schemaMigrations,
@@ -331,6 +372,7 @@ export const allTables = [
   attempts,
   workerSessions,
   keyPermits,
+  schedules,
 ] as const;
 
 // ---------------------------------------------------------------------------------------------
@@ -349,3 +391,4 @@ export type TaskRow = typeof tasks.$inferSelect;
 export type AttemptRow = typeof attempts.$inferSelect;
 export type WorkerSessionRow = typeof workerSessions.$inferSelect;
 export type KeyPermitRow = typeof keyPermits.$inferSelect;
+export type ScheduleRow = typeof schedules.$inferSelect;

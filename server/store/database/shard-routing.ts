@@ -27,6 +27,7 @@ export const LOOKUP_VINDEXES: Readonly<Record<string, { vindex: string; owner: s
   orbit_credentials_credential_id_lookup: { vindex: 'orbit_credentials_credential_id_lookup', owner: 'orbit_credentials', column: 'credential_id' },
   orbit_namespaces_namespace_id_lookup: { vindex: 'orbit_namespaces_namespace_id_lookup', owner: 'orbit_namespaces', column: 'namespace_id' },
   orbit_applications_name_lookup: { vindex: 'orbit_applications_name_lookup', owner: 'orbit_applications', column: 'name' },
+  orbit_schedules_schedule_id_lookup: { vindex: 'orbit_schedules_schedule_id_lookup', owner: 'orbit_schedules', column: 'schedule_id' },
 };
 
 /**
@@ -47,6 +48,7 @@ export const ROUTING_COLUMNS: Readonly<Record<string, readonly string[]>> = {
   orbit_attempts: ['application_id', 'attempt_id', 'task_id', 'queue_id', 'session_id'],
   orbit_worker_sessions: ['application_id', 'session_id'],
   orbit_key_permits: ['application_id', 'queue_id'],
+  orbit_schedules: ['application_id', 'schedule_id', 'queue_id', 'namespace_id'],
 };
 
 /** The tables that are not per application: the migration ledger (a reference table: every shard holds the same rows). */
@@ -66,7 +68,10 @@ export const SCATTER_EXCEPTIONS: Readonly<Record<string, string>> = {
   'recovery-deadlines': 'the recovery loop looks for WAITING tasks past their deadline in every application; each application found is then expired in its own routed transaction',
   'recovery-stale-sessions':
     'the recovery loop closes OPEN worker sessions of every application whose server stopped heartbeating; one UPDATE of session rows that holds no other lock',
+  'schedules-due':
+    'the schedule loop looks for due trigger points in every application; each application found is then fired in its own routed transaction',
   'verify-recount': 'orbit-admin verify (and the tests after every scenario) recount the counters of every application at once when no application is named',
+  'verify-schedule-fired': "a consistency count of every schedule's fired counter against the tasks it made (the test helper), not on a request path",
   'verify-task-attempt-agreement': 'a consistency count over all tasks and attempts (orbit-admin verify, the test helper), not a counter and not on a request path',
 };
 

@@ -19,12 +19,13 @@ export type TaskWithQueue = Pick<
   TaskRow,
   | 'task_id' | 'application_id' | 'namespace_id' | 'queue_id' | 'state' | 'priority' | 'resource_key' | 'payload' | 'attempts' | 'max_attempts'
   | 'on_unknown_outcome' | 'cancel_requested' | 'current_attempt_id' | 'created_at' | 'available_at' | 'deadline_at' | 'finished_at' | 'result' | 'error'
+  | 'schedule_id' | 'scheduled_for'
 > & { queue_name: QueueRow['name'] };
 
 /** Columns of `orbit_tasks t JOIN orbit_queues q` (constant SQL text). */
 const TASK_COLUMNS = sql.raw(`t.task_id, t.application_id, t.namespace_id, t.queue_id, q.name AS queue_name, t.state, t.priority,
   t.resource_key, t.payload, t.attempts, t.max_attempts, t.on_unknown_outcome, t.cancel_requested, t.current_attempt_id,
-  t.created_at, t.available_at, t.deadline_at, t.finished_at, t.result, t.error`);
+  t.created_at, t.available_at, t.deadline_at, t.finished_at, t.result, t.error, t.schedule_id, t.scheduled_for`);
 
 /** The API shape; absent values are omitted, never null. */
 export function toTask(row: TaskWithQueue, namespace: string): Task {
@@ -48,6 +49,8 @@ export function toTask(row: TaskWithQueue, namespace: string): Task {
   if (row.finished_at !== null) task.finished_at = sqlToRfc3339(row.finished_at);
   if (row.result !== null) task.result = JSON.parse(row.result) as unknown;
   if (row.error !== null) task.error = JSON.parse(row.error) as unknown;
+  if (row.schedule_id !== null) task.schedule_id = idToHex(row.schedule_id);
+  if (row.scheduled_for !== null) task.scheduled_for = sqlToRfc3339(row.scheduled_for);
   return task;
 }
 

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
+import { call, configureQueue, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const LOOP = { ORBIT_SCHEDULE_INTERVAL_MS: '100' };
@@ -110,6 +110,24 @@ describe('schedules, two server processes', () => {
     assert.equal(resumed[3]!.scheduled_for, firstDeferred + 1000);
     const after = await get(tenant, s.schedule_id);
     assert.equal(after.skipped_misfire, '0');
+    await pause(tenant, s.schedule_id);
+  });
+
+  test('a full queue defers like a full application: nothing written for the point, a direct submit is QUEUE_FULL too', async () => {
+    const tenant = await tenantWithLimit('queue-full', 1_000);
+    await configureQueue(url(), tenant.token, 'sched', { max_unfinished_tasks: 1 });
+    const s = await create(tenant, { name: 'queue-full', interval_seconds: 1 });
+    await sleep(3_300);
+    const now = await get(tenant, s.schedule_id, 1);
+    assert.equal((await tasksOf(s.schedule_id)).length, 1);
+    assert.equal(now.fired, '1');
+    assert.equal(now.skipped_misfire, '0');
+    assert.ok(Number(now.deferred_full) >= 1, JSON.stringify(now));
+    const direct = await call(url(), 'POST', '/v1/queues/sched/tasks', { token: tenant.token, key: key('direct'), body: { payload: {} } });
+    assert.equal(direct.status, 429);
+    assert.equal(direct.body.error.code, 'QUEUE_FULL');
+    const queue = (await call(url(), 'GET', '/v1/queues/sched', { token: tenant.token })).body.data;
+    assert.equal(queue.unfinished_tasks, '1');
     await pause(tenant, s.schedule_id);
   });
 

@@ -70,6 +70,19 @@ function validCalendarTime(text: string): boolean {
 }
 
 export function scheduleHandlers(deps: AppDeps): ScheduleHandlers {
+  type StateInput = Parameters<ScheduleHandlers['pauseSchedule']>[0] | Parameters<ScheduleHandlers['resumeSchedule']>[0];
+  function setState(input: StateInput, ctx: RequestContext, operation: 'pauseSchedule' | 'resumeSchedule', to: 'PAUSED' | 'ACTIVE') {
+    const principal = ctx.principal();
+    return scheduleSetState(deps.db, {
+      principal,
+      requestId: ctx.requestId,
+      receipt: receiptIdentity(principal, input.headers['Idempotency-Key'], operation, { schedule_id: input.path.schedule_id }, input.body),
+      scheduleId: hexToId(input.path.schedule_id),
+      reason: input.body.reason,
+      to,
+    });
+  }
+
   return {
     async createSchedule(input, ctx) {
       const principal = ctx.principal();
@@ -98,27 +111,7 @@ export function scheduleHandlers(deps: AppDeps): ScheduleHandlers {
       const last = schedules.at(-1);
       return more && last ? { schedules, next_cursor: encodeCursor(last.name) } : { schedules };
     },
-    async pauseSchedule(input, ctx) {
-      const principal = ctx.principal();
-      return scheduleSetState(deps.db, {
-        principal,
-        requestId: ctx.requestId,
-        receipt: receiptIdentity(principal, input.headers['Idempotency-Key'], 'pauseSchedule', { schedule_id: input.path.schedule_id }, input.body),
-        scheduleId: hexToId(input.path.schedule_id),
-        reason: input.body.reason,
-        to: 'PAUSED',
-      });
-    },
-    async resumeSchedule(input, ctx) {
-      const principal = ctx.principal();
-      return scheduleSetState(deps.db, {
-        principal,
-        requestId: ctx.requestId,
-        receipt: receiptIdentity(principal, input.headers['Idempotency-Key'], 'resumeSchedule', { schedule_id: input.path.schedule_id }, input.body),
-        scheduleId: hexToId(input.path.schedule_id),
-        reason: input.body.reason,
-        to: 'ACTIVE',
-      });
-    },
+    pauseSchedule: (input, ctx) => setState(input, ctx, 'pauseSchedule', 'PAUSED'),
+    resumeSchedule: (input, ctx) => setState(input, ctx, 'resumeSchedule', 'ACTIVE'),
   };
 }

@@ -10,11 +10,24 @@ import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { sql } from 'drizzle-orm';
-import type { Database, Queryable } from '../database/database.ts';
+import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
 
 export type ApplicationResources = components['schemas']['ApplicationResources'];
+
+/**
+ * Locks the application row (level application) and returns its backlog figures: what a
+ * transaction that writes the application's events, or admits tasks, takes first after the
+ * identity, session and schedule levels.
+ */
+export async function applicationRowLock(tx: Transaction, applicationId: IdBytes): Promise<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>> {
+  const [row] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
+    sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
+  );
+  if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
+  return row;
+}
 export type ApplicationLimits = Pick<ApplicationResources, 'max_unfinished_tasks' | 'max_concurrency' | 'rate_per_second'>;
 
 /** The limits and usage this module reads (not the start window). */

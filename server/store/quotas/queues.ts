@@ -16,6 +16,7 @@ import { sql } from 'drizzle-orm';
 import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';
 import type { QueueRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
+import { applicationRowLock } from './application-resources.ts';
 
 export type Queue = components['schemas']['Queue'];
 export interface QueueLimits {
@@ -105,10 +106,6 @@ export async function queueInsert(
   return row;
 }
 
-async function lockApplicationRow(tx: Transaction, applicationId: IdBytes): Promise<void> {
-  await tx.rows(sql`SELECT application_id FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`);
-}
-
 export async function queueCreate(
   db: Database,
   params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; name: string; reason: string; limits: Partial<QueueLimits> },
@@ -116,7 +113,7 @@ export async function queueCreate(
   const { principal } = params;
   if (principal.queues !== '*' && !principal.queues.has(params.name)) throw notFound(`queue "${params.name}"`);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
-    await lockApplicationRow(tx, principal.applicationId);
+    await applicationRowLock(tx, principal.applicationId);
     const row = await queueInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, name: params.name, limits: params.limits });
     const queue = toQueue(row, principal.namespace);
     await auditInsert(tx, {
@@ -143,7 +140,7 @@ export async function queueConfigure(
   const { principal } = params;
   if (principal.queues !== '*' && !principal.queues.has(params.name)) throw notFound(`queue "${params.name}"`);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
-    await lockApplicationRow(tx, principal.applicationId);
+    await applicationRowLock(tx, principal.applicationId);
     const row = await queueFind(tx, principal.namespaceId, params.name, { lock: true });
     if (!row) throw notFound(`queue "${params.name}"`);
     if (row.revision !== params.expectedRevision) {

@@ -31,7 +31,8 @@ import { countWaiting, planRound, type MisfirePolicy } from '../../domain/schedu
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { valueList, type Database } from '../database/database.ts';
 import { byIdAscending, distinctIdsAscending, lockRows } from '../database/lock-order.ts';
-import type { ApplicationResourcesRow, QueueRow, ScheduleRow } from '../database/schema.ts';
+import type { QueueRow, ScheduleRow } from '../database/schema.ts';
+import { applicationRowLock } from '../quotas/application-resources.ts';
 import { anchorOfRow, triggerOfRow } from './schedules.ts';
 
 /** At most this many trigger points of one schedule are looked at in one round, and this many tasks made. */
@@ -98,10 +99,7 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
     const due = rows.filter((r) => enabledNamespaces.has(idToHex(r.namespace_id)));
     if (due.length === 0) return counts;
 
-    const [app] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
-      sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
-    );
-    if (!app) return counts;
+    const app = await applicationRowLock(tx, applicationId);
     const queueIds = distinctIdsAscending(due.map((r) => r.queue_id));
     const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
       SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues

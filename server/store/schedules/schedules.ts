@@ -21,6 +21,7 @@ import { isDuplicateKeyError, type Database, type Queryable, type Transaction } 
 import { lockRows } from '../database/lock-order.ts';
 import type { QueueRow, ScheduleRow } from '../database/schema.ts';
 import { queueFind } from '../quotas/queues.ts';
+import { applicationRowLock } from '../quotas/application-resources.ts';
 
 export type Schedule = components['schemas']['Schedule'];
 
@@ -119,10 +120,6 @@ export interface ScheduleDefinition {
   startAtMs: number | null;
 }
 
-async function lockApplicationRow(tx: Transaction, applicationId: IdBytes): Promise<void> {
-  await tx.rows(sql`SELECT application_id FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`);
-}
-
 export async function scheduleCreate(
   db: Database,
   params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; queueName: string; reason: string; nowMs: number; definition: ScheduleDefinition },
@@ -155,7 +152,7 @@ export async function scheduleCreate(
     }
     // Lock order: the schedule row (just inserted; its unique name may have waited for another
     // create of the same name), then the application row, under which events are written.
-    await lockApplicationRow(tx, principal.applicationId);
+    await applicationRowLock(tx, principal.applicationId);
     const row = await scheduleFind(tx, principal.namespaceId, scheduleId);
     if (!row) throw new OrbitError('INTERNAL', 'the new schedule is missing');
     const schedule = toSchedule(row, principal.namespace);
@@ -190,7 +187,7 @@ export async function scheduleSetState(
     if (row.state === params.to) {
       throw new OrbitError('STATE_CONFLICT', `the schedule is already ${row.state}`, { details: { field: 'state', state: row.state } });
     }
-    await lockApplicationRow(tx, principal.applicationId);
+    await applicationRowLock(tx, principal.applicationId);
     await tx.exec(sql`UPDATE orbit_schedules SET state = ${params.to}, updated_at = NOW(6) WHERE schedule_id = ${row.schedule_id}`);
     const before = toSchedule(row, principal.namespace);
     const after = toSchedule({ ...row, state: params.to }, principal.namespace);

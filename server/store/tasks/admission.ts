@@ -32,7 +32,8 @@ import type { Clock } from '../database/clock.ts';
 import { sql, type SQL } from 'drizzle-orm';
 import { isDuplicateKeyError, isGuardError, type Database, type Queryable } from '../database/database.ts';
 import { byIdAscending, lockRows } from '../database/lock-order.ts';
-import type { ApplicationResourcesRow, IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
+import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
+import { applicationRowLock } from '../quotas/application-resources.ts';
 import { receiptReplay, type ReceiptIdentity, type ReceiptRow } from '../records/receipts.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import type { Task } from './tasks.ts';
@@ -211,10 +212,7 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
   const outcomes = await db.transaction(async (tx) => {
     // Lock order: identity rows (shared), application row, then queue rows by ascending id.
     const valid = await credentialsStillValid(tx, prepared.map((p) => p.item.receipt.credentialId));
-    const [app] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
-      sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
-    );
-    if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
+    const app = await applicationRowLock(tx, applicationId);
     const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
       SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
         WHERE queue_id IN (${sql.join(perQueue.map((q) => sql`${q.queueId}`), sql`, `)}) ORDER BY queue_id ${lockRows('queue')}`);

@@ -15,13 +15,14 @@ import { sql } from 'drizzle-orm';
 import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { TaskRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
+import { applicationRowLock } from '../quotas/application-resources.ts';
 
 /** What a decision needs of the task row it locked. */
 type LockedTask = Pick<TaskRow, 'state' | 'current_attempt_id' | 'resource_key' | 'cancel_requested'>;
 
 /** Lock order: application row → queue row → task row. The task's queue never changes, so the plain read that found it is good for choosing which queue row to lock. */
 async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<LockedTask> {
-  await tx.rows(sql`SELECT application_id FROM orbit_application_resources WHERE application_id = ${task.application_id} ${lockRows('application')}`);
+  await applicationRowLock(tx, task.application_id);
   await tx.rows(sql`SELECT queue_id FROM orbit_queues WHERE queue_id = ${task.queue_id} ${lockRows('queue')}`);
   const [locked] = await tx.rows<LockedTask>(
     sql`SELECT state, current_attempt_id, resource_key, cancel_requested FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`,

@@ -684,7 +684,7 @@ export interface components {
             reason: components["schemas"]["Reason"];
             cron?: components["schemas"]["CronExpression"];
             interval_seconds?: number;
-            /** @description An IANA time zone name (default `UTC`); an unknown zone is 400 naming `timezone`. */
+            /** @description An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`. */
             timezone?: string;
             payload: components["schemas"]["TaskPayload"];
             priority?: components["schemas"]["TaskPriority"];
@@ -692,9 +692,11 @@ export interface components {
             max_attempts?: components["schemas"]["MaxAttempts"];
             deadline_seconds?: components["schemas"]["DeadlineSeconds"];
             on_unknown_outcome?: components["schemas"]["OnUnknownOutcome"];
+            /** @description Default `skip`. */
             misfire_policy?: components["schemas"]["MisfirePolicy"];
             /** @description Default 60. */
             misfire_window_seconds?: number;
+            /** @description The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`). */
             start_at?: components["schemas"]["TimestampInput"];
         };
         ScheduleStateRequest: {

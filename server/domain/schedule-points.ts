@@ -53,14 +53,19 @@ function cronOf(trigger: Extract<Trigger, { kind: 'cron' }>): Cron {
   return cron;
 }
 
-/** The first trigger point strictly after `afterMs`, or null when there is none. */
+/** The last instant a trigger point may have: DATETIME(6) and RFC 3339 in UTC both end with year 9999. */
+export const LAST_POINT_MS = Date.parse('9999-12-31T23:59:59.999Z');
+
+/** The first trigger point strictly after `afterMs`, or null when there is none (before the end of year 9999). */
 export function pointAfter(trigger: Trigger, afterMs: number, anchorMs: number): number | null {
+  let next: number | null;
   if (trigger.kind === 'interval') {
     const step = trigger.seconds * 1000;
-    if (afterMs < anchorMs) return anchorMs;
-    return anchorMs + (Math.floor((afterMs - anchorMs) / step) + 1) * step;
+    next = afterMs < anchorMs ? anchorMs : anchorMs + (Math.floor((afterMs - anchorMs) / step) + 1) * step;
+  } else {
+    next = cronOf(trigger).nextRun(new Date(afterMs))?.getTime() ?? null;
   }
-  return cronOf(trigger).nextRun(new Date(afterMs))?.getTime() ?? null;
+  return next !== null && next <= LAST_POINT_MS ? next : null;
 }
 
 /**

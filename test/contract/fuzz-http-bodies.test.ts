@@ -24,6 +24,14 @@
  * IDEMPOTENCY_CONFLICT, a full quota, or accepted with the task as sent - and the database holds
  * exactly one task and one receipt per accepted item.
  *
+ * Schedules (createSchedule, pauseSchedule, resumeSchedule): a valid body meets a predicted
+ * answer - pause and resume target a PAUSED and an ACTIVE schedule (409 STATE_CONFLICT, the state
+ * stays), a creation is 200 for a new name and 409 for a taken one. The trigger rules the spec
+ * states in words (exactly one of cron and interval_seconds, a cron croner reads, a known time
+ * zone, a start_at that exists) get a property of their own, and an accepted schedule starts
+ * when the spec says. Every schedule a property creates is paused at once, so none fires in the
+ * background.
+ *
  * The file ends by checking every counter against a recount.
  */
 import { after, before, describe, test } from 'node:test';
@@ -47,6 +55,7 @@ import {
   documentedDepthLimit,
   fieldNames,
   jsonDepth,
+  nastyString,
   nested,
   runProperty,
   sendRaw,
@@ -54,9 +63,9 @@ import {
   type NestShape,
 } from '../helpers/fuzz-common.ts';
 import { mutatedDocument } from '../helpers/fuzz-mutations.ts';
-import { ASYNCAPI_TEXT, OPENAPI_TEXT, bodyOperations, bodyVerdict, maxBodyBytes } from '../helpers/fuzz-spec.ts';
+import { ASYNCAPI_TEXT, OPENAPI_TEXT, bodyOperations, bodyVerdict, cronPointFrom, maxBodyBytes, timestampInputMillis } from '../helpers/fuzz-spec.ts';
 import { BulkModel, hostileBulkBody, type BulkCounts } from '../helpers/fuzz-bulk.ts';
-import { DEFAULT_MAX_BODY_BYTES } from './spec-validator.ts';
+import { DEFAULT_MAX_BODY_BYTES, assertMatchesSpec } from './spec-validator.ts';
 import { ALL_ACTIONS } from '../../server/domain/actions.ts';
 
 const QUEUE = 'fuzz';
@@ -67,10 +76,16 @@ const DEPTH_LIMIT = documentedDepthLimit(`${OPENAPI_TEXT}\n${ASYNCAPI_TEXT}`) ??
 
 type JsonObject = { [key: string]: Json };
 
+/** The schedule the createSchedule example names, made in `before` (so the example itself is 409, name taken). */
+const SCHEDULE_NAME = 'fz-created';
+
 /**
  * One valid body per operation, aimed so that a valid body changes nothing it should not: the
  * configure operations carry a stale revision (409), cancel targets a cancelled task and resolve
- * a WAITING one (409). Submissions and queue creations succeed, which the properties allow.
+ * a WAITING one (409), pause targets a PAUSED schedule and resume an ACTIVE one (409), and the
+ * schedule's name is taken (409). Submissions, queue creations and schedules under a new name
+ * succeed, which the properties allow (such a schedule is paused at once). The schedule starts
+ * in 2099 and fires daily, so it never fires during the tests.
  */
 const VALID: Record<string, JsonObject> = {
   configureApplicationResources: { expected_revision: STALE_REVISION, reason: '模糊测试', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
@@ -111,6 +126,23 @@ const VALID: Record<string, JsonObject> = {
   },
   cancelTask: { reason: '模糊测试' },
   resolveTask: { outcome: 'succeeded', reason: '模糊测试', result: { ok: true }, error: { note: 'none' } },
+  createSchedule: {
+    name: SCHEDULE_NAME,
+    reason: '模糊测试',
+    interval_seconds: 86400,
+    timezone: 'Europe/Berlin',
+    payload: { report: 'daily', lines: [{ sku: 'A-1', qty: 2 }], note: null },
+    priority: 5,
+    resource_key: 'customer-1',
+    max_attempts: 3,
+    deadline_seconds: 86400,
+    on_unknown_outcome: 'retry',
+    misfire_policy: 'skip',
+    misfire_window_seconds: 60,
+    start_at: '2099-01-01T00:00:00Z',
+  },
+  pauseSchedule: { reason: '模糊测试' },
+  resumeSchedule: { reason: '模糊测试' },
 };
 
 const OPERATION_IDS = bodyOperations.map((op) => op.operationId);
@@ -130,15 +162,23 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
   let token: string;
   let cancelledTask: string;
   let waitingTask: string;
+  /** The targets of resume (ACTIVE: a valid body is 409) and pause (PAUSED: likewise). */
+  let activeSchedule: string;
+  let pausedSchedule: string;
+  /** Every schedule name taken in QUEUE (a valid createSchedule with one of them is 409). */
+  const scheduleNames = new Set<string>();
   let bulk: BulkModel;
   const log = new LogCapture();
   let keyCounter = 0;
   const freshKey = () => `fz-${++keyCounter}-${randomBytes(3).toString('hex')}`;
 
-  function pathFor(operationId: string, taskId?: string): string {
+  function pathFor(operationId: string, id?: string): string {
     const op = bodyOperations.find((o) => o.operationId === operationId);
     assert.ok(op);
-    return op.path.replace('{queue}', QUEUE).replace('{task_id}', taskId ?? (operationId === 'cancelTask' ? cancelledTask : waitingTask));
+    return op.path
+      .replace('{queue}', QUEUE)
+      .replace('{task_id}', id ?? (operationId === 'cancelTask' ? cancelledTask : waitingTask))
+      .replace('{schedule_id}', id ?? (operationId === 'pauseSchedule' ? pausedSchedule : activeSchedule));
   }
   const headersFor = (extra: Record<string, string> = {}): Record<string, string> => ({ Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey(), ...extra });
 
@@ -146,6 +186,12 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     const r = await api.request('POST', `/v1/queues/${QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
     assert.equal(r.status, 200, r.text);
     return r.body.data.task.task_id as string;
+  }
+
+  /** Pauses a schedule a property created, so that nothing fires in the background (the server process below runs a schedule loop). */
+  async function pauseCreated(where: string, scheduleId: string): Promise<void> {
+    const r = await api.request('POST', `/v1/schedules/${scheduleId}:pause`, { token, key: freshKey(), body: { reason: 'fuzz: created by a property' } });
+    assert.equal(r.status, 200, `${where}: pausing the schedule it created: ${r.text}`);
   }
 
   /** The state before the last request: its fingerprint, and for a bulk submit the counts its prediction needs. */
@@ -198,9 +244,44 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
       await bulk.assertWrites(where, counts, accepted, async () => [before.fingerprint, await dbFingerprint(t.db)]);
     } else if (verdict.valid) {
       assert.notEqual(response.status, 400, `${where}: valid per openapi.yaml but refused: ${response.text.slice(0, 300)}`);
+      await expectScheduleOutcome(where, operationId, value as JsonObject, response);
     } else {
       assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: verdict.fields, location: 'body' }, log);
     }
+  }
+
+  /**
+   * What a valid schedule body gets, predicted: pause and resume meet a schedule already in the
+   * state asked for (409 STATE_CONFLICT naming that state); a creation is 409 naming `name` when
+   * the name is taken, else 200 with the schedule as sent - which is then paused.
+   */
+  async function expectScheduleOutcome(where: string, operationId: string, value: JsonObject, response: TestResponse): Promise<void> {
+    if (operationId === 'pauseSchedule' || operationId === 'resumeSchedule') {
+      assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+      assert.equal(response.body.error.details?.state, operationId === 'pauseSchedule' ? 'PAUSED' : 'ACTIVE', `${where}: the conflict names the current state: ${response.text.slice(0, 300)}`);
+      return;
+    }
+    if (operationId !== 'createSchedule') return;
+    const name = value.name as string;
+    if (scheduleNames.has(name)) {
+      assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+      assert.equal(response.body.error.details?.field, 'name', `${where}: a taken name is the conflict: ${response.text.slice(0, 300)}`);
+      return;
+    }
+    assert.equal(response.status, 200, `${where}: a valid schedule under a new name: ${response.text.slice(0, 300)}`);
+    assertMatchesSpec('createSchedule', 200, response.body);
+    const schedule = response.body.data.schedule;
+    assert.deepEqual([schedule.name, schedule.queue, schedule.state, response.body.data.deduplicated], [name, QUEUE, 'ACTIVE', false], `${where}: ${response.text.slice(0, 300)}`);
+    assert.deepEqual(schedule.payload, value.payload, `${where}: the schedule's payload differs from the one sent`);
+    scheduleNames.add(name);
+    await pauseCreated(where, schedule.schedule_id);
+  }
+
+  async function createSchedule(body: JsonObject): Promise<string> {
+    const r = await api.request('POST', `/v1/queues/${QUEUE}/schedules`, { token, key: freshKey(), body });
+    assert.equal(r.status, 200, r.text);
+    scheduleNames.add(body.name as string);
+    return r.body.data.schedule.schedule_id as string;
   }
 
   before(async () => {
@@ -214,6 +295,9 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     const cancelled = await api.request('POST', `/v1/tasks/${cancelledTask}:cancel`, { token, key: freshKey(), body: { reason: 'fuzz target' } });
     assert.equal(cancelled.status, 200, cancelled.text);
     waitingTask = await submit();
+    activeSchedule = await createSchedule(VALID.createSchedule as JsonObject);
+    pausedSchedule = await createSchedule({ ...(VALID.createSchedule as JsonObject), name: 'fz-paused' });
+    await pauseCreated('before', pausedSchedule);
   });
 
   after(async () => {
@@ -265,6 +349,120 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
       },
       { numRuns: 400, timeLimitMs: 6_000 },
     );
+  });
+
+  /** A start_at written from fields, some of them outside the calendar (month 0 or 13, day 31 of April, hour 24, offset +24:00). */
+  const startAtFromFields = fc
+    .record({
+      year: fc.oneof(fc.integer({ min: 0, max: 9999 }), fc.constantFrom(0, 1, 999, 1000, 1900, 1970, 2000, 2024, 2027, 2028, 2100, 2400, 9999)),
+      month: fc.integer({ min: 0, max: 13 }),
+      day: fc.oneof(fc.integer({ min: 0, max: 32 }), fc.constantFrom(28, 29, 30, 31)),
+      hour: fc.oneof(fc.integer({ min: 0, max: 23 }), fc.constantFrom(0, 23, 24, 29)),
+      minute: fc.constantFrom(0, 30, 59, 60),
+      second: fc.constantFrom(0, 59, 60),
+      fraction: fc.constantFrom('', '.5', '.123', '.999999'),
+      offset: fc.constantFrom('Z', '+00:00', '-00:00', '+05:45', '-01:00', '+14:00', '-12:00', '+23:59', '-23:59', '+24:00', '-00:60'),
+    })
+    .map((f) => {
+      const two = (n: number) => String(n).padStart(2, '0');
+      return `${String(f.year).padStart(4, '0')}-${two(f.month)}-${two(f.day)}T${two(f.hour)}:${two(f.minute)}:${two(f.second)}${f.fraction}${f.offset}`;
+    });
+
+  /** A cron the spec takes (croner reads five or six fields, some never firing), one it does not, fields drawn at random, or anything. */
+  const cronExpression = fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom('0 9 * * 1-5', '*/15 * * * *', '0 0 1 1 *', '30 2 * * 0', '0 0 29 2 *', '0 0 30 2 *', '0 */5 * * * *', '59 59 23 31 12 *', '0 0 31 * 1#5', '? ? ? ? ?', ' 0 9 * * * ', '0\t9 * * *', '0  9   * * *', '0 9 * * MON-FRI', '0 9 * JAN *') },
+    { weight: 2, arbitrary: fc.constantFrom('61 * * * *', '* * * *', '* * * * * * *', '0 0 * * 8', '60 * * * * *', 'L * * * *', '@daily', ' ', 'x', '0 25 * * *', '0 9 32 * *', '0 9 * 13 *', '1-0 * * * *', '0 9 * * 1-5 extra words', '*/0 * * * *') },
+    { weight: 2, arbitrary: fc.array(fc.constantFrom('*', '0', '5', '59', '60', '1-5', '*/2', '?', 'L', '#', ',', 'a', '-1', '1,2', 'JAN', 'SUN', '7', '1#2', '5L'), { minLength: 3, maxLength: 7 }).map((fields) => fields.join(' ')) },
+    { weight: 1, arbitrary: nastyString(40).filter((text) => text.length > 0 && text.length <= 200) },
+  );
+
+  test('createSchedule trigger rules stated in words (exactly one of cron and interval_seconds, a cron croner reads, a known time zone, a start_at that exists): 400 naming the field, else 200 starting when the spec says', async () => {
+    let n = 0;
+    /** What the runs met: `200 cron`, `200 interval`, `400 <field>`. */
+    const outcomes = new Map<string, number>();
+    const tally = (outcome: string) => outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    await runProperty(
+      'schedule trigger rules',
+      fc.record({
+        trigger: fc.constantFrom('cron', 'cron', 'cron', 'interval', 'interval', 'both', 'neither'),
+        cron: cronExpression,
+        interval: fc.oneof(fc.constantFrom(1, 59, 3600, 86400, 31536000), fc.integer({ min: 1, max: 31536000 })),
+        timezone: fc.option(
+          fc.oneof(
+            { weight: 4, arbitrary: fc.constantFrom('UTC', 'utc', 'Europe/Berlin', 'Asia/Shanghai', 'Asia/Kathmandu', 'America/St_Johns', 'Australia/Lord_Howe', 'Etc/GMT+12', 'EST5EDT', 'GMT', 'Europe/berlin') },
+            { weight: 1, arbitrary: fc.constantFrom('Mars/Olympus', 'Etc/GMT+14', '+05:00', 'Z', ' UTC', 'local', 'Europe/Berlin/Mitte', 'Asia/Shanghai\u0000') },
+            { weight: 1, arbitrary: nastyString(20).filter((text) => text.length > 0 && text.length <= 64) },
+          ),
+          { nil: undefined, freq: 3 },
+        ),
+        startAt: fc.option(
+          fc.oneof(
+            startAtFromFields,
+            fc.constantFrom(
+              '2099-01-01T00:00:00Z',
+              '2028-02-29T12:00:00+05:45',
+              '2027-02-29T00:00:00Z',
+              '2100-02-29T00:00:00Z',
+              '2400-02-29T00:00:00Z',
+              '2030-04-31T00:00:00Z',
+              '9999-12-31T23:59:59.999999Z',
+              '9999-12-31T23:59:59.999999+00:00',
+              '9999-12-31T23:59:59-00:01',
+              '9999-12-31T23:30:00-01:00',
+              '0000-01-01T00:00:00Z',
+              '0000-01-01T00:30:00+01:00',
+              '0000-01-01T00:00:00-00:01',
+              '0000-02-29T00:00:00Z',
+              '0001-01-01T00:00:00Z',
+              '0001-01-01T00:00:00+00:01',
+              '1969-12-31T23:59:59.999Z',
+            ),
+          ),
+          { nil: undefined, freq: 3 },
+        ),
+      }),
+      async ({ trigger, cron, interval, timezone, startAt }) => {
+        const body: JsonObject = { name: `fzs-${++n}-${randomBytes(2).toString('hex')}`, reason: '计划规则', payload: { n } };
+        if (trigger === 'cron' || trigger === 'both') body.cron = cron;
+        if (trigger === 'interval' || trigger === 'both') body.interval_seconds = interval;
+        if (timezone !== undefined) body.timezone = timezone;
+        if (startAt !== undefined) body.start_at = startAt;
+        const where = `createSchedule ${JSON.stringify(body).slice(0, 240)}`;
+        const response = await exchange(where, 'createSchedule', JSON.stringify(body));
+        const verdict = bodyVerdict('createSchedule', body);
+        if (!verdict.valid) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: verdict.fields, location: 'body' }, log);
+          tally(`400 ${response.body.error.details.field}`);
+          return;
+        }
+        tally(`200 ${body.cron === undefined ? 'interval' : 'cron'}`);
+        assert.equal(response.status, 200, `${where}: valid per openapi.yaml (also its rules in words) but answered ${response.status}: ${response.text.slice(0, 300)}`);
+        assertMatchesSpec('createSchedule', 200, response.body);
+        const schedule = response.body.data.schedule;
+        scheduleNames.add(body.name as string);
+        try {
+          assert.equal(schedule.name, body.name, where);
+          assert.equal(schedule.cron, body.cron, `${where}: cron`);
+          assert.equal(schedule.interval_seconds, body.interval_seconds, `${where}: interval_seconds`);
+          const createdMs = Date.parse(schedule.created_at);
+          const startMs = startAt === undefined ? null : (timestampInputMillis(startAt) as number);
+          assert.equal(schedule.start_at === undefined ? null : Date.parse(schedule.start_at), startMs, `${where}: start_at, in UTC`);
+          // "The first trigger point is the first one at or after start_at (default: the creation time): for an interval,
+          // start_at itself, or one interval after the creation time when start_at is left out; a start_at in the past
+          // starts from the creation time instead."
+          const from = startMs !== null && startMs >= createdMs ? startMs : null;
+          const first = body.cron !== undefined ? cronPointFrom(body.cron as string, (body.timezone as string | undefined) ?? 'UTC', from ?? createdMs) : (from ?? createdMs + interval * 1000);
+          assert.equal(schedule.next_fire_at === undefined ? null : Date.parse(schedule.next_fire_at), first, `${where}: the first trigger point (created ${schedule.created_at})`);
+          if (body.cron !== undefined) assert.equal(schedule.timezone, (body.timezone as string | undefined) ?? 'UTC', `${where}: timezone`);
+        } finally {
+          await pauseCreated(where, schedule.schedule_id);
+        }
+      },
+      { numRuns: 250, timeLimitMs: 5_000 },
+    );
+    console.log(`# fuzz: schedule trigger outcomes: ${[...outcomes].sort().map(([k, v]) => `${k} ×${v}`).join(', ')}`);
+    // The generator reaches every rule and both triggers (else the property proves less than it says).
+    for (const outcome of ['200 cron', '200 interval', '400 cron', '400 timezone', '400 start_at']) assert.ok(outcomes.has(outcome), `no run met "${outcome}"`);
   });
 
   /** One hostile bulk body: over the limit or too deep is 400 for the whole body; else the spec's verdict, item by item. */
@@ -457,6 +655,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     createQueue: { head: '{"name":"BAD NAME","reason":"r"', fields: ['name', 'pad'] },
     submitTask: { head: '{"payload":[]', fields: ['payload', 'pad'] },
     submitTasks: { head: '{"tasks":[]', fields: ['tasks', 'pad'] },
+    createSchedule: { head: '{"name":"BAD NAME","reason":"r","payload":{},"interval_seconds":86400', fields: ['name', 'pad'] },
   };
 
   test("bodies near and over each operation's limit (x-orbit-max-body-bytes: 4 MiB for submitTasks, else 1 MiB; whitespace or multi-byte characters): the limit is in bytes, and exactly the limit is not refused for size", async () => {
@@ -506,7 +705,8 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     let server: ServerProcess;
     before(async () => {
       // Recovery would expire tasks with short deadlines (valid bodies may ask for 1 s) while refusals are compared: its first pass is 45+ s away.
-      server = await startServerProcess(t.url, { ORBIT_RECOVERY_INTERVAL_MS: '60000' });
+      // So is the schedule loop's (every schedule made here is paused at once, or starts in 2099; this is belt and braces).
+      server = await startServerProcess(t.url, { ORBIT_RECOVERY_INTERVAL_MS: '60000', ORBIT_SCHEDULE_INTERVAL_MS: '60000' });
     });
     after(async () => {
       await server?.stop();

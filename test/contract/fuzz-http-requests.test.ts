@@ -7,7 +7,10 @@
  *
  *   paths    random strings percent-encoded, fully encoded and raw; malformed escapes (`%zz`,
  *            `%E0%A4%A`, overlong and surrogate UTF-8); double encoding (`%2561` is the text
- *            `%61`, never `a`); on GET and POST routes and the colon custom methods
+ *            `%61`, never `a`); on GET and POST routes and the colon custom methods; the
+ *            real task and schedule ids are among the values (each is 404 on the other's
+ *            routes), and a POST's body is refused, so nothing - a schedule's state neither -
+ *            is ever changed
  *   query    unknown and repeated parameters, encoded names, bad escapes, huge values, crafted
  *            cursors, on every GET (with and without declared parameters)
  *   headers  Authorization (garbage, valid-looking tokens, wrong secrets, very long, scheme
@@ -44,6 +47,10 @@ const REFUSED_BODY: Record<string, string> = {
   resolveTask: '{"outcome":"nope","reason":"x"}',
   createQueue: '{"name":"BAD NAME","reason":"x"}',
   configureApplicationResources: '{"expected_revision":"0"}',
+  createSchedule: '{"name":"BAD NAME","reason":"x","payload":{},"interval_seconds":86400}',
+  // Refused before the handler, so the schedule's state never flips (whatever the path fuzzing sends).
+  pauseSchedule: '{"reason":""}',
+  resumeSchedule: '{"reason":""}',
 };
 
 const paramOperations = operations.filter((op) => op.parameters.some((p) => p.in === 'path'));
@@ -73,6 +80,8 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   let tenant: TestTenant;
   let token: string;
   let taskId: string;
+  /** A schedule of queue `fuzz` (daily, from 2099: it never fires). */
+  let scheduleId: string;
   const log = new LogCapture();
   let keyCounter = 0;
   const freshKey = () => `fz-${++keyCounter}-${randomBytes(3).toString('hex')}`;
@@ -86,7 +95,23 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const submitted = await api.request('POST', '/v1/queues/fuzz/tasks', { token, key: freshKey(), body: { payload: { n: 1 } } });
     assert.equal(submitted.status, 200, submitted.text);
     taskId = submitted.body.data.task.task_id;
+    const schedule = await api.request('POST', '/v1/queues/fuzz/schedules', {
+      token,
+      key: freshKey(),
+      body: { name: 'fz-daily', reason: 'fuzz target', interval_seconds: 86400, start_at: '2099-01-01T00:00:00Z', payload: { n: 1 } },
+    });
+    assert.equal(schedule.status, 200, schedule.text);
+    scheduleId = schedule.body.data.schedule.schedule_id;
   });
+
+  /** 'TASK' and 'SCHEDULE' stand for the real task and schedule; anything else is itself. */
+  const realValue = (name: string) => (name === 'TASK' ? taskId : name === 'SCHEDULE' ? scheduleId : name);
+  /** Every concrete path of a template, its parameters filled with real values (`fuzz`, the task, the schedule) or with `param`. */
+  const fill = (template: string, param?: string) =>
+    template
+      .replace('{queue}', param ?? 'fuzz')
+      .replace('{task_id}', param ?? taskId)
+      .replace('{schedule_id}', param ?? scheduleId);
 
   after(async () => {
     if (!t) return;
@@ -141,14 +166,21 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' }, log);
       return;
     }
-    const exists = name === 'queue' ? QUEUES.includes(value) : value === taskId;
-    if (!exists) {
+    const real: Record<string, () => boolean> = { queue: () => QUEUES.includes(value), task_id: () => value === taskId, schedule_id: () => value === scheduleId };
+    assert.ok(real[name], `${op.operationId}: no model of which ${name} exists; add it here`);
+    if (!real[name]()) {
       assertRefused(response, where, { status: 404, code: 'NOT_FOUND' }, log);
       return;
     }
     assert.equal(response.status, 200, `${where}: ${response.text.slice(0, 300)}`);
     if (op.operationId === 'getQueue') assert.equal(response.body.data.queue, value, `${where}: answered for another queue`);
     if (op.operationId === 'getTask') assert.equal(response.body.data.task_id, value, `${where}: answered for another task`);
+    if (op.operationId === 'getSchedule') assert.equal(response.body.data.schedule_id, value, `${where}: answered for another schedule`);
+    if (op.operationId === 'listSchedules') {
+      const queues = (response.body.data.schedules as Array<{ queue: string }>).map((x) => x.queue);
+      assert.deepEqual(queues, queues.map(() => value), `${where}: schedules of another queue`);
+      assert.equal(queues.length, value === 'fuzz' ? 1 : 0, `${where}: the schedules of the queue`);
+    }
   }
 
   test('every operation with a body has a REFUSED_BODY here, and openapi.yaml refuses each as a whole', () => {
@@ -163,7 +195,8 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
 
   const parameterValue = fc.oneof(
     { weight: 3, arbitrary: fc.constantFrom(...QUEUES) },
-    { weight: 1, arbitrary: fc.constant('TASK') },
+    { weight: 2, arbitrary: fc.constant('TASK') },
+    { weight: 2, arbitrary: fc.constant('SCHEDULE') },
     { weight: 3, arbitrary: nastyString(40) },
     { weight: 2, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,62}$/) },
     { weight: 2, arbitrary: fc.stringMatching(/^[0-9a-fA-F]{30,34}$/) },
@@ -176,7 +209,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       fc.record({ op: fc.constantFrom(...paramOperationIds), raw: parameterValue, mode: fc.constantFrom('component', 'all', 'raw'), upper: fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }) }),
       async ({ op: id, raw, mode, upper }) => {
         const op = opById(id);
-        let value = wellFormed(raw === 'TASK' ? taskId : raw);
+        let value = wellFormed(realValue(raw));
         if (value === '' || value === '.' || value === '..') value = `${value}x`;
         const effective = mode === 'raw' && !rawSafe(value) ? 'component' : mode;
         const encoded = effective === 'raw' ? value : effective === 'all' ? encodeAll(value, upper) : encodeURIComponent(value);
@@ -192,10 +225,10 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('path parameters: double and triple encoding is decoded once (`%2561` is the text `%61`, never `a`)', async () => {
     await runProperty(
       'no double decoding of path parameters',
-      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK'), at: fc.nat(), times: fc.integer({ min: 2, max: 3 }), upper: fc.boolean() }),
+      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'), at: fc.nat(), times: fc.integer({ min: 2, max: 3 }), upper: fc.boolean() }),
       async ({ op: id, name, at, times, upper }) => {
         const op = opById(id);
-        const value = name === 'TASK' ? taskId : name;
+        const value = realValue(name);
         const i = at % value.length;
         let escape = `%${value.charCodeAt(i).toString(16).padStart(2, '0')}`;
         if (upper) escape = escape.toUpperCase();
@@ -215,10 +248,10 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const malformed = fc.constantFrom('%zz', '%E0%A4%A', '%25zz', '%', '%a', '%G0', '%C0%AF', '%ED%A0%80', '%F4%90%80%80', '%FF', '%80', '%E0%A4', '%F0%9F%98', '%%', '%0', '%u0061');
     await runProperty(
       'malformed percent escapes in path parameters',
-      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK'), bad: malformed, at: fc.nat() }),
+      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'), bad: malformed, at: fc.nat() }),
       async ({ op: id, name, bad, at }) => {
         const op = opById(id);
-        const value = name === 'TASK' ? taskId : name;
+        const value = realValue(name);
         const i = at % (value.length + 1);
         const encoded = value.slice(0, i) + bad + value.slice(i);
         const { path, headers, body } = requestFor(op, encoded);
@@ -244,7 +277,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       'malformed escapes in literal path segments',
       fc.record({ path: fc.constantFrom(...specPaths), bad: fc.constantFrom('%zz', '%E0%A4%A', '%', '%C0%AF', '%2F', '%2f', '%00', '%2e'), at: fc.nat(), method: fc.constantFrom('GET', 'POST') }),
       async ({ path: template, bad, at, method }) => {
-        const concrete = template.replace('{queue}', 'fuzz').replace('{task_id}', taskId);
+        const concrete = fill(template);
         const i = 1 + (at % (concrete.length - 1));
         const path = concrete.slice(0, i) + bad + concrete.slice(i);
         const headers = method === 'POST' ? postHeaders() : authorized();
@@ -305,7 +338,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const op = opById(id);
         const enc = (s: string, mode: string) => (mode === 'raw' ? s.replace(/[&#=+]/g, (c) => encodeURIComponent(c)) : encodeURIComponent(wellFormed(s)));
         const query = pairs.map((p) => `${enc(p.name, p.encode)}=${enc(p.value, p.encode)}`).join('&');
-        const base = op.path.replace('{queue}', 'fuzz').replace('{task_id}', taskId);
+        const base = fill(op.path);
         const path = `${base}?${query}`;
         const where = `GET ${summarize(path, 300)} (${op.operationId})`;
         const response = await exchange(where, 'GET', path, authorized());
@@ -480,10 +513,9 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('a method a known path does not serve is 405 METHOD_NOT_ALLOWED with an Allow header listing the methods served, in the envelope', async () => {
     await runProperty(
       'wrong methods on known paths',
-      fc.record({ template: fc.constantFrom(...specPaths), method: fc.constantFrom(...METHODS), param: fc.oneof(fc.constantFrom('fuzz', 'TASK', 'q.x'), nastyString(12).map((s) => encodeURIComponent(wellFormed(s)) || 'x'), fc.constantFrom('%zz', '%2561', 'a:b')) }),
+      fc.record({ template: fc.constantFrom(...specPaths), method: fc.constantFrom(...METHODS), param: fc.oneof(fc.constantFrom('fuzz', 'TASK', 'SCHEDULE', 'q.x'), nastyString(12).map((s) => encodeURIComponent(wellFormed(s)) || 'x'), fc.constantFrom('%zz', '%2561', 'a:b')) }),
       async ({ template, method, param }) => {
-        const filled = param === 'TASK' ? taskId : param;
-        const path = template.replace('{queue}', filled).replace('{task_id}', filled);
+        const path = fill(template, realValue(param));
         const served = specMethodsAt(path);
         const upper = method.toUpperCase();
         const where = `${method} ${path} (served: ${served.join(', ')})`;

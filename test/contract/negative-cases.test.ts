@@ -25,6 +25,12 @@
  * 409 for a business reason; bulk items each accepted, valid and invalid ones mixed in order),
  * and nulls and unknown keys inside user data (`payload`, `result`, `error`) are accepted and
  * come back unchanged.
+ *
+ * Fields that exclude each other (a schedule's `cron` and `interval_seconds`) cannot sit in one
+ * valid example: an example may name `variants`, other valid bodies, and a field missing from
+ * the example gets its cases from the first variant that has it. The rules a schema cannot say
+ * (the delay rule, a schedule's trigger rules) make a boundary value that breaks one a 400
+ * naming that field.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -35,18 +41,23 @@ import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { ALL_ACTIONS } from '../../server/domain/actions.ts';
 import { MAX_JSON_BYTES, assertMatchesSpec, operations, requestSchemaValidator, type JsonSchema, type SpecOperation } from './spec-validator.ts';
+import { scheduleTriggerProblems } from '../helpers/fuzz-spec.ts';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
 
 // ---------------------------------------------------------------------------------------------
-// One valid example per operation with a body. `{task_id}` / `{queue}` are filled in at run time.
-// Every optional field is present, so every field gets its cases.
+// One valid example per operation with a body. `{task_id}` / `{queue}` / `{schedule_id}` are filled
+// in at run time. Every optional field is present (in the example or one of its variants), so
+// every field gets its cases.
 // ---------------------------------------------------------------------------------------------
 
 const NEG_QUEUE = 'neg';
 
-const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject }> = {
+/** A schedule that never fires during the tests (none does here: no schedule loop runs in-process). */
+const FAR_START = '2099-01-01T00:00:00Z';
+
+const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?: JsonObject[] }> = {
   configureApplicationResources: {
     path: '/v1/application/resources:configure',
     body: { expected_revision: '1', reason: '负例测试基线', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
@@ -101,7 +112,60 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject }> = {
     path: '/v1/tasks/{task_id}:resolve',
     body: { outcome: 'succeeded', reason: '负例测试核查', result: { ok: true }, error: { note: 'none' } },
   },
+  createSchedule: {
+    path: '/v1/queues/{queue}/schedules',
+    body: {
+      name: 'created-by-negative',
+      reason: '负例测试建计划',
+      cron: '0 9 * * 1-5',
+      timezone: 'Asia/Shanghai',
+      payload: { report: 'daily', lines: [{ sku: 'A-1', qty: 2 }] },
+      priority: 5,
+      resource_key: 'customer-1',
+      max_attempts: 3,
+      deadline_seconds: 86400,
+      on_unknown_outcome: 'retry',
+      misfire_policy: 'skip',
+      misfire_window_seconds: 60,
+      start_at: FAR_START,
+    },
+    // "Exactly one of cron and interval_seconds": interval_seconds gets its cases here.
+    variants: [{ name: 'created-by-negative', reason: '负例测试建计划', interval_seconds: 86400, payload: { report: 'daily' }, start_at: FAR_START }],
+  },
+  pauseSchedule: { path: '/v1/schedules/{schedule_id}:pause', body: { reason: '负例测试暂停' } },
+  resumeSchedule: { path: '/v1/schedules/{schedule_id}:resume', body: { reason: '负例测试恢复' } },
 };
+
+/**
+ * Bodies the schema accepts that a rule the spec states in words refuses, each naming the field
+ * (written here by hand; the first test checks that crossFieldViolation, the oracle, agrees).
+ */
+const IN_WORDS: Record<string, Array<{ name: string; field: string; body: JsonObject }>> = (() => {
+  const submit = (VALID_EXAMPLES.submitTask as { body: JsonObject }).body;
+  const schedule = (VALID_EXAMPLES.createSchedule as { body: JsonObject }).body;
+  const interval = (VALID_EXAMPLES.createSchedule as { variants: JsonObject[] }).variants[0] as JsonObject;
+  const { cron: _cron, ...neither } = schedule;
+  return {
+    submitTask: [{ name: 'delay_seconds equal to deadline_seconds', field: 'delay_seconds', body: { ...submit, delay_seconds: 60, deadline_seconds: 60 } }],
+    createSchedule: [
+      { name: 'both cron and interval_seconds', field: 'cron', body: { ...schedule, interval_seconds: 86400 } },
+      { name: 'neither cron nor interval_seconds', field: 'cron', body: neither },
+      { name: 'cron of 4 fields', field: 'cron', body: { ...schedule, cron: '* * * *' } },
+      { name: 'cron of 7 fields', field: 'cron', body: { ...schedule, cron: '* * * * * * *' } },
+      { name: 'cron with minute 61', field: 'cron', body: { ...schedule, cron: '61 * * * *' } },
+      { name: 'cron with day-of-week 8', field: 'cron', body: { ...schedule, cron: '0 9 * * 8' } },
+      { name: 'an unknown timezone', field: 'timezone', body: { ...schedule, timezone: 'Mars/Olympus' } },
+      { name: 'an unknown timezone on an interval schedule', field: 'timezone', body: { ...interval, timezone: 'Mars/Olympus' } },
+      { name: 'start_at on February 30', field: 'start_at', body: { ...schedule, start_at: '2099-02-30T00:00:00Z' } },
+      { name: 'start_at on February 29 of a year that is not a leap year', field: 'start_at', body: { ...schedule, start_at: '2100-02-29T00:00:00Z' } },
+      { name: 'start_at at hour 24', field: 'start_at', body: { ...interval, start_at: '2099-01-01T24:00:00Z' } },
+      { name: 'start_at with an offset of +24:00', field: 'start_at', body: { ...interval, start_at: '2099-01-01T00:00:00+24:00' } },
+      { name: 'start_at in year 10000 in UTC', field: 'start_at', body: { ...interval, start_at: '9999-12-31T23:59:59-01:00' } },
+      { name: 'start_at before year 0000 in UTC', field: 'start_at', body: { ...interval, start_at: '0000-01-01T00:30:00+01:00' } },
+      { name: 'start_at on 0000-02-29 in UTC (a leap day for RFC 3339, none for the database)', field: 'start_at', body: { ...interval, start_at: '0000-02-28T12:00:00-12:00' } },
+    ],
+  };
+})();
 
 /**
  * Rules the spec states in words rather than keywords: a body breaking one is still 400 on the
@@ -114,6 +178,12 @@ function crossFieldViolation(operationId: string, body: JsonObject): string | nu
     const delay = (body.delay_seconds as number | undefined) ?? 0;
     const deadline = (body.deadline_seconds as number | undefined) ?? 86400;
     if (delay >= deadline) return 'delay_seconds';
+  }
+  if (operationId === 'createSchedule') {
+    // Exactly one of cron and interval_seconds, a cron croner reads, a known time zone, a start_at that exists (test/helpers/fuzz-spec.ts).
+    const problems = scheduleTriggerProblems(body);
+    assert.ok(problems.length <= 1, `createSchedule: a boundary case breaks more than one trigger rule (${problems.join(', ')}); the generator is wrong`);
+    return problems[0] ?? null;
   }
   return null;
 }
@@ -219,6 +289,8 @@ interface NegativeCase extends RequestShape {
   field: string;
   /** For body cases: the body as a value, to confirm the spec itself refuses it (null: not expressible, e.g. duplicate keys). */
   value: unknown;
+  /** Refused by a rule the spec states in words (IN_WORDS): its schema accepts the body. */
+  inWords?: boolean;
 }
 
 interface AcceptedCase {
@@ -241,17 +313,23 @@ interface ObjectCase {
 /**
  * The per-field and per-object cases of `base` (valid) against `schema`: refused ones (`negative`)
  * and boundary values that are valid (`accepted`). Used for request bodies and for the items of
- * a bulk body (validated one by one).
+ * a bulk body (validated one by one). A field `base` lacks gets its cases from the first of
+ * `variants` (other valid bodies) that has it.
  */
-function objectCases(schema: JsonSchema, base: JsonObject, label: string): { negative: ObjectCase[]; accepted: Array<{ name: string; body: JsonObject }> } {
+function objectCases(
+  schema: JsonSchema,
+  main: JsonObject,
+  label: string,
+  variants: readonly JsonObject[] = [],
+): { negative: ObjectCase[]; accepted: Array<{ name: string; body: JsonObject }> } {
   const negative: ObjectCase[] = [];
   const accepted: Array<{ name: string; body: JsonObject }> = [];
   const json = (name: string, field: string, value: JsonObject | Json) => negative.push({ name, field, value, text: JSON.stringify(value) });
 
   for (const field of fieldsOf(schema)) {
     const where = show(field.path);
-    const present = getAt(base, field.path) !== undefined;
-    assert.ok(present, `${label}: the valid example lacks ${where}; add it so the field gets its cases`);
+    const base = [main, ...variants].find((body) => getAt(body, field.path) !== undefined);
+    assert.ok(base, `${label}: the valid example lacks ${where}; add it (or a variant with it) so the field gets its cases`);
     const type = field.schema.type as string | undefined;
     const userData = type === undefined; // JsonValue: any JSON, null included
 
@@ -344,7 +422,7 @@ function objectCases(schema: JsonSchema, base: JsonObject, label: string): { neg
 
   for (const objectPath of objectsOf(schema)) {
     const unknown = [...objectPath, 'unknown_field'];
-    json(`unknown field ${show(unknown)}`, show(unknown), withValue(base, unknown, 1));
+    json(`unknown field ${show(unknown)}`, show(unknown), withValue(main, unknown, 1));
   }
   return { negative, accepted };
 }
@@ -365,8 +443,11 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
   const base = example.body;
   const negative: NegativeCase[] = [];
   const accepted: AcceptedCase[] = [];
-  const cases = objectCases(schema, base, op.operationId);
+  const cases = objectCases(schema, base, op.operationId, example.variants);
   for (const c of cases.negative) negative.push({ operationId: op.operationId, name: c.name, field: c.field, value: c.value, query: '', text: c.text, contentType: 'application/json' });
+  for (const c of IN_WORDS[op.operationId] ?? []) {
+    negative.push({ operationId: op.operationId, name: `${c.name} (a rule stated in words)`, field: c.field, value: c.body, query: '', text: JSON.stringify(c.body), contentType: 'application/json', inWords: true });
+  }
   for (const c of cases.accepted) accepted.push({ operationId: op.operationId, ...c });
 
   // A bulk body: its items are another schema, checked one by one (each refused in its own result).
@@ -418,8 +499,11 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
   return { negative, accepted, items };
 }
 
+/** The state a schedule operation leaves its schedule in. */
+const SCHEDULE_STATE_AFTER: Record<string, string> = { createSchedule: 'ACTIVE', pauseSchedule: 'PAUSED', resumeSchedule: 'ACTIVE' };
+
 /** Operations in the order their accepted cases run: submissions before anything that lowers limits. */
-const ORDER = ['submitTask', 'submitTasks', 'cancelTask', 'resolveTask', 'createQueue', 'configureQueue', 'configureApplicationResources'];
+const ORDER = ['submitTask', 'submitTasks', 'cancelTask', 'resolveTask', 'createQueue', 'createSchedule', 'pauseSchedule', 'resumeSchedule', 'configureQueue', 'configureApplicationResources'];
 const bodyOperations = operations
   .filter((op) => op.requestSchema !== null)
   .sort((a, b) => (ORDER.indexOf(a.operationId) + 1 || 99) - (ORDER.indexOf(b.operationId) + 1 || 99));
@@ -441,6 +525,9 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
   /** A task in a state the operation can act on. */
   let waitingTask: string;
   let reviewTask: string;
+  /** A schedule in the state each operation acts on: pause's refused cases target an ACTIVE one, resume's a PAUSED one. */
+  let activeSchedule: string;
+  let pausedSchedule: string;
 
   async function submit(payload: JsonObject = { n: ++keyCounter }): Promise<string> {
     const r = await api.request('POST', `/v1/queues/${NEG_QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
@@ -453,11 +540,27 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     return id;
   }
 
-  function pathFor(operationId: string, taskId = operationId === 'resolveTask' ? reviewTask : waitingTask): string {
-    return (VALID_EXAMPLES[operationId] as { path: string }).path.replace('{queue}', NEG_QUEUE).replace('{task_id}', taskId);
+  /** A fresh schedule (a new name, far in the future), ACTIVE or PAUSED. */
+  async function schedule(state: 'ACTIVE' | 'PAUSED'): Promise<string> {
+    const body = { ...(VALID_EXAMPLES.createSchedule as { body: JsonObject }).body, name: `neg-sched-${++keyCounter}` };
+    const created = await api.request('POST', `/v1/queues/${NEG_QUEUE}/schedules`, { token, key: freshKey(), body });
+    assert.equal(created.status, 200, created.text);
+    const id = created.body.data.schedule.schedule_id as string;
+    if (state === 'PAUSED') {
+      const paused = await api.request('POST', `/v1/schedules/${id}:pause`, { token, key: freshKey(), body: { reason: 'negative: a paused target' } });
+      assert.equal(paused.status, 200, paused.text);
+    }
+    return id;
   }
 
-  /** Every orbit_ table's row count, and the application's and the queues' rows. */
+  function pathFor(operationId: string, id?: string): string {
+    return (VALID_EXAMPLES[operationId] as { path: string }).path
+      .replace('{queue}', NEG_QUEUE)
+      .replace('{task_id}', id ?? (operationId === 'resolveTask' ? reviewTask : waitingTask))
+      .replace('{schedule_id}', id ?? (operationId === 'resumeSchedule' ? pausedSchedule : activeSchedule));
+  }
+
+  /** Every orbit_ table's row count, and the application's and the queues' rows, the tasks' and the schedules' states. */
   async function snapshot(): Promise<unknown> {
     const tables = await t.db.rows<{ TABLE_NAME: string }>(
       "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME LIKE 'orbit\\_%' ORDER BY TABLE_NAME",
@@ -469,7 +572,8 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     const resources = await t.db.rows('SELECT * FROM orbit_application_resources WHERE application_id = UNHEX(?)', [tenant.applicationId]);
     const queues = await t.db.rows('SELECT * FROM orbit_queues WHERE application_id = UNHEX(?) ORDER BY name', [tenant.applicationId]);
     const tasks = await t.db.rows('SELECT HEX(task_id) AS id, state, updated_at, cancel_requested FROM orbit_tasks ORDER BY task_id');
-    return JSON.parse(JSON.stringify({ counts, resources, queues, tasks }));
+    const schedules = await t.db.rows('SELECT HEX(schedule_id) AS id, name, state, next_fire_at, updated_at FROM orbit_schedules ORDER BY schedule_id');
+    return JSON.parse(JSON.stringify({ counts, resources, queues, tasks, schedules }));
   }
 
   /**
@@ -547,6 +651,8 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     token = await createCredential(t.db, tenant, [...ALL_ACTIONS], ['*']);
     waitingTask = await submit();
     reviewTask = await needsReview();
+    activeSchedule = await schedule('ACTIVE');
+    pausedSchedule = await schedule('PAUSED');
   });
 
   after(async () => {
@@ -562,12 +668,20 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
       'VALID_EXAMPLES must have exactly one example per operation with a request body',
     );
     for (const { op } of generated) {
-      assert.ok(specAccepts(op.requestSchema as JsonSchema, VALID_EXAMPLES[op.operationId]?.body), `${op.operationId}: the valid example does not match openapi.yaml`);
+      const example = VALID_EXAMPLES[op.operationId] as { body: JsonObject; variants?: JsonObject[] };
+      for (const [i, body] of [example.body, ...(example.variants ?? [])].entries()) {
+        const which = i === 0 ? 'the valid example' : `variant ${i}`;
+        assert.ok(specAccepts(op.requestSchema as JsonSchema, body), `${op.operationId}: ${which} does not match openapi.yaml`);
+        assert.equal(crossFieldViolation(op.operationId, body), null, `${op.operationId}: ${which} breaks a rule the spec states in words`);
+      }
     }
     // Body cases expressible as a value must be refused by the spec itself, or the case is wrong.
     for (const { op, negative } of generated) {
       for (const c of negative) {
-        if (c.value !== null && c.contentType === 'application/json' && c.query === '' && c.key === undefined) {
+        if (c.inWords) {
+          assert.ok(specAccepts(op.requestSchema as JsonSchema, c.value), `${op.operationId}: ${c.name} is refused by the schema already; it tests no rule stated in words`);
+          assert.equal(crossFieldViolation(op.operationId, c.value as JsonObject), c.field, `${op.operationId}: ${c.name}: the oracle (crossFieldViolation) disagrees with the case`);
+        } else if (c.value !== null && c.contentType === 'application/json' && c.query === '' && c.key === undefined) {
           assert.equal(specAccepts(op.requestSchema as JsonSchema, c.value), false, `${op.operationId}: ${c.name} is valid per openapi.yaml; the generator is wrong`);
         }
       }
@@ -659,6 +773,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           if (op.bulkItems) body[op.bulkItems.array] = (body[op.bulkItems.array] as Json[]).map(withFreshKey);
           let path = pathFor(op.operationId);
           if (op.operationId === 'createQueue') body.name = `nb-${keyCounter + 1}`;
+          if (op.operationId === 'createSchedule') body.name = `nb-sched-${keyCounter + 1}`;
           if (op.operationId === 'configureQueue') {
             body.expected_revision = (await api.request('GET', `/v1/queues/${NEG_QUEUE}`, { token })).body.data.revision;
           }
@@ -667,6 +782,8 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           }
           if (op.operationId === 'cancelTask') path = pathFor(op.operationId, await submit());
           if (op.operationId === 'resolveTask') path = pathFor(op.operationId, await needsReview());
+          if (op.operationId === 'pauseSchedule') path = pathFor(op.operationId, await schedule('ACTIVE'));
+          if (op.operationId === 'resumeSchedule') path = pathFor(op.operationId, await schedule('PAUSED'));
           const crossField = crossFieldViolation(op.operationId, body);
           const text = JSON.stringify(body);
           const response = await api.request(op.method, path, {
@@ -682,6 +799,11 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           assert.notEqual(response.status, 400, `${op.operationId}: ${c.name} is valid per openapi.yaml but was refused: ${response.text.slice(0, 300)}`);
           assert.ok([200, 409].includes(response.status), `${op.operationId}: ${c.name}: expected 200 or 409, got ${response.status}: ${response.text.slice(0, 300)}`);
           assertMatchesSpec(op.operationId, response.status, response.body);
+          if (op.operationId in SCHEDULE_STATE_AFTER) {
+            // A fresh name, a schedule in the state the operation acts on: nothing to conflict with.
+            assert.equal(response.status, 200, `${op.operationId}: ${c.name}: ${response.text.slice(0, 300)}`);
+            assert.equal(response.body.data.schedule.state, SCHEDULE_STATE_AFTER[op.operationId], `${op.operationId}: ${c.name}: the schedule's state`);
+          }
           if (op.bulkItems) {
             const sent = body[op.bulkItems.array] as Json[];
             checkItemResults(op.operationId, response, op.bulkItems.array, sent, sent.map(() => ({ accepted: true })));

@@ -6,7 +6,10 @@
  * operation without contract coverage fails here, as does a declared status code never seen.
  *
  * The HTTP operations run through `app.request()` (test/helpers/app.ts); the WebSocket upgrade
- * (`connectWorker`, 101) needs a real socket, so a real server is started for it.
+ * (`connectWorker`, 101) needs a real socket, so a real server is started for it. A schedule's
+ * task is made by one round of the real schedule loop, run here; every other schedule made in
+ * this file starts in 2099 or an hour after its creation (or is paused), so the real server's
+ * schedule loop finds nothing due.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +20,9 @@ import { createCredential, createTenant, type TestTenant } from '../helpers/tena
 import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { connectRaw } from '../helpers/ws-session.ts';
+import { waitFor } from '../helpers/wait.ts';
+import { LogCapture } from '../helpers/fuzz-common.ts';
+import { ScheduleLoop } from '../../server/loops/schedules.ts';
 import { ALL_ACTIONS, NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { createApp } from '../../server/http/app.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
@@ -37,6 +43,8 @@ import {
 } from './spec-validator.ts';
 
 const HEX32 = /^[0-9a-f]{32}$/;
+/** A start far enough away that a schedule never fires during the tests. */
+const FAR_START = '2099-01-01T00:00:00Z';
 
 /** Free JSON owned by the user (or free-form details): nulls and any keys are allowed inside. */
 const USER_DATA_KEYS = new Set(['payload', 'result', 'before', 'after', 'details']);
@@ -142,6 +150,11 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   }
   async function submit(queueName = 'default', body: Record<string, unknown> = {}) {
     return (await post(`/v1/queues/${queueName}/tasks`, { payload: { order: keyCounter }, ...body })).body.data.task;
+  }
+  /** A daily schedule from 2099 (it never fires here). */
+  async function schedule(queueName = 'default', token = admin) {
+    return (await post(`/v1/queues/${queueName}/schedules`, { name: key('sched'), reason: '计划', interval_seconds: 86400, start_at: FAR_START, payload: { n: keyCounter } }, 200, { token }))
+      .body.data.schedule;
   }
 
   before(async () => {
@@ -426,6 +439,158 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.equal(countAfter, countBefore, 'a refused submission writes no task');
   });
 
+  test('schedules: create (cron and interval), replay, get, list with pages, pause, resume, a task made by the schedule loop, and their errors', async () => {
+    const count = async () => Number((await t.db.rows<{ n: number }>('SELECT COUNT(*) AS n FROM orbit_schedules'))[0]?.n);
+    // Every option given; a cron in a time zone, from 2099 (never due here).
+    const nightly = {
+      name: 'nightly-report',
+      reason: '每晚对账',
+      cron: '0 2 * * *',
+      timezone: 'Asia/Shanghai',
+      payload: { report: 'nightly', lines: [{ sku: 'A-1', qty: 2 }], note: null },
+      priority: 7,
+      resource_key: 'customer-7',
+      max_attempts: 5,
+      deadline_seconds: 3600,
+      on_unknown_outcome: 'review',
+      misfire_policy: 'fire_once',
+      misfire_window_seconds: 300,
+      start_at: '2099-01-01T00:00:00+08:00',
+    };
+    const created = await post('/v1/queues/orders/schedules', nightly, 200, { key: 'sched-nightly' });
+    assert.equal(created.body.data.deduplicated, false);
+    const s = created.body.data.schedule;
+    assert.match(s.schedule_id, HEX32);
+    assert.deepEqual(
+      [s.queue, s.namespace, s.name, s.cron, s.interval_seconds, s.timezone, s.priority, s.resource_key, s.max_attempts, s.deadline_seconds, s.on_unknown_outcome],
+      ['orders', owner.namespace, 'nightly-report', '0 2 * * *', undefined, 'Asia/Shanghai', 7, 'customer-7', 5, 3600, 'review'],
+    );
+    assert.deepEqual([s.misfire_policy, s.misfire_window_seconds, s.state, s.fired, s.skipped_misfire, s.deferred_full, s.last_fire_at], ['fire_once', 300, 'ACTIVE', '0', '0', '0', undefined]);
+    assert.deepEqual(s.payload, nightly.payload);
+    // start_at in UTC, and the first point at or after it: 02:00 in Shanghai is 18:00 UTC the day before.
+    assert.equal(s.start_at, '2098-12-31T16:00:00.000Z');
+    assert.equal(s.next_fire_at, '2098-12-31T18:00:00.000Z');
+
+    // The same key and body: the original snapshot; another body under the key; the name taken.
+    const replay = await post('/v1/queues/orders/schedules', nightly, 200, { key: 'sched-nightly' });
+    assert.equal(replay.body.data.deduplicated, true);
+    assert.deepEqual(replay.body.data.schedule, s);
+    await post('/v1/queues/orders/schedules', { ...nightly, priority: 1 }, 409, { key: 'sched-nightly', code: 'IDEMPOTENCY_CONFLICT' });
+    const taken = await post('/v1/queues/orders/schedules', nightly, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(taken.body.error.details.field, 'name');
+
+    // An interval schedule with the defaults: "for an interval, ... one interval after the creation time when start_at is left out".
+    const h = (await post('/v1/queues/orders/schedules', { name: 'hourly', reason: '每小时', interval_seconds: 3600, payload: {} }, 200)).body.data.schedule;
+    assert.deepEqual(
+      [h.interval_seconds, h.cron, h.timezone, h.priority, h.max_attempts, h.deadline_seconds, h.on_unknown_outcome, h.misfire_window_seconds, h.start_at, h.resource_key],
+      [3600, undefined, 'UTC', 5, 3, 86400, 'retry', 60, undefined, undefined],
+    );
+    assert.equal(Date.parse(h.next_fire_at) - Date.parse(h.created_at), 3_600_000);
+
+    // Refused, naming the field, and nothing written.
+    const before = await count();
+    const refused: Array<[Record<string, unknown>, string]> = [
+      [{ ...nightly, name: 'both', interval_seconds: 60 }, 'cron'],
+      [{ name: 'neither', reason: 'x', payload: {} }, 'cron'],
+      [{ ...nightly, name: 'bad-cron', cron: '61 * * * *' }, 'cron'],
+      [{ ...nightly, name: 'four', cron: '* * * *' }, 'cron'],
+      [{ ...nightly, name: 'zone', timezone: 'Mars/Olympus' }, 'timezone'],
+      [{ name: 'zone-interval', reason: 'x', payload: {}, interval_seconds: 60, timezone: 'Nowhere/City' }, 'timezone'],
+      [{ ...nightly, name: 'no-such-day', start_at: '2099-02-30T00:00:00Z' }, 'start_at'],
+      [{ ...nightly, name: 'year-10000', start_at: '9999-12-31T23:59:59-01:00' }, 'start_at'],
+      [{ ...nightly, name: 'Not A Name' }, 'name'],
+      [{ ...nightly, name: 'policy', misfire_policy: 'sometimes' }, 'misfire_policy'],
+      [{ ...nightly, name: 'list', payload: [1] }, 'payload'],
+    ];
+    for (const [body, field] of refused) {
+      const r = await post('/v1/queues/orders/schedules', body, 400, { code: 'INVALID_ARGUMENT' });
+      assert.deepEqual([r.body.error.details.field, r.body.error.details.location], [field, 'body'], `${JSON.stringify(body)} → ${r.text}`);
+    }
+    await post('/v1/queues/no-such-queue/schedules', { ...nightly, name: 'nq' }, 404, { code: 'NOT_FOUND' });
+    await post('/v1/queues/orders/schedules', { ...nightly, name: 'scope' }, 404, { token: scoped, code: 'NOT_FOUND' }); // outside the credential's queue scope
+    const badQueue = await post('/v1/queues/Bad!Name/schedules', { ...nightly, name: 'bad-queue' }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.deepEqual([badQueue.body.error.details.field, badQueue.body.error.details.location], ['queue', 'path']);
+    assert.equal(await count(), before, 'a refused creation writes no schedule');
+
+    // Get: the schedule as created; unknown, out of scope, another application's, a malformed id.
+    assert.deepEqual((await get(`/v1/schedules/${s.schedule_id}`)).body.data, s);
+    await get(`/v1/schedules/${'0'.repeat(32)}`, 404, admin, 'NOT_FOUND');
+    await get(`/v1/schedules/${s.schedule_id}`, 404, scoped, 'NOT_FOUND'); // its queue is outside the scope
+    const foreign = await schedule('default', other.token);
+    await get(`/v1/schedules/${foreign.schedule_id}`, 404, admin, 'NOT_FOUND');
+    const badId = await get(`/v1/schedules/${s.schedule_id.toUpperCase()}`, 400, admin, 'INVALID_ARGUMENT');
+    assert.deepEqual([badId.body.error.details.field, badId.body.error.details.location], ['schedule_id', 'path']);
+
+    // Pages of two, followed to the end: every schedule of the queue exactly once, by name.
+    for (const name of ['a-first', 'm-middle', 'z-last']) await post('/v1/queues/orders/schedules', { name, reason: '分页', interval_seconds: 86400, start_at: FAR_START, payload: {} }, 200);
+    const names: string[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const r = await get(`/v1/queues/orders/schedules?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      assert.ok(r.body.data.schedules.length <= 2);
+      names.push(...r.body.data.schedules.map((x: { name: string }) => x.name));
+      cursor = r.body.data.next_cursor;
+      if (!cursor) break;
+    }
+    assert.deepEqual(names, ['a-first', 'hourly', 'm-middle', 'nightly-report', 'z-last']);
+    assert.deepEqual((await get('/v1/queues/orders/schedules')).body.data.schedules[3], s);
+    assert.deepEqual((await get('/v1/queues/default/schedules')).body.data, { schedules: [] }, "another application's schedule is not listed");
+    await get('/v1/queues/orders/schedules?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues/orders/schedules?limit=0', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues/orders/schedules?limit=101', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/queues/no-such-queue/schedules', 404, admin, 'NOT_FOUND');
+    await get('/v1/queues/orders/schedules', 404, scoped, 'NOT_FOUND');
+
+    // Pause and resume: each only from the other state; a replay is the original snapshot and changes nothing.
+    const paused = await post(`/v1/schedules/${s.schedule_id}:pause`, { reason: '暂停对账' }, 200, { key: 'sched-pause-1' });
+    assert.equal(paused.body.data.deduplicated, false);
+    assert.deepEqual(paused.body.data.schedule, { ...s, state: 'PAUSED' }, 'pausing changes the state only (the misfire policy is frozen)');
+    const pausedTwice = await post(`/v1/schedules/${s.schedule_id}:pause`, { reason: '再暂停' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(pausedTwice.body.error.details.state, 'PAUSED');
+    const blank = await post(`/v1/schedules/${s.schedule_id}:resume`, { reason: '   ' }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.equal(blank.body.error.details.field, 'reason');
+    const resumed = await post(`/v1/schedules/${s.schedule_id}:resume`, { reason: '恢复对账' }, 200, { key: 'sched-resume-1' });
+    assert.deepEqual(resumed.body.data.schedule, s);
+    const resumedTwice = await post(`/v1/schedules/${s.schedule_id}:resume`, { reason: '再恢复' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(resumedTwice.body.error.details.state, 'ACTIVE');
+    const pauseReplay = await post(`/v1/schedules/${s.schedule_id}:pause`, { reason: '暂停对账' }, 200, { key: 'sched-pause-1' });
+    assert.equal(pauseReplay.body.data.deduplicated, true);
+    assert.deepEqual(pauseReplay.body.data.schedule, paused.body.data.schedule);
+    assert.equal((await get(`/v1/schedules/${s.schedule_id}`)).body.data.state, 'ACTIVE', 'a replay changes nothing');
+    await post(`/v1/schedules/${s.schedule_id}:pause`, { reason: '另一个理由' }, 409, { key: 'sched-pause-1', code: 'IDEMPOTENCY_CONFLICT' });
+    await post(`/v1/schedules/${'0'.repeat(32)}:pause`, { reason: 'x' }, 404, { code: 'NOT_FOUND' });
+    await post(`/v1/schedules/${s.schedule_id}:pause`, { reason: 'x' }, 404, { token: scoped, code: 'NOT_FOUND' });
+    await post(`/v1/schedules/${foreign.schedule_id}:pause`, { reason: 'x' }, 404, { code: 'NOT_FOUND' });
+    await post(`/v1/schedules/${foreign.schedule_id}:resume`, { reason: 'x' }, 404, { code: 'NOT_FOUND' });
+    const badResume = await post(`/v1/schedules/${s.schedule_id.toUpperCase()}:resume`, { reason: 'x' }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.deepEqual([badResume.body.error.details.field, badResume.body.error.details.location], ['schedule_id', 'path']);
+    assert.equal((await get(`/v1/schedules/${foreign.schedule_id}`, 200, other.token)).body.data.state, 'ACTIVE', "another application's schedule is untouched");
+
+    // A task made by a schedule: one round of the schedule loop (an orbit-server runs it every
+    // 500 ms) after the first point, which for an interval is start_at itself.
+    const startAt = new Date(Date.now() + 1500).toISOString();
+    const fires = (await post('/v1/queues/default/schedules', { name: 'fires-once', reason: '触发', interval_seconds: 3600, start_at: startAt, payload: { from: 'schedule' }, priority: 8 }, 200)).body.data.schedule;
+    assert.equal(fires.next_fire_at, startAt);
+    const log = new LogCapture();
+    const loop = new ScheduleLoop({ db: t.db, log: log.logger, metrics: api.deps.metrics, intervalMs: 500 });
+    const counts = await waitFor(async () => {
+      const round = await loop.round();
+      return round.fired > 0 ? round : null;
+    }).catch((error: Error) => assert.fail(`${error.message}: the schedule never fired; ${log.last()}`));
+    assert.deepEqual(counts, { fired: 1, deferred: 0, skipped: 0 }, 'only the one due point fired');
+    const made = (await get('/v1/queues/default/tasks?limit=100')).body.data.tasks.filter((x: { schedule_id?: string }) => x.schedule_id === fires.schedule_id);
+    assert.equal(made.length, 1);
+    const task = made[0];
+    assert.deepEqual([task.queue, task.state, task.priority, task.max_attempts, task.on_unknown_outcome, task.scheduled_for], ['default', 'WAITING', 8, 3, 'retry', startAt]);
+    assert.deepEqual(task.payload, { from: 'schedule' });
+    assert.deepEqual((await get(`/v1/tasks/${task.task_id}`)).body.data, task);
+    const fired = (await get(`/v1/schedules/${fires.schedule_id}`)).body.data;
+    assert.deepEqual([fired.fired, fired.last_fire_at, fired.next_fire_at], ['1', startAt, new Date(Date.parse(startAt) + 3_600_000).toISOString()]);
+    const direct = await submit('default');
+    assert.deepEqual([direct.schedule_id, direct.scheduled_for], [undefined, undefined], 'a direct submission carries neither');
+    await post(`/v1/schedules/${fires.schedule_id}:pause`, { reason: '测试结束' }, 200);
+  });
+
   test('audit events and events: pages, cursors, and bad queries', async () => {
     const pages: unknown[] = [];
     let cursor: string | undefined;
@@ -441,6 +606,9 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.ok(all.some((e: { action: string }) => e.action === 'application.resources.configure'));
     assert.ok(all.some((e: { action: string }) => e.action === 'task.cancel'));
     assert.ok(all.some((e: { action: string }) => e.action === 'task.resolve'));
+    for (const action of ['schedule.create', 'schedule.pause', 'schedule.resume']) {
+      assert.ok(all.some((e: { action: string; resource_type: string }) => e.action === action && e.resource_type === 'schedule'), `an audit record of ${action} (resource_type schedule)`);
+    }
     await get('/v1/audit-events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/audit-events?limit=abc', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/audit-events?after=0', 400, admin, 'INVALID_ARGUMENT');
@@ -453,14 +621,22 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const empty = await get(`/v1/events?after=${rest.body.data.next_after}`);
     assert.deepEqual(empty.body.data.events, []);
     assert.equal(empty.body.data.next_after, rest.body.data.next_after);
+    const types = new Set<string>();
+    for (let after = '0', page = 0; page < 100; page++) {
+      const r = await get(`/v1/events?after=${after}&limit=100`);
+      for (const e of r.body.data.events as Array<{ type: string }>) types.add(e.type);
+      if (r.body.data.events.length === 0) break;
+      after = r.body.data.next_after;
+    }
+    for (const type of ['schedule.created', 'schedule.paused', 'schedule.resumed']) assert.ok(types.has(type), `an event ${type}`);
     await get('/v1/events?after=abc', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/events?after=-1', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
   });
 
   /** One plausible request per operation, for the authentication and permission sweeps. */
-  function sampleRequest(op: SpecOperation, taskId: string): { path: string; body?: unknown } {
-    const path = op.path.replace('{queue}', 'default').replace('{task_id}', taskId);
+  function sampleRequest(op: SpecOperation, taskId: string, scheduleId: string): { path: string; body?: unknown } {
+    const path = op.path.replace('{queue}', 'default').replace('{task_id}', taskId).replace('{schedule_id}', scheduleId);
     const bodies: Record<string, unknown> = {
       configureApplicationResources: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1 },
       createQueue: { name: 'never', reason: 'x' },
@@ -469,6 +645,9 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       submitTasks: { tasks: [{ idempotency_key: 'never', payload: {} }] },
       cancelTask: { reason: 'x' },
       resolveTask: { outcome: 'failed', reason: 'x' },
+      createSchedule: { name: 'never', reason: 'x', interval_seconds: 86400, start_at: FAR_START, payload: {} },
+      pauseSchedule: { reason: 'x' },
+      resumeSchedule: { reason: 'x' },
     };
     if (op.requestSchema === null) return { path };
     const body = bodies[op.operationId];
@@ -478,9 +657,10 @@ describe('contract: every operation answers what openapi.yaml says', () => {
 
   test('401 UNAUTHENTICATED on every authenticated operation: no token, a malformed one, a wrong secret', async () => {
     const task = await submit('default');
+    const target = await schedule('default');
     const wrongSecret = `${admin.slice(0, -4)}${admin.endsWith('AAAA') ? 'BBBB' : 'AAAA'}`;
     for (const op of operations.filter((o) => o.authenticated)) {
-      const { path, body } = sampleRequest(op, task.task_id);
+      const { path, body } = sampleRequest(op, task.task_id, target.schedule_id);
       for (const headers of [{}, { Authorization: 'Basic dXNlcjpwYXNz' }, { Authorization: `Bearer ${wrongSecret}` }] as Array<Record<string, string>>) {
         const response = await api.request(op.method, path, { headers, key: op.method === 'POST' ? key() : undefined, body });
         check(op.method, path, response);
@@ -492,8 +672,9 @@ describe('contract: every operation answers what openapi.yaml says', () => {
 
   test('403 PERMISSION_DENIED on every operation with an action, naming it', async () => {
     const task = await submit('default');
+    const target = await schedule('default');
     for (const op of operations.filter((o) => o.action !== null)) {
-      const { path, body } = sampleRequest(op, task.task_id);
+      const { path, body } = sampleRequest(op, task.task_id, target.schedule_id);
       const token = op.action === 'events:read' ? onlyAudit : onlyEvents;
       const response = await api.request(op.method, path, { token, key: op.method === 'POST' ? key() : undefined, body });
       check(op.method, path, response);

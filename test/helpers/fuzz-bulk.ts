@@ -55,7 +55,8 @@ export function canonical(value: unknown): string {
  */
 function content(queue: string, item: Record<string, unknown>): { canonical: string; filled: Record<string, unknown> } {
   const filled: Record<string, unknown> = { payload: item.payload };
-  for (const [field, value] of Object.entries(DEFAULTS)) filled[field] = item[field] ?? value;
+  // `-0` (valid JSON) is the number 0: a task shows it as 0, and the strict asserts tell them apart.
+  for (const [field, value] of Object.entries(DEFAULTS)) filled[field] = Object.is(item[field], -0) ? 0 : (item[field] ?? value);
   return { canonical: canonical({ queue, filled }), filled };
 }
 

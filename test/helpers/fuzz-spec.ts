@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
+import { Cron } from 'croner';
 import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';
 import { fieldNames } from './fuzz-common.ts';
 import { OPENAPI_FILE, operationById, operations, requestSchemaValidator, type JsonSchema, type SpecOperation } from '../contract/spec-validator.ts';
@@ -60,6 +61,114 @@ function delayRule(schema: JsonSchema, value: unknown, root: string, within: Rea
   return null;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Schedules: the trigger rules openapi.yaml states in words
+// ---------------------------------------------------------------------------------------------
+
+/** Whether the runtime's time zone database (Intl, the IANA names) knows a zone. */
+export function knownTimeZone(name: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: name });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Epoch milliseconds of a UTC calendar time; years 0-99 too (Date.UTC would read them as 1900-1999). */
+function utcMillis(year: number, month: number, day: number, hour: number, minute: number, second: number, ms: number): number {
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  date.setUTCHours(hour, minute, second, ms);
+  return date.getTime();
+}
+
+/**
+ * The instants a schedule's `start_at` may be, in UTC: years 0001-9999. A `Timestamp` (RFC 3339,
+ * UTC) shows four-digit years only, and year 0000 is out too: the spec does not say, and RFC
+ * 3339's calendar (where 0000 is a leap year) and the database's (where it is not) disagree there.
+ */
+export const FIRST_TIMESTAMP_MS = utcMillis(1, 1, 1, 0, 0, 0, 0);
+export const LAST_TIMESTAMP_MS = utcMillis(9999, 12, 31, 23, 59, 59, 999);
+
+/**
+ * The instant a `TimestampInput` names (RFC 3339 with a time zone, at most microseconds), in epoch
+ * milliseconds (microseconds cut off), or null when the text names no time: a month outside
+ * 1-12, a day its month does not have (Gregorian leap years), an hour over 23, a minute or second
+ * over 59 (RFC 3339's leap second 60 is not taken: the service's clock has none), an offset over
+ * 23:59. Written from RFC 3339 itself, not from the server's parser.
+ */
+export function timestampInputMillis(text: string): number | null {
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(?:Z|([+-])(\d{2}):(\d{2}))$/.exec(text);
+  if (!m) return null;
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
+  const days = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1];
+  if (days === undefined || day < 1 || day > days || hour > 23 || minute > 59 || second > 59) return null;
+  const offsetHours = Number(m[9] ?? 0);
+  const offsetMinutes = Number(m[10] ?? 0);
+  if (offsetHours > 23 || offsetMinutes > 59) return null;
+  const ms = Number(((m[7] ?? '') + '000').slice(0, 3));
+  const sign = m[8] === '-' ? -1 : 1;
+  return utcMillis(year, month, day, hour, minute, second, ms) - sign * (offsetHours * 60 + offsetMinutes) * 60_000;
+}
+
+/**
+ * Whether a cron expression is one openapi.yaml takes (CronExpression): "Five fields (minute hour
+ * day-of-month month day-of-week) or six with a leading seconds field, evaluated by croner" - so
+ * five or six whitespace-separated fields that croner reads.
+ */
+export function cronAccepted(expression: string, timezone = 'UTC'): boolean {
+  const fields = expression.trim().split(/\s+/);
+  if (fields.length !== 5 && fields.length !== 6) return false;
+  try {
+    new Cron(expression, { timezone: knownTimeZone(timezone) ? timezone : 'UTC', paused: true });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The first trigger point of a cron at or after `fromMs` (croner, the spec's evaluator), or null when it has none. */
+export function cronPointFrom(expression: string, timezone: string, fromMs: number): number | null {
+  return new Cron(expression, { timezone, paused: true }).nextRun(new Date(fromMs - 1))?.getTime() ?? null;
+}
+
+/**
+ * The rules openapi.yaml states in words on a schedule's trigger (CreateScheduleRequest), for a
+ * body its schema accepts: every field whose rule is broken (the server names one of them).
+ *
+ *   - "Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT naming `cron`)"
+ *   - `timezone`: "An IANA time zone name (default `UTC`); an unknown zone is 400 naming `timezone`"
+ *     (for any schedule: the rule does not depend on the trigger)
+ *   - `cron`: five or six fields croner reads (see cronAccepted)
+ *   - `start_at` (TimestampInput, "RFC 3339 with a time zone"): a time that exists (see
+ *     timestampInputMillis), at an instant the Schedule's `start_at` (a `Timestamp`: RFC 3339,
+ *     UTC) can show - years 0001-9999 in UTC (see FIRST_TIMESTAMP_MS).
+ */
+export function scheduleTriggerProblems(body: Record<string, unknown>): string[] {
+  const problems: string[] = [];
+  const cron = body.cron as string | undefined;
+  if ((cron === undefined) === (body.interval_seconds === undefined)) problems.push('cron');
+  const timezone = (body.timezone as string | undefined) ?? 'UTC';
+  if (!knownTimeZone(timezone)) problems.push('timezone');
+  if (cron !== undefined && !cronAccepted(cron, timezone) && !problems.includes('cron')) problems.push('cron');
+  if (body.start_at !== undefined) {
+    const ms = timestampInputMillis(body.start_at as string);
+    if (ms === null || ms < FIRST_TIMESTAMP_MS || ms > LAST_TIMESTAMP_MS) problems.push('start_at');
+  }
+  return problems;
+}
+
+/** The trigger rules (scheduleTriggerProblems) for every object schema with both `cron` and `interval_seconds`, once it is valid otherwise. */
+function triggerRule(schema: JsonSchema, value: unknown, root: string, within: ReadonlyArray<string | number>): Verdict | null {
+  const properties = (schema.properties ?? {}) as Record<string, unknown>;
+  if (!('cron' in properties) || !('interval_seconds' in properties) || !value || typeof value !== 'object') return null;
+  const problems = scheduleTriggerProblems(value as Record<string, unknown>);
+  if (problems.length === 0) return null;
+  return { valid: false, fields: [...new Set(problems.flatMap((field) => fieldNames([...within, field], root)))] };
+}
+
 const bodyValidators = new Map<string, ValidateFunction>();
 
 /** Operations with a JSON request body. */
@@ -74,8 +183,9 @@ export function maxBodyBytes(operationId: string): number {
 
 /**
  * The spec's verdict on a request body; `root` ('body') is what the server names for the whole
- * body. For a bulk operation whose body is valid as a whole, also the verdict on every item
- * (its component schema, e.g. SubmitTaskItem, plus the rules stated in words).
+ * body, plus the rules stated in words (the delay rule, a schedule's trigger rules). For a bulk
+ * operation whose body is valid as a whole, also the verdict on every item (its component
+ * schema, e.g. SubmitTaskItem, plus the rules stated in words).
  */
 export function bodyVerdict(operationId: string, value: unknown): Verdict {
   const op = operationById(operationId);
@@ -86,7 +196,7 @@ export function bodyVerdict(operationId: string, value: unknown): Verdict {
   }
   const result = verdict(validate, value, 'body');
   if (!result.valid) return result;
-  const rule = delayRule(op.requestSchema as JsonSchema, value, 'body', []);
+  const rule = delayRule(op.requestSchema as JsonSchema, value, 'body', []) ?? triggerRule(op.requestSchema as JsonSchema, value, 'body', []);
   if (rule) return rule;
   const bulk = op.bulkItems;
   if (bulk === null) return result;

@@ -109,6 +109,8 @@ export async function scheduleGetVisible(db: Queryable, principal: Principal, sc
 export interface ScheduleDefinition {
   name: string;
   trigger: Trigger;
+  /** The IANA zone cron points are computed in; kept as given for an interval schedule too. */
+  timezone: string;
   payload: Record<string, unknown>;
   priority: number;
   resourceKey: string | null;
@@ -141,7 +143,7 @@ export async function scheduleCreate(
            next_fire_at, created_at, updated_at)
         VALUES (${scheduleId}, ${principal.applicationId}, ${principal.namespaceId}, ${queue.queue_id}, ${d.name},
                 ${d.trigger.kind === 'cron' ? d.trigger.expression : null}, ${d.trigger.kind === 'interval' ? d.trigger.seconds : null},
-                ${d.trigger.kind === 'cron' ? d.trigger.timezone : 'UTC'}, ${JSON.stringify(d.payload)}, ${d.priority}, ${d.resourceKey},
+                ${d.timezone}, ${JSON.stringify(d.payload)}, ${d.priority}, ${d.resourceKey},
                 ${d.maxAttempts}, ${d.deadlineSeconds}, ${d.onUnknownOutcome}, ${d.misfirePolicy}, ${d.misfireWindowSeconds}, 'ACTIVE',
                 ${d.startAtMs === null ? null : millisToSql(d.startAtMs)}, ${firstMs === null ? null : millisToSql(firstMs)}, ${created}, ${created})`);
     } catch (error) {

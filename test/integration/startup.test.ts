@@ -8,7 +8,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
@@ -19,6 +19,9 @@ import { startServerProcess } from '../helpers/server-process.ts';
 import { ROOT, admin, lines, occupiedPort, runProgram, server, unusedPort } from '../helpers/programs.ts';
 
 const FUTURE = { version: 9003, name: 'from_the_future' };
+/** The migrations of this build, oldest first, and the newest (`0003_schedules`). */
+const MIGRATIONS = readdirSync(new URL('../../migrations/', import.meta.url)).filter((f) => /^\d{4}_.*\.sql$/.test(f)).sort().map((f) => f.replace(/\.sql$/, ''));
+const NEWEST = MIGRATIONS.at(-1) as string;
 
 async function onServer<T>(fn: (conn: mysql.Connection) => Promise<T>): Promise<T> {
   const conn = await mysql.createConnection({ uri: testServerUrl() });
@@ -93,7 +96,7 @@ describe('a database user with a password', () => {
     const shown = url.replace(password, '***');
     const migrate = await admin(['migrate'], { ORBIT_DATABASE_URL: url });
     assert.equal(migrate.code, 0, migrate.stderr);
-    assert.deepEqual(lines(migrate.stderr), [`using database ${shown}`, 'database is up to date (migration 0002_tasks_and_workers)']);
+    assert.deepEqual(lines(migrate.stderr), [`using database ${shown}`, `database is up to date (migration ${NEWEST})`]);
 
     const dir = mkdtempSync(join(tmpdir(), 'orbit-cli-'));
     try {
@@ -175,7 +178,7 @@ describe('a database from a newer build', () => {
   });
 
   const expected = (program: string) =>
-    `the database has migration ${FUTURE.version}_${FUTURE.name} that this build does not know (this build knows up to 0002_tasks_and_workers); run a newer ${program}`;
+    `the database has migration ${FUTURE.version}_${FUTURE.name} that this build does not know (this build knows up to ${NEWEST}); run a newer ${program}`;
 
   async function addFuture(): Promise<void> {
     await t.db.exec('INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))', [FUTURE.version, FUTURE.name, '0'.repeat(64)]);
@@ -234,7 +237,7 @@ describe('a database from a newer build', () => {
     try {
       const s = await server([], { ORBIT_DATABASE_URL: `${testServerUrl()}/${name}`, ORBIT_LISTEN: '127.0.0.1:0' });
       assert.equal(s.code, 1);
-      assert.deepEqual(lines(s.stderr), ['orbit-server: the database has pending migrations (0001_foundation, 0002_tasks_and_workers); run `orbit-admin migrate` first']);
+      assert.deepEqual(lines(s.stderr), [`orbit-server: the database has pending migrations (${MIGRATIONS.join(', ')}); run \`orbit-admin migrate\` first`]);
     } finally {
       await onServer((conn) => conn.query(`DROP DATABASE IF EXISTS \`${name}\``));
     }

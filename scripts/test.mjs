@@ -74,6 +74,11 @@ if (files.length === 0) {
 // (not `npx tsc`, which offers to install an unrelated "tsc" package if it is missing).
 const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 if (!fs.existsSync(tsc)) fail('node_modules/typescript is missing; run `npm ci` first');
+// The SDK package's build (sdk/dist): the examples import it by name, as a client app does, so
+// it is rebuilt from the current sources before anything type-checks or runs against it.
+console.error('orbit: building the SDK package (sdk/dist)');
+const sdkBuild = spawnSync(process.execPath, [path.join(root, 'sdk', 'build.mjs')], { cwd: root, stdio: 'inherit' });
+if (exitCodeOf(sdkBuild) !== 0) fail('building the SDK package failed', exitCodeOf(sdkBuild));
 console.error('orbit: type-checking (tsc --noEmit)');
 const typecheck = spawnSync(process.execPath, [tsc, '--noEmit', '-p', 'tsconfig.json'], {
   cwd: root,

@@ -20,7 +20,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { createOrbitClient, isOrbitError, type ApplicationResources, type OrbitClient } from '../../sdk/index.ts';
+import { createOrbitClient, isOrbitError, type ApplicationResources, type OrbitClient } from '@orbit-tasks/sdk';
 
 interface Credentials {
   token: string;

@@ -11,7 +11,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { OrbitWorker, NonRetryableError } from '../../sdk/worker.ts';
+import { OrbitWorker, NonRetryableError } from '@orbit-tasks/sdk/worker';
 
 const baseUrl = process.env.ORBIT_URL ?? 'http://127.0.0.1:8080';
 const credentialsFile = process.env.ORBIT_CREDENTIALS_FILE;

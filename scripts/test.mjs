@@ -74,18 +74,19 @@ if (files.length === 0) {
 // (not `npx tsc`, which offers to install an unrelated "tsc" package if it is missing).
 const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 if (!fs.existsSync(tsc)) fail('node_modules/typescript is missing; run `npm ci` first');
-// The SDK package's build (sdk/dist): the examples import it by name, as a client app does, so
-// it is rebuilt from the current sources before anything type-checks or runs against it.
-console.error('orbit: building the SDK package (sdk/dist)');
-const sdkBuild = spawnSync(process.execPath, [path.join(root, 'sdk', 'build.mjs')], { cwd: root, stdio: 'inherit' });
-if (exitCodeOf(sdkBuild) !== 0) fail('building the SDK package failed', exitCodeOf(sdkBuild));
-console.error('orbit: type-checking (tsc --noEmit)');
-const typecheck = spawnSync(process.execPath, [tsc, '--noEmit', '-p', 'tsconfig.json'], {
-  cwd: root,
-  stdio: 'inherit',
-});
-if (typecheck.error) fail(`could not run tsc: ${typecheck.error.message}`);
-if (exitCodeOf(typecheck) !== 0) fail('type-check failed', exitCodeOf(typecheck));
+// The builds the tests run against: the SDK package (sdk/dist; the examples import it by name,
+// as a client app does) and the console bundle (console/dist, served at /console), rebuilt from
+// the current sources before anything type-checks or runs against them.
+function step(label, args) {
+  console.error(`orbit: ${label}`);
+  const result = spawnSync(process.execPath, args, { cwd: root, stdio: 'inherit' });
+  if (result.error) fail(`could not run ${label}: ${result.error.message}`);
+  if (exitCodeOf(result) !== 0) fail(`${label} failed`, exitCodeOf(result));
+}
+step('building the SDK package (sdk/dist)', [path.join(root, 'sdk', 'build.mjs')]);
+step('building the console (console/dist)', [path.join(root, 'console', 'build.mjs')]);
+step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);
+step('type-checking the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]);
 
 // (e) Run them.
 const runner = spawn(

@@ -20,6 +20,7 @@ import { taskSubmitBatch, type SubmitItem, type SubmitOutcome } from './store/ta
 import { QueueIdCache } from './store/quotas/queues.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
 import type { AppDeps } from './http/deps.ts';
+import { loadPageAssets } from './http/pages.ts';
 
 export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
 
@@ -69,6 +70,7 @@ export function buildDeps(options: BuildDepsOptions): AppDeps {
     admission: new KeyedBatcher((_applicationId, items) => submitBatch(items), { maxBatch: ADMISSION_MAX_BATCH, maxInFlight: config.admissionInFlight }),
     submitBatch,
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
+    pages: loadPageAssets(),
     authCacheMs: config.authCacheMs,
     queueIds: new QueueIdCache(),
     workers,

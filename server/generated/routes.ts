@@ -19,6 +19,12 @@ export type OperationId =
   | "getReadiness"
   | "getOpenApiDocument"
   | "getMetrics"
+  | "getAsyncApiDocument"
+  | "getApiReference"
+  | "getApiReferenceScript"
+  | "getConsole"
+  | "getConsoleScript"
+  | "getConsoleStylesheet"
   | "connectWorker"
   | "getApplicationResources"
   | "configureApplicationResources"
@@ -148,6 +154,114 @@ export const routes: readonly RouteSpec[] = [
       path: validators.getMetrics_path,
       query: validators.getMetrics_query,
       headers: validators.getMetrics_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getAsyncApiDocument",
+    method: "GET",
+    path: "/asyncapi.yaml",
+    honoPath: "/asyncapi.yaml",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getAsyncApiDocument_path,
+      query: validators.getAsyncApiDocument_query,
+      headers: validators.getAsyncApiDocument_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getApiReference",
+    method: "GET",
+    path: "/docs",
+    honoPath: "/docs",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getApiReference_path,
+      query: validators.getApiReference_query,
+      headers: validators.getApiReference_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getApiReferenceScript",
+    method: "GET",
+    path: "/docs/redoc.standalone.js",
+    honoPath: "/docs/redoc.standalone.js",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getApiReferenceScript_path,
+      query: validators.getApiReferenceScript_query,
+      headers: validators.getApiReferenceScript_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getConsole",
+    method: "GET",
+    path: "/console",
+    honoPath: "/console",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getConsole_path,
+      query: validators.getConsole_query,
+      headers: validators.getConsole_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getConsoleScript",
+    method: "GET",
+    path: "/console/console.js",
+    honoPath: "/console/console.js",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getConsoleScript_path,
+      query: validators.getConsoleScript_query,
+      headers: validators.getConsoleScript_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getConsoleStylesheet",
+    method: "GET",
+    path: "/console/console.css",
+    honoPath: "/console/console.css",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getConsoleStylesheet_path,
+      query: validators.getConsoleStylesheet_query,
+      headers: validators.getConsoleStylesheet_headers,
       body: null,
     },
   },
@@ -526,7 +640,7 @@ export interface OperationInput<Id extends OperationId> {
 }
 
 /** Operations answered without the envelope (health, spec, metrics, the WebSocket upgrade). */
-export type RawOperationId = "getHealth" | "getReadiness" | "getOpenApiDocument" | "getMetrics" | "connectWorker";
+export type RawOperationId = "getHealth" | "getReadiness" | "getOpenApiDocument" | "getMetrics" | "getAsyncApiDocument" | "getApiReference" | "getApiReferenceScript" | "getConsole" | "getConsoleScript" | "getConsoleStylesheet" | "connectWorker";
 /** What an enveloped handler returns as `data`; raw handlers return a Response. */
 export type OperationOutput<Id extends OperationId> = Id extends RawOperationId ? Response : SuccessData<operations[Id]>;
 

@@ -783,8 +783,7 @@ return errors === 0;
 }
 validate39.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema51 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-const pattern4 = new RegExp("^[!-~]{1,128}$", "u");
+const schema51 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate40(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -797,8 +796,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema51.required,parentSchema:schema51,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema51,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -807,9 +806,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema51,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema51.type,parentSchema:schema51,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -818,55 +817,90 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema51.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema51.properties["Idempotency-Key"].type,parentSchema:schema51.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema51.type,parentSchema:schema51,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate40.errors = vErrors;
 return errors === 0;
 }
 validate40.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema52 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureApplicationResourcesRequest"};
-const schema54 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required; nothing keeps its old value by omission.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000}}};
-const schema55 = {"type":"string","description":"A configuration revision - a non-zero uint64 as a decimal string.","pattern":"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const schema56 = {"type":"string","description":"Why - written to the audit record. Not blank; at most 1024 Unicode characters.","minLength":1,"maxLength":1024,"pattern":"\\S"};
-const pattern5 = new RegExp("^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
-const pattern6 = new RegExp("\\S", "u");
-const func1 = require("ajv/dist/runtime/ucs2length").default;
+const schema52 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate41(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate41.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema52,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema52.type,parentSchema:schema52,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate41.errors = vErrors;
+return errors === 0;
+}
+validate41.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema53 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate42(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate42.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema53,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema53.type,parentSchema:schema53,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate42.errors = vErrors;
+return errors === 0;
+}
+validate42.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema54 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate43(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -879,8 +913,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.expected_revision === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema54.required,parentSchema:schema54,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema54,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -889,8 +923,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema54.required,parentSchema:schema54,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema54.type,parentSchema:schema54,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -899,265 +934,95 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.max_unfinished_tasks === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema54.required,parentSchema:schema54,data};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.max_concurrency === undefined){
-const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema54.required,parentSchema:schema54,data};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data.rate_per_second === undefined){
-const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema54.required,parentSchema:schema54,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second"))){
-const err5 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema54,data};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-if(data.expected_revision !== undefined){
-let data0 = data.expected_revision;
-if(typeof data0 === "string"){
-if(!pattern5.test(data0)){
-const err6 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema55,data:data0};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema55.type,parentSchema:schema55,data:data0};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data1 = data.reason;
-if(typeof data1 === "string"){
-if(func1(data1) > 1024){
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-if(func1(data1) < 1){
-const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-if(!pattern6.test(data1)){
-const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-else {
-const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-if(data.max_unfinished_tasks !== undefined){
-let data2 = data.max_unfinished_tasks;
-if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err12 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema54.properties.max_unfinished_tasks.type,parentSchema:schema54.properties.max_unfinished_tasks,data:data2};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-if((typeof data2 == "number") && (isFinite(data2))){
-if(data2 > 100000000 || isNaN(data2)){
-const err13 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema54.properties.max_unfinished_tasks,data:data2};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-if(data2 < 1 || isNaN(data2)){
-const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema54.properties.max_unfinished_tasks,data:data2};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-}
-}
-if(data.max_concurrency !== undefined){
-let data3 = data.max_concurrency;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err15 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema54.properties.max_concurrency.type,parentSchema:schema54.properties.max_concurrency,data:data3};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 1000000 || isNaN(data3)){
-const err16 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema54.properties.max_concurrency,data:data3};
-if(vErrors === null){
-vErrors = [err16];
-}
-else {
-vErrors.push(err16);
-}
-errors++;
-}
-if(data3 < 1 || isNaN(data3)){
-const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema54.properties.max_concurrency,data:data3};
-if(vErrors === null){
-vErrors = [err17];
-}
-else {
-vErrors.push(err17);
-}
-errors++;
-}
-}
-}
-if(data.rate_per_second !== undefined){
-let data4 = data.rate_per_second;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err18 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema54.properties.rate_per_second.type,parentSchema:schema54.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err18];
-}
-else {
-vErrors.push(err18);
-}
-errors++;
-}
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 10000000 || isNaN(data4)){
-const err19 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema54.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err19];
-}
-else {
-vErrors.push(err19);
-}
-errors++;
-}
-if(data4 < 1 || isNaN(data4)){
-const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema54.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err20];
-}
-else {
-vErrors.push(err20);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err21 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema54.type,parentSchema:schema54,data};
-if(vErrors === null){
-vErrors = [err21];
-}
-else {
-vErrors.push(err21);
-}
-errors++;
-}
 validate43.errors = vErrors;
 return errors === 0;
 }
 validate43.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
+const schema55 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate41(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate44(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate41.evaluated;
+const evaluated0 = validate44.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate43(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate43.errors : vErrors.concat(validate43.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema55,data};
+if(vErrors === null){
+vErrors = [err0];
 }
-validate41.errors = vErrors;
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema55.type,parentSchema:schema55,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate44.errors = vErrors;
 return errors === 0;
 }
-validate41.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate44.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema57 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema56 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate45(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate45.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema56,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema56.type,parentSchema:schema56,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate45.errors = vErrors;
+return errors === 0;
+}
+validate45.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema57 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate46(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate46.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1186,19 +1051,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate45.errors = vErrors;
+validate46.errors = vErrors;
 return errors === 0;
 }
-validate45.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate46.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema58 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-const schema59 = {"type":"string","description":"Opaque page cursor.","pattern":"^[A-Za-z0-9_-]{1,200}$"};
-const pattern7 = new RegExp("^[A-Za-z0-9_-]{1,200}$", "u");
+const schema58 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate46(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate46.evaluated;
+const evaluated0 = validate47.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1207,7 +1070,6 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
 const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema58,data};
 if(vErrors === null){
 vErrors = [err0];
@@ -1218,10 +1080,8 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema58.properties.limit.type,parentSchema:schema58.properties.limit,data:data0};
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema58.type,parentSchema:schema58,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1230,76 +1090,56 @@ vErrors.push(err1);
 }
 errors++;
 }
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema58.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema58.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema59,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema59.type,parentSchema:schema59,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema58.type,parentSchema:schema58,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate46.errors = vErrors;
+validate47.errors = vErrors;
 return errors === 0;
 }
-validate46.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate47.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema59 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate48(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate48.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema59,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema59.type,parentSchema:schema59,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate48.errors = vErrors;
+return errors === 0;
+}
+validate48.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema60 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate47.evaluated;
+const evaluated0 = validate49.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1328,17 +1168,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate47.errors = vErrors;
+validate49.errors = vErrors;
 return errors === 0;
 }
-validate47.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate49.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema61 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate48(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate48.evaluated;
+const evaluated0 = validate50.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1367,17 +1207,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate48.errors = vErrors;
+validate50.errors = vErrors;
 return errors === 0;
 }
-validate48.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate50.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema62 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate49.evaluated;
+const evaluated0 = validate51.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1406,91 +1246,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate49.errors = vErrors;
+validate51.errors = vErrors;
 return errors === 0;
 }
-validate49.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate51.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema63 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate50.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema63.required,parentSchema:schema63,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema63,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema63.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema63.properties["Idempotency-Key"].type,parentSchema:schema63.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema63.type,parentSchema:schema63,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate50.errors = vErrors;
-return errors === 0;
-}
-validate50.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema64 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateQueueRequest"};
-const schema65 = {"type":"object","additionalProperties":false,"description":"Limits left out take their defaults (100000, 1000, 10000, key_concurrency 1, not paused).","required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
-const schema66 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
-const pattern9 = new RegExp("^[a-z0-9][a-z0-9._-]{0,62}$", "u");
+const schema63 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1503,8 +1264,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema65.required,parentSchema:schema65,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema63,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1513,8 +1274,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema65.required,parentSchema:schema65,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema63.type,parentSchema:schema63,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1523,278 +1285,51 @@ vErrors.push(err1);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(((((((key0 === "name") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema65,data};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.name !== undefined){
-let data0 = data.name;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-else {
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data1 = data.reason;
-if(typeof data1 === "string"){
-if(func1(data1) > 1024){
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(func1(data1) < 1){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-if(!pattern6.test(data1)){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-else {
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-if(data.max_unfinished_tasks !== undefined){
-let data2 = data.max_unfinished_tasks;
-if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err9 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema65.properties.max_unfinished_tasks.type,parentSchema:schema65.properties.max_unfinished_tasks,data:data2};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-if((typeof data2 == "number") && (isFinite(data2))){
-if(data2 > 100000000 || isNaN(data2)){
-const err10 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema65.properties.max_unfinished_tasks,data:data2};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-if(data2 < 1 || isNaN(data2)){
-const err11 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema65.properties.max_unfinished_tasks,data:data2};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-if(data.max_concurrency !== undefined){
-let data3 = data.max_concurrency;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err12 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema65.properties.max_concurrency.type,parentSchema:schema65.properties.max_concurrency,data:data3};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 1000000 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema65.properties.max_concurrency,data:data3};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-if(data3 < 1 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema65.properties.max_concurrency,data:data3};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-}
-}
-if(data.rate_per_second !== undefined){
-let data4 = data.rate_per_second;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err15 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema65.properties.rate_per_second.type,parentSchema:schema65.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 10000000 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema65.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err16];
-}
-else {
-vErrors.push(err16);
-}
-errors++;
-}
-if(data4 < 1 || isNaN(data4)){
-const err17 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema65.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err17];
-}
-else {
-vErrors.push(err17);
-}
-errors++;
-}
-}
-}
-if(data.key_concurrency !== undefined){
-let data5 = data.key_concurrency;
-if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err18 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema65.properties.key_concurrency.type,parentSchema:schema65.properties.key_concurrency,data:data5};
-if(vErrors === null){
-vErrors = [err18];
-}
-else {
-vErrors.push(err18);
-}
-errors++;
-}
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 1000 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema65.properties.key_concurrency,data:data5};
-if(vErrors === null){
-vErrors = [err19];
-}
-else {
-vErrors.push(err19);
-}
-errors++;
-}
-if(data5 < 1 || isNaN(data5)){
-const err20 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema65.properties.key_concurrency,data:data5};
-if(vErrors === null){
-vErrors = [err20];
-}
-else {
-vErrors.push(err20);
-}
-errors++;
-}
-}
-}
-if(data.paused !== undefined){
-let data6 = data.paused;
-if(typeof data6 !== "boolean"){
-const err21 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema65.properties.paused.type,parentSchema:schema65.properties.paused,data:data6};
-if(vErrors === null){
-vErrors = [err21];
-}
-else {
-vErrors.push(err21);
-}
-errors++;
-}
-}
-}
-else {
-const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema65.type,parentSchema:schema65,data};
-if(vErrors === null){
-vErrors = [err22];
-}
-else {
-vErrors.push(err22);
-}
-errors++;
-}
 validate52.errors = vErrors;
 return errors === 0;
 }
 validate52.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
+const schema64 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate51.evaluated;
+const evaluated0 = validate53.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate52(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate52.errors : vErrors.concat(validate52.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema64,data};
+if(vErrors === null){
+vErrors = [err0];
 }
-validate51.errors = vErrors;
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema64.type,parentSchema:schema64,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate53.errors = vErrors;
 return errors === 0;
 }
-validate51.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate53.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema68 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema65 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1807,8 +1342,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema68.required,parentSchema:schema68,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema65,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1817,9 +1352,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema68,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema65.type,parentSchema:schema65,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1828,49 +1363,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema68.type,parentSchema:schema68,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate54.errors = vErrors;
 return errors === 0;
 }
 validate54.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema70 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema66 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1884,7 +1382,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema70,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema66,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1895,7 +1393,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema70.type,parentSchema:schema70,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema66.type,parentSchema:schema66,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1909,7 +1407,7 @@ return errors === 0;
 }
 validate55.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema71 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema67 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1923,7 +1421,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema71,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema67,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1934,7 +1432,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema71.type,parentSchema:schema71,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema67.type,parentSchema:schema67,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1948,7 +1446,7 @@ return errors === 0;
 }
 validate56.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema72 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema68 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1961,8 +1459,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema72.required,parentSchema:schema72,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema68,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1971,9 +1469,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema72,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema68.type,parentSchema:schema68,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1982,49 +1480,13 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema72.type,parentSchema:schema72,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate57.errors = vErrors;
 return errors === 0;
 }
 validate57.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema74 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema69 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const pattern4 = new RegExp("^[!-~]{1,128}$", "u");
 
 function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2037,47 +1499,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema74,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema74.type,parentSchema:schema74,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate58.errors = vErrors;
-return errors === 0;
-}
-validate58.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema75 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate59.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema75.required,parentSchema:schema75,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema69.required,parentSchema:schema69,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2088,7 +1511,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema75,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema69,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2102,7 +1525,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema75.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema69.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2113,7 +1536,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema75.properties["Idempotency-Key"].type,parentSchema:schema75.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema69.properties["Idempotency-Key"].type,parentSchema:schema69.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2125,7 +1548,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema75.type,parentSchema:schema75,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema69.type,parentSchema:schema69,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2134,13 +1557,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate59.errors = vErrors;
+validate58.errors = vErrors;
 return errors === 0;
 }
-validate59.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate58.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema76 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureQueueRequest"};
-const schema77 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second","key_concurrency","paused"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+const schema70 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureApplicationResourcesRequest"};
+const schema72 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required; nothing keeps its old value by omission.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000}}};
+const schema73 = {"type":"string","description":"A configuration revision - a non-zero uint64 as a decimal string.","pattern":"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const schema74 = {"type":"string","description":"Why - written to the audit record. Not blank; at most 1024 Unicode characters.","minLength":1,"maxLength":1024,"pattern":"\\S"};
+const pattern5 = new RegExp("^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const pattern6 = new RegExp("\\S", "u");
+const func1 = require("ajv/dist/runtime/ucs2length").default;
 
 function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2154,7 +1582,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.expected_revision === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema77.required,parentSchema:schema77,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema72.required,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2164,7 +1592,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema77.required,parentSchema:schema77,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema72.required,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2174,7 +1602,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.max_unfinished_tasks === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema77.required,parentSchema:schema77,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema72.required,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2184,7 +1612,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data.max_concurrency === undefined){
-const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema77.required,parentSchema:schema77,data};
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema72.required,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2194,7 +1622,7 @@ vErrors.push(err3);
 errors++;
 }
 if(data.rate_per_second === undefined){
-const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema77.required,parentSchema:schema77,data};
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema72.required,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2203,8 +1631,9 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data.key_concurrency === undefined){
-const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "key_concurrency"},message:"must have required property '"+"key_concurrency"+"'",schema:schema77.required,parentSchema:schema77,data};
+for(const key0 in data){
+if(!(((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second"))){
+const err5 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -2213,8 +1642,12 @@ vErrors.push(err5);
 }
 errors++;
 }
-if(data.paused === undefined){
-const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "paused"},message:"must have required property '"+"paused"+"'",schema:schema77.required,parentSchema:schema77,data};
+}
+if(data.expected_revision !== undefined){
+let data0 = data.expected_revision;
+if(typeof data0 === "string"){
+if(!pattern5.test(data0)){
+const err6 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema73,data:data0};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -2223,9 +1656,9 @@ vErrors.push(err6);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(((((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
-const err7 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema77,data};
+}
+else {
+const err7 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema73.type,parentSchema:schema73,data:data0};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -2235,11 +1668,11 @@ vErrors.push(err7);
 errors++;
 }
 }
-if(data.expected_revision !== undefined){
-let data0 = data.expected_revision;
-if(typeof data0 === "string"){
-if(!pattern5.test(data0)){
-const err8 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema55,data:data0};
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -2248,9 +1681,8 @@ vErrors.push(err8);
 }
 errors++;
 }
-}
-else {
-const err9 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema55.type,parentSchema:schema55,data:data0};
+if(func1(data1) < 1){
+const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -2259,12 +1691,8 @@ vErrors.push(err9);
 }
 errors++;
 }
-}
-if(data.reason !== undefined){
-let data1 = data.reason;
-if(typeof data1 === "string"){
-if(func1(data1) > 1024){
-const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data1};
+if(!pattern6.test(data1)){
+const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -2273,8 +1701,9 @@ vErrors.push(err10);
 }
 errors++;
 }
-if(func1(data1) < 1){
-const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data1};
+}
+else {
+const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -2283,8 +1712,11 @@ vErrors.push(err11);
 }
 errors++;
 }
-if(!pattern6.test(data1)){
-const err12 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data1};
+}
+if(data.max_unfinished_tasks !== undefined){
+let data2 = data.max_unfinished_tasks;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err12 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema72.properties.max_unfinished_tasks.type,parentSchema:schema72.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -2293,9 +1725,9 @@ vErrors.push(err12);
 }
 errors++;
 }
-}
-else {
-const err13 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data1};
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 100000000 || isNaN(data2)){
+const err13 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema72.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -2304,11 +1736,8 @@ vErrors.push(err13);
 }
 errors++;
 }
-}
-if(data.max_unfinished_tasks !== undefined){
-let data2 = data.max_unfinished_tasks;
-if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema77.properties.max_unfinished_tasks.type,parentSchema:schema77.properties.max_unfinished_tasks,data:data2};
+if(data2 < 1 || isNaN(data2)){
+const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema72.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -2317,9 +1746,12 @@ vErrors.push(err14);
 }
 errors++;
 }
-if((typeof data2 == "number") && (isFinite(data2))){
-if(data2 > 100000000 || isNaN(data2)){
-const err15 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema77.properties.max_unfinished_tasks,data:data2};
+}
+}
+if(data.max_concurrency !== undefined){
+let data3 = data.max_concurrency;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err15 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema72.properties.max_concurrency.type,parentSchema:schema72.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -2328,8 +1760,9 @@ vErrors.push(err15);
 }
 errors++;
 }
-if(data2 < 1 || isNaN(data2)){
-const err16 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema77.properties.max_unfinished_tasks,data:data2};
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 1000000 || isNaN(data3)){
+const err16 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema72.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -2338,12 +1771,8 @@ vErrors.push(err16);
 }
 errors++;
 }
-}
-}
-if(data.max_concurrency !== undefined){
-let data3 = data.max_concurrency;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema77.properties.max_concurrency.type,parentSchema:schema77.properties.max_concurrency,data:data3};
+if(data3 < 1 || isNaN(data3)){
+const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema72.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -2352,9 +1781,12 @@ vErrors.push(err17);
 }
 errors++;
 }
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 1000000 || isNaN(data3)){
-const err18 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema77.properties.max_concurrency,data:data3};
+}
+}
+if(data.rate_per_second !== undefined){
+let data4 = data.rate_per_second;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err18 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema72.properties.rate_per_second.type,parentSchema:schema72.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -2363,8 +1795,9 @@ vErrors.push(err18);
 }
 errors++;
 }
-if(data3 < 1 || isNaN(data3)){
-const err19 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema77.properties.max_concurrency,data:data3};
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 10000000 || isNaN(data4)){
+const err19 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema72.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -2373,12 +1806,8 @@ vErrors.push(err19);
 }
 errors++;
 }
-}
-}
-if(data.rate_per_second !== undefined){
-let data4 = data.rate_per_second;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema77.properties.rate_per_second.type,parentSchema:schema77.properties.rate_per_second,data:data4};
+if(data4 < 1 || isNaN(data4)){
+const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema72.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -2387,85 +1816,16 @@ vErrors.push(err20);
 }
 errors++;
 }
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 10000000 || isNaN(data4)){
-const err21 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema77.properties.rate_per_second,data:data4};
+}
+}
+}
+else {
+const err21 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema72.type,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err21];
 }
 else {
 vErrors.push(err21);
-}
-errors++;
-}
-if(data4 < 1 || isNaN(data4)){
-const err22 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema77.properties.rate_per_second,data:data4};
-if(vErrors === null){
-vErrors = [err22];
-}
-else {
-vErrors.push(err22);
-}
-errors++;
-}
-}
-}
-if(data.key_concurrency !== undefined){
-let data5 = data.key_concurrency;
-if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err23 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema77.properties.key_concurrency.type,parentSchema:schema77.properties.key_concurrency,data:data5};
-if(vErrors === null){
-vErrors = [err23];
-}
-else {
-vErrors.push(err23);
-}
-errors++;
-}
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 1000 || isNaN(data5)){
-const err24 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema77.properties.key_concurrency,data:data5};
-if(vErrors === null){
-vErrors = [err24];
-}
-else {
-vErrors.push(err24);
-}
-errors++;
-}
-if(data5 < 1 || isNaN(data5)){
-const err25 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema77.properties.key_concurrency,data:data5};
-if(vErrors === null){
-vErrors = [err25];
-}
-else {
-vErrors.push(err25);
-}
-errors++;
-}
-}
-}
-if(data.paused !== undefined){
-let data6 = data.paused;
-if(typeof data6 !== "boolean"){
-const err26 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema77.properties.paused.type,parentSchema:schema77.properties.paused,data:data6};
-if(vErrors === null){
-vErrors = [err26];
-}
-else {
-vErrors.push(err26);
-}
-errors++;
-}
-}
-}
-else {
-const err27 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema77.type,parentSchema:schema77,data};
-if(vErrors === null){
-vErrors = [err27];
-}
-else {
-vErrors.push(err27);
 }
 errors++;
 }
@@ -2475,10 +1835,10 @@ return errors === 0;
 validate61.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate60.evaluated;
+const evaluated0 = validate59.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2489,12 +1849,12 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate60.errors = vErrors;
+validate59.errors = vErrors;
 return errors === 0;
 }
-validate60.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate59.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema80 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema75 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2507,8 +1867,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema80.required,parentSchema:schema80,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2517,9 +1877,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema80,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema75.type,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2528,50 +1888,14 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema80.type,parentSchema:schema80,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate63.errors = vErrors;
 return errors === 0;
 }
 validate63.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema82 = {"type":"object","additionalProperties":false,"required":[],"properties":{"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-const schema83 = {"type":"string","enum":["WAITING","LEASED","RUNNING","NEEDS_REVIEW","SUCCEEDED","FAILED","CANCELLED","EXPIRED"]};
+const schema76 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema77 = {"type":"string","description":"Opaque page cursor.","pattern":"^[A-Za-z0-9_-]{1,200}$"};
+const pattern7 = new RegExp("^[A-Za-z0-9_-]{1,200}$", "u");
 
 function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2585,8 +1909,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!(((key0 === "state") || (key0 === "limit")) || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema82,data};
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema76,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2596,10 +1920,10 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.state !== undefined){
-let data0 = data.state;
-if(typeof data0 !== "string"){
-const err1 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema83.type,parentSchema:schema83,data:data0};
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema76.properties.limit.type,parentSchema:schema76.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2608,8 +1932,9 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(!((((((((data0 === "WAITING") || (data0 === "LEASED")) || (data0 === "RUNNING")) || (data0 === "NEEDS_REVIEW")) || (data0 === "SUCCEEDED")) || (data0 === "FAILED")) || (data0 === "CANCELLED")) || (data0 === "EXPIRED"))){
-const err2 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema83.enum},message:"must be equal to one of the allowed values",schema:schema83.enum,parentSchema:schema83,data:data0};
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema76.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2618,11 +1943,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-if(data.limit !== undefined){
-let data1 = data.limit;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema82.properties.limit.type,parentSchema:schema82.properties.limit,data:data1};
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema76.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2631,9 +1953,13 @@ vErrors.push(err3);
 }
 errors++;
 }
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema82.properties.limit,data:data1};
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern7.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2642,8 +1968,9 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema82.properties.limit,data:data1};
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -2654,11 +1981,8 @@ errors++;
 }
 }
 }
-if(data.cursor !== undefined){
-let data2 = data.cursor;
-if(typeof data2 === "string"){
-if(!pattern7.test(data2)){
-const err6 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema59,data:data2};
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema76.type,parentSchema:schema76,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -2667,35 +1991,12 @@ vErrors.push(err6);
 }
 errors++;
 }
-}
-else {
-const err7 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema59.type,parentSchema:schema59,data:data2};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-}
-else {
-const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema82.type,parentSchema:schema82,data};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
 validate64.errors = vErrors;
 return errors === 0;
 }
 validate64.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema85 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema78 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2709,7 +2010,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema85,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema78,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2720,7 +2021,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema85.type,parentSchema:schema85,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema78.type,parentSchema:schema78,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2734,7 +2035,7 @@ return errors === 0;
 }
 validate65.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema86 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema79 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2747,8 +2048,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema86.required,parentSchema:schema86,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema79,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2757,9 +2058,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema86,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema79.type,parentSchema:schema79,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2768,49 +2069,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema86.type,parentSchema:schema86,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate66.errors = vErrors;
 return errors === 0;
 }
 validate66.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema88 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema80 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2824,7 +2088,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema88,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema80,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2835,7 +2099,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema88.type,parentSchema:schema88,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema80.type,parentSchema:schema80,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2849,7 +2113,7 @@ return errors === 0;
 }
 validate67.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema89 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema81 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2863,7 +2127,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema89.required,parentSchema:schema89,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema81.required,parentSchema:schema81,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2874,7 +2138,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema89,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema81,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2888,7 +2152,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema89.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema81.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2899,7 +2163,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema89.properties["Idempotency-Key"].type,parentSchema:schema89.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema81.properties["Idempotency-Key"].type,parentSchema:schema81.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2911,7 +2175,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema89.type,parentSchema:schema89,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema81.type,parentSchema:schema81,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2925,16 +2189,10 @@ return errors === 0;
 }
 validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema90 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
-const schema91 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
-const schema92 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
-const schema93 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
-const schema94 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
-const schema95 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
-const schema96 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
-const schema97 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
-const schema98 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
-const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
+const schema82 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateQueueRequest"};
+const schema83 = {"type":"object","additionalProperties":false,"description":"Limits left out take their defaults (100000, 1000, 10000, key_concurrency 1, not paused).","required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+const schema84 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
+const pattern9 = new RegExp("^[a-z0-9][a-z0-9._-]{0,62}$", "u");
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2947,8 +2205,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.payload === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema91.required,parentSchema:schema91,data};
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema83.required,parentSchema:schema83,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2957,9 +2215,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(((((((key0 === "payload") || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema91,data};
+if(data.reason === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema83.required,parentSchema:schema83,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2968,11 +2225,9 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.payload !== undefined){
-let data0 = data.payload;
-if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
-const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data:data0};
+for(const key0 in data){
+if(!(((((((key0 === "name") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema83,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2981,8 +2236,12 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(Buffer.byteLength(JSON.stringify(data0), "utf8") > 262144){
-const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema92,data:data0};
+}
+if(data.name !== undefined){
+let data0 = data.name;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2992,10 +2251,8 @@ vErrors.push(err3);
 errors++;
 }
 }
-if(data.priority !== undefined){
-let data1 = data.priority;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema93.type,parentSchema:schema93,data:data1};
+else {
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3004,9 +2261,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 9 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema93,data:data1};
+}
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -3015,8 +2275,8 @@ vErrors.push(err5);
 }
 errors++;
 }
-if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema93,data:data1};
+if(func1(data1) < 1){
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -3025,13 +2285,8 @@ vErrors.push(err6);
 }
 errors++;
 }
-}
-}
-if(data.resource_key !== undefined){
-let data2 = data.resource_key;
-if(typeof data2 === "string"){
-if(func1(data2) > 128){
-const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema94,data:data2};
+if(!pattern6.test(data1)){
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -3040,8 +2295,9 @@ vErrors.push(err7);
 }
 errors++;
 }
-if(func1(data2) < 1){
-const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema94,data:data2};
+}
+else {
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -3050,8 +2306,11 @@ vErrors.push(err8);
 }
 errors++;
 }
-if(!pattern20.test(data2)){
-const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema94,data:data2};
+}
+if(data.max_unfinished_tasks !== undefined){
+let data2 = data.max_unfinished_tasks;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err9 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.max_unfinished_tasks.type,parentSchema:schema83.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -3060,9 +2319,9 @@ vErrors.push(err9);
 }
 errors++;
 }
-}
-else {
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data2};
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 100000000 || isNaN(data2)){
+const err10 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema83.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -3071,11 +2330,8 @@ vErrors.push(err10);
 }
 errors++;
 }
-}
-if(data.max_attempts !== undefined){
-let data3 = data.max_attempts;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.type,parentSchema:schema95,data:data3};
+if(data2 < 1 || isNaN(data2)){
+const err11 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -3084,9 +2340,12 @@ vErrors.push(err11);
 }
 errors++;
 }
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 100 || isNaN(data3)){
-const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema95,data:data3};
+}
+}
+if(data.max_concurrency !== undefined){
+let data3 = data.max_concurrency;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err12 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.max_concurrency.type,parentSchema:schema83.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -3095,8 +2354,9 @@ vErrors.push(err12);
 }
 errors++;
 }
-if(data3 < 1 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95,data:data3};
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 1000000 || isNaN(data3)){
+const err13 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema83.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3105,12 +2365,8 @@ vErrors.push(err13);
 }
 errors++;
 }
-}
-}
-if(data.deadline_seconds !== undefined){
-let data4 = data.deadline_seconds;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema96.type,parentSchema:schema96,data:data4};
+if(data3 < 1 || isNaN(data3)){
+const err14 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3119,9 +2375,12 @@ vErrors.push(err14);
 }
 errors++;
 }
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 31536000 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema96,data:data4};
+}
+}
+if(data.rate_per_second !== undefined){
+let data4 = data.rate_per_second;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err15 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.rate_per_second.type,parentSchema:schema83.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3130,8 +2389,9 @@ vErrors.push(err15);
 }
 errors++;
 }
-if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema96,data:data4};
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 10000000 || isNaN(data4)){
+const err16 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema83.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3140,12 +2400,8 @@ vErrors.push(err16);
 }
 errors++;
 }
-}
-}
-if(data.delay_seconds !== undefined){
-let data5 = data.delay_seconds;
-if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema97.type,parentSchema:schema97,data:data5};
+if(data4 < 1 || isNaN(data4)){
+const err17 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3154,9 +2410,12 @@ vErrors.push(err17);
 }
 errors++;
 }
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 31535999 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema97,data:data5};
+}
+}
+if(data.key_concurrency !== undefined){
+let data5 = data.key_concurrency;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err18 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.key_concurrency.type,parentSchema:schema83.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3165,8 +2424,9 @@ vErrors.push(err18);
 }
 errors++;
 }
-if(data5 < 0 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema97,data:data5};
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 1000 || isNaN(data5)){
+const err19 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema83.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3175,12 +2435,8 @@ vErrors.push(err19);
 }
 errors++;
 }
-}
-}
-if(data.on_unknown_outcome !== undefined){
-let data6 = data.on_unknown_outcome;
-if(typeof data6 !== "string"){
-const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema98.type,parentSchema:schema98,data:data6};
+if(data5 < 1 || isNaN(data5)){
+const err20 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3189,8 +2445,12 @@ vErrors.push(err20);
 }
 errors++;
 }
-if(!((data6 === "retry") || (data6 === "review"))){
-const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema98.enum},message:"must be equal to one of the allowed values",schema:schema98.enum,parentSchema:schema98,data:data6};
+}
+}
+if(data.paused !== undefined){
+let data6 = data.paused;
+if(typeof data6 !== "boolean"){
+const err21 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema83.properties.paused.type,parentSchema:schema83.properties.paused,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3202,7 +2462,7 @@ errors++;
 }
 }
 else {
-const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema91.type,parentSchema:schema91,data};
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema83.type,parentSchema:schema83,data};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3236,7 +2496,7 @@ return errors === 0;
 }
 validate69.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema99 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema86 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3250,7 +2510,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema99.required,parentSchema:schema99,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema86.required,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3261,7 +2521,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema99,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3275,7 +2535,7 @@ if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3286,7 +2546,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3298,7 +2558,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema99.type,parentSchema:schema99,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema86.type,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3312,7 +2572,7 @@ return errors === 0;
 }
 validate72.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema101 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema88 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3326,7 +2586,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema101,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema88,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3337,7 +2597,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema101.type,parentSchema:schema101,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema88.type,parentSchema:schema88,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3351,7 +2611,7 @@ return errors === 0;
 }
 validate73.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema102 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema89 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3365,7 +2625,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema102,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema89,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3376,7 +2636,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema102.type,parentSchema:schema102,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema89.type,parentSchema:schema89,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3390,8 +2650,7 @@ return errors === 0;
 }
 validate74.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema103 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
-const schema104 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
+const schema90 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3404,914 +2663,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.tasks === undefined){
-const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema104.required,parentSchema:schema104,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "tasks")){
-const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.tasks !== undefined){
-let data0 = data.tasks;
-if(Array.isArray(data0)){
-if(data0.length > 1000){
-const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema104.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0.length < 1){
-const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema104.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-const len0 = data0.length;
-for(let i0=0; i0<len0; i0++){
-let data1 = data0[i0];
-if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.properties.tasks.items.type,parentSchema:schema104.properties.tasks.items,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema104.properties.tasks.type,parentSchema:schema104.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate75.errors = vErrors;
-return errors === 0;
-}
-validate75.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema105 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-const schema106 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
-const pattern22 = new RegExp("^[0-9a-f]{32}$", "u");
-
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate76.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema105.required,parentSchema:schema105,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema105,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema105.type,parentSchema:schema105,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate76.errors = vErrors;
-return errors === 0;
-}
-validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema107 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate77.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema107.type,parentSchema:schema107,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate77.errors = vErrors;
-return errors === 0;
-}
-validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema108 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate78.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema108,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema108.type,parentSchema:schema108,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate78.errors = vErrors;
-return errors === 0;
-}
-validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema109 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate79.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema109.required,parentSchema:schema109,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate79.errors = vErrors;
-return errors === 0;
-}
-validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema111 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate80.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema111,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema111.type,parentSchema:schema111,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate80.errors = vErrors;
-return errors === 0;
-}
-validate80.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema112 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate81.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema112.required,parentSchema:schema112,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema112,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema112.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.properties["Idempotency-Key"].type,parentSchema:schema112.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema112.type,parentSchema:schema112,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate81.errors = vErrors;
-return errors === 0;
-}
-validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema113 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
-const schema114 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
-
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate83.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema114.required,parentSchema:schema114,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema114,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema114.type,parentSchema:schema114,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate83.errors = vErrors;
-return errors === 0;
-}
-validate83.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate82.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate83(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate83.errors : vErrors.concat(validate83.errors);
-errors = vErrors.length;
-}
-validate82.errors = vErrors;
-return errors === 0;
-}
-validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema116 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate85.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema116.required,parentSchema:schema116,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema116,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema116.type,parentSchema:schema116,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate85.errors = vErrors;
-return errors === 0;
-}
-validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema118 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate86.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema118,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema118.type,parentSchema:schema118,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate86.errors = vErrors;
-return errors === 0;
-}
-validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema119 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate87.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema119.required,parentSchema:schema119,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema119,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema119.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.properties["Idempotency-Key"].type,parentSchema:schema119.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema119.type,parentSchema:schema119,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate87.errors = vErrors;
-return errors === 0;
-}
-validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema120 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
-const schema121 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"}}};
-const schema123 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
-
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate89.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.outcome === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema121.required,parentSchema:schema121,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema121.required,parentSchema:schema121,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-for(const key0 in data){
-if(!((((key0 === "outcome") || (key0 === "reason")) || (key0 === "result")) || (key0 === "error"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema121,data};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.outcome !== undefined){
-let data0 = data.outcome;
-if(typeof data0 !== "string"){
-const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema121.properties.outcome.type,parentSchema:schema121.properties.outcome,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!(((data0 === "succeeded") || (data0 === "failed")) || (data0 === "retry"))){
-const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema121.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema121.properties.outcome.enum,parentSchema:schema121.properties.outcome,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data1 = data.reason;
-if(typeof data1 === "string"){
-if(func1(data1) > 1024){
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(func1(data1) < 1){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-if(!pattern6.test(data1)){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-else {
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-}
-else {
-const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema121.type,parentSchema:schema121,data};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-validate89.errors = vErrors;
-return errors === 0;
-}
-validate89.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate88.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate89(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate89.errors : vErrors.concat(validate89.errors);
-errors = vErrors.length;
-}
-validate88.errors = vErrors;
-return errors === 0;
-}
-validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema125 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
-
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate91.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema125.required,parentSchema:schema125,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema90.required,parentSchema:schema90,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4322,7 +2675,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema90,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4336,7 +2689,7 @@ if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4347,7 +2700,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4359,7 +2712,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema90.type,parentSchema:schema90,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4368,12 +2721,1339 @@ vErrors.push(err4);
 }
 errors++;
 }
+validate75.errors = vErrors;
+return errors === 0;
+}
+validate75.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema92 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate76.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema92,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate76.errors = vErrors;
+return errors === 0;
+}
+validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema93 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate77.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema93.required,parentSchema:schema93,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema93,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema93.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema93.properties["Idempotency-Key"].type,parentSchema:schema93.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema93.type,parentSchema:schema93,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate77.errors = vErrors;
+return errors === 0;
+}
+validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema94 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureQueueRequest"};
+const schema95 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second","key_concurrency","paused"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+
+function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate79.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.expected_revision === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.reason === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.max_unfinished_tasks === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.max_concurrency === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data.rate_per_second === undefined){
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data.key_concurrency === undefined){
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "key_concurrency"},message:"must have required property '"+"key_concurrency"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data.paused === undefined){
+const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "paused"},message:"must have required property '"+"paused"+"'",schema:schema95.required,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(((((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
+const err7 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.expected_revision !== undefined){
+let data0 = data.expected_revision;
+if(typeof data0 === "string"){
+if(!pattern5.test(data0)){
+const err8 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema73,data:data0};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema73.type,parentSchema:schema73,data:data0};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+if(func1(data1) < 1){
+const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if(!pattern6.test(data1)){
+const err12 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+else {
+const err13 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.max_unfinished_tasks !== undefined){
+let data2 = data.max_unfinished_tasks;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.max_unfinished_tasks.type,parentSchema:schema95.properties.max_unfinished_tasks,data:data2};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 100000000 || isNaN(data2)){
+const err15 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema95.properties.max_unfinished_tasks,data:data2};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data2 < 1 || isNaN(data2)){
+const err16 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.max_unfinished_tasks,data:data2};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+}
+if(data.max_concurrency !== undefined){
+let data3 = data.max_concurrency;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.max_concurrency.type,parentSchema:schema95.properties.max_concurrency,data:data3};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 1000000 || isNaN(data3)){
+const err18 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema95.properties.max_concurrency,data:data3};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+if(data3 < 1 || isNaN(data3)){
+const err19 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.max_concurrency,data:data3};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+}
+if(data.rate_per_second !== undefined){
+let data4 = data.rate_per_second;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.rate_per_second.type,parentSchema:schema95.properties.rate_per_second,data:data4};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 10000000 || isNaN(data4)){
+const err21 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema95.properties.rate_per_second,data:data4};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+if(data4 < 1 || isNaN(data4)){
+const err22 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.rate_per_second,data:data4};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+}
+}
+if(data.key_concurrency !== undefined){
+let data5 = data.key_concurrency;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err23 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.key_concurrency.type,parentSchema:schema95.properties.key_concurrency,data:data5};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 1000 || isNaN(data5)){
+const err24 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema95.properties.key_concurrency,data:data5};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+if(data5 < 1 || isNaN(data5)){
+const err25 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.key_concurrency,data:data5};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+}
+}
+if(data.paused !== undefined){
+let data6 = data.paused;
+if(typeof data6 !== "boolean"){
+const err26 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema95.properties.paused.type,parentSchema:schema95.properties.paused,data:data6};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+}
+}
+else {
+const err27 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema95.type,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err27];
+}
+else {
+vErrors.push(err27);
+}
+errors++;
+}
+validate79.errors = vErrors;
+return errors === 0;
+}
+validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate78.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate79(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+errors = vErrors.length;
+}
+validate78.errors = vErrors;
+return errors === 0;
+}
+validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema98 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate81.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema98.required,parentSchema:schema98,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema98,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema98.type,parentSchema:schema98,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate81.errors = vErrors;
+return errors === 0;
+}
+validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema100 = {"type":"object","additionalProperties":false,"required":[],"properties":{"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema101 = {"type":"string","enum":["WAITING","LEASED","RUNNING","NEEDS_REVIEW","SUCCEEDED","FAILED","CANCELLED","EXPIRED"]};
+
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate82.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!(((key0 === "state") || (key0 === "limit")) || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema100,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.state !== undefined){
+let data0 = data.state;
+if(typeof data0 !== "string"){
+const err1 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema101.type,parentSchema:schema101,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(!((((((((data0 === "WAITING") || (data0 === "LEASED")) || (data0 === "RUNNING")) || (data0 === "NEEDS_REVIEW")) || (data0 === "SUCCEEDED")) || (data0 === "FAILED")) || (data0 === "CANCELLED")) || (data0 === "EXPIRED"))){
+const err2 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema101.enum},message:"must be equal to one of the allowed values",schema:schema101.enum,parentSchema:schema101,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema100.properties.limit.type,parentSchema:schema100.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema100.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema100.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data2 = data.cursor;
+if(typeof data2 === "string"){
+if(!pattern7.test(data2)){
+const err6 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data2};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+else {
+const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema100.type,parentSchema:schema100,data};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+validate82.errors = vErrors;
+return errors === 0;
+}
+validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema103 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate83.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema103,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema103.type,parentSchema:schema103,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate83.errors = vErrors;
+return errors === 0;
+}
+validate83.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema104 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate84.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema104.required,parentSchema:schema104,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate84.errors = vErrors;
+return errors === 0;
+}
+validate84.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema106 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate85.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema106,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema106.type,parentSchema:schema106,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate85.errors = vErrors;
+return errors === 0;
+}
+validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema107 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate86.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema107.required,parentSchema:schema107,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema107.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema107.properties["Idempotency-Key"].type,parentSchema:schema107.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema107.type,parentSchema:schema107,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate86.errors = vErrors;
+return errors === 0;
+}
+validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema108 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
+const schema109 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema110 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
+const schema111 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
+const schema112 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
+const schema113 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
+const schema114 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
+const schema115 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
+const schema116 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
+const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
+
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate88.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.payload === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema109.required,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(((((((key0 === "payload") || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.payload !== undefined){
+let data0 = data.payload;
+if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
+const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(Buffer.byteLength(JSON.stringify(data0), "utf8") > 262144){
+const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema110,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.priority !== undefined){
+let data1 = data.priority;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema111.type,parentSchema:schema111,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 9 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema111,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data1 < 0 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema111,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+if(data.resource_key !== undefined){
+let data2 = data.resource_key;
+if(typeof data2 === "string"){
+if(func1(data2) > 128){
+const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema112,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if(func1(data2) < 1){
+const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema112,data:data2};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(!pattern20.test(data2)){
+const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema112,data:data2};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+else {
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.type,parentSchema:schema112,data:data2};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.max_attempts !== undefined){
+let data3 = data.max_attempts;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.type,parentSchema:schema113,data:data3};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 100 || isNaN(data3)){
+const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema113,data:data3};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+if(data3 < 1 || isNaN(data3)){
+const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113,data:data3};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+}
+if(data.deadline_seconds !== undefined){
+let data4 = data.deadline_seconds;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data4};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 31536000 || isNaN(data4)){
+const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema114,data:data4};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data4 < 1 || isNaN(data4)){
+const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114,data:data4};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+}
+if(data.delay_seconds !== undefined){
+let data5 = data.delay_seconds;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema115.type,parentSchema:schema115,data:data5};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 31535999 || isNaN(data5)){
+const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema115,data:data5};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+if(data5 < 0 || isNaN(data5)){
+const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema115,data:data5};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+}
+if(data.on_unknown_outcome !== undefined){
+let data6 = data.on_unknown_outcome;
+if(typeof data6 !== "string"){
+const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema116.type,parentSchema:schema116,data:data6};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+if(!((data6 === "retry") || (data6 === "review"))){
+const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema116.enum},message:"must be equal to one of the allowed values",schema:schema116.enum,parentSchema:schema116,data:data6};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+}
+}
+else {
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+validate88.errors = vErrors;
+return errors === 0;
+}
+validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate87.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate88(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate88.errors : vErrors.concat(validate88.errors);
+errors = vErrors.length;
+}
+validate87.errors = vErrors;
+return errors === 0;
+}
+validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema117 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate90.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema117.required,parentSchema:schema117,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema117,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema117.type,parentSchema:schema117,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate90.errors = vErrors;
+return errors === 0;
+}
+validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema119 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate91.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema119,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema119.type,parentSchema:schema119,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
 validate91.errors = vErrors;
 return errors === 0;
 }
 validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema127 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema120 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4387,8 +4067,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema127,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema120,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4398,10 +4077,8 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema127.properties.limit.type,parentSchema:schema127.properties.limit,data:data0};
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema120.type,parentSchema:schema120,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4410,9 +4087,52 @@ vErrors.push(err1);
 }
 errors++;
 }
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema127.properties.limit,data:data0};
+validate92.errors = vErrors;
+return errors === 0;
+}
+validate92.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema121 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
+const schema122 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
+
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate93.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.tasks === undefined){
+const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema122.required,parentSchema:schema122,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "tasks")){
+const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema122,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.tasks !== undefined){
+let data0 = data.tasks;
+if(Array.isArray(data0)){
+if(data0.length > 1000){
+const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema122.properties.tasks,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4421,8 +4141,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema127.properties.limit,data:data0};
+if(data0.length < 1){
+const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema122.properties.tasks,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4431,13 +4151,11 @@ vErrors.push(err3);
 }
 errors++;
 }
-}
-}
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema59,data:data1};
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+let data1 = data0[i0];
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.properties.tasks.items.type,parentSchema:schema122.properties.tasks.items,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4447,8 +4165,9 @@ vErrors.push(err4);
 errors++;
 }
 }
+}
 else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema59.type,parentSchema:schema59,data:data1};
+const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema122.properties.tasks.type,parentSchema:schema122.properties.tasks,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -4460,7 +4179,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema127.type,parentSchema:schema127,data};
+const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.type,parentSchema:schema122,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -4469,17 +4188,249 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate92.errors = vErrors;
+validate93.errors = vErrors;
 return errors === 0;
 }
-validate92.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema123 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema124 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
+const pattern22 = new RegExp("^[0-9a-f]{32}$", "u");
+
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate94.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema123.required,parentSchema:schema123,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema123,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema123.type,parentSchema:schema123,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate94.errors = vErrors;
+return errors === 0;
+}
+validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema125 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate95.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate95.errors = vErrors;
+return errors === 0;
+}
+validate95.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema126 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate96.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema126,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema126.type,parentSchema:schema126,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate96.errors = vErrors;
+return errors === 0;
+}
+validate96.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema127 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate97.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema127.required,parentSchema:schema127,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema127,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema127.type,parentSchema:schema127,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate97.errors = vErrors;
+return errors === 0;
+}
+validate97.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema129 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate93.evaluated;
+const evaluated0 = validate98.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4508,17 +4459,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate93.errors = vErrors;
+validate98.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema130 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema130 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate94.evaluated;
+const evaluated0 = validate99.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4526,8 +4477,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema130.required,parentSchema:schema130,data};
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema130.required,parentSchema:schema130,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4537,7 +4488,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "queue")){
+if(!(key0 === "Idempotency-Key")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema130,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -4548,11 +4499,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.queue !== undefined){
-let data0 = data.queue;
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema66,data:data0};
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema130.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4563,7 +4514,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema66.type,parentSchema:schema66,data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.properties["Idempotency-Key"].type,parentSchema:schema130.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4584,756 +4535,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate94.errors = vErrors;
+validate99.errors = vErrors;
 return errors === 0;
 }
-validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate99.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema132 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate95.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema132,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema132.type,parentSchema:schema132,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate95.errors = vErrors;
-return errors === 0;
-}
-validate95.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema133 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate96.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema133.required,parentSchema:schema133,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema133,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema133.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema133.properties["Idempotency-Key"].type,parentSchema:schema133.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema133.type,parentSchema:schema133,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate96.errors = vErrors;
-return errors === 0;
-}
-validate96.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema134 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
-const schema135 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
-const schema136 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema138 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
-const schema145 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
-const schema146 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
-const func13 = Object.prototype.hasOwnProperty;
-const pattern33 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
-const pattern36 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
-
-function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate98.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema135.required,parentSchema:schema135,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema135.required,parentSchema:schema135,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.payload === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema135.required,parentSchema:schema135,data};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(func13.call(schema135.properties, key0))){
-const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema135,data};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-if(data.name !== undefined){
-let data0 = data.name;
-if(typeof data0 === "string"){
-if(!pattern33.test(data0)){
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema136,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema136.type,parentSchema:schema136,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data1 = data.reason;
-if(typeof data1 === "string"){
-if(func1(data1) > 1024){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-if(func1(data1) < 1){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-if(!pattern6.test(data1)){
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data1};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data.cron !== undefined){
-let data2 = data.cron;
-if(typeof data2 === "string"){
-if(func1(data2) > 200){
-const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema138,data:data2};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-if(func1(data2) < 1){
-const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema138,data:data2};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-else {
-const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema138.type,parentSchema:schema138,data:data2};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-}
-if(data.interval_seconds !== undefined){
-let data3 = data.interval_seconds;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema135.properties.interval_seconds.type,parentSchema:schema135.properties.interval_seconds,data:data3};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 31536000 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema135.properties.interval_seconds,data:data3};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-if(data3 < 1 || isNaN(data3)){
-const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema135.properties.interval_seconds,data:data3};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-}
-}
-if(data.timezone !== undefined){
-let data4 = data.timezone;
-if(typeof data4 === "string"){
-if(func1(data4) > 64){
-const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema135.properties.timezone,data:data4};
-if(vErrors === null){
-vErrors = [err16];
-}
-else {
-vErrors.push(err16);
-}
-errors++;
-}
-if(func1(data4) < 1){
-const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema135.properties.timezone,data:data4};
-if(vErrors === null){
-vErrors = [err17];
-}
-else {
-vErrors.push(err17);
-}
-errors++;
-}
-}
-else {
-const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema135.properties.timezone.type,parentSchema:schema135.properties.timezone,data:data4};
-if(vErrors === null){
-vErrors = [err18];
-}
-else {
-vErrors.push(err18);
-}
-errors++;
-}
-}
-if(data.payload !== undefined){
-let data5 = data.payload;
-if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err19 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data:data5};
-if(vErrors === null){
-vErrors = [err19];
-}
-else {
-vErrors.push(err19);
-}
-errors++;
-}
-if(Buffer.byteLength(JSON.stringify(data5), "utf8") > 262144){
-const err20 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema92,data:data5};
-if(vErrors === null){
-vErrors = [err20];
-}
-else {
-vErrors.push(err20);
-}
-errors++;
-}
-}
-if(data.priority !== undefined){
-let data6 = data.priority;
-if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err21 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema93.type,parentSchema:schema93,data:data6};
-if(vErrors === null){
-vErrors = [err21];
-}
-else {
-vErrors.push(err21);
-}
-errors++;
-}
-if((typeof data6 == "number") && (isFinite(data6))){
-if(data6 > 9 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema93,data:data6};
-if(vErrors === null){
-vErrors = [err22];
-}
-else {
-vErrors.push(err22);
-}
-errors++;
-}
-if(data6 < 0 || isNaN(data6)){
-const err23 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema93,data:data6};
-if(vErrors === null){
-vErrors = [err23];
-}
-else {
-vErrors.push(err23);
-}
-errors++;
-}
-}
-}
-if(data.resource_key !== undefined){
-let data7 = data.resource_key;
-if(typeof data7 === "string"){
-if(func1(data7) > 128){
-const err24 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema94,data:data7};
-if(vErrors === null){
-vErrors = [err24];
-}
-else {
-vErrors.push(err24);
-}
-errors++;
-}
-if(func1(data7) < 1){
-const err25 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema94,data:data7};
-if(vErrors === null){
-vErrors = [err25];
-}
-else {
-vErrors.push(err25);
-}
-errors++;
-}
-if(!pattern20.test(data7)){
-const err26 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema94,data:data7};
-if(vErrors === null){
-vErrors = [err26];
-}
-else {
-vErrors.push(err26);
-}
-errors++;
-}
-}
-else {
-const err27 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data7};
-if(vErrors === null){
-vErrors = [err27];
-}
-else {
-vErrors.push(err27);
-}
-errors++;
-}
-}
-if(data.max_attempts !== undefined){
-let data8 = data.max_attempts;
-if(!(((typeof data8 == "number") && (!(data8 % 1) && !isNaN(data8))) && (isFinite(data8)))){
-const err28 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.type,parentSchema:schema95,data:data8};
-if(vErrors === null){
-vErrors = [err28];
-}
-else {
-vErrors.push(err28);
-}
-errors++;
-}
-if((typeof data8 == "number") && (isFinite(data8))){
-if(data8 > 100 || isNaN(data8)){
-const err29 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema95,data:data8};
-if(vErrors === null){
-vErrors = [err29];
-}
-else {
-vErrors.push(err29);
-}
-errors++;
-}
-if(data8 < 1 || isNaN(data8)){
-const err30 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95,data:data8};
-if(vErrors === null){
-vErrors = [err30];
-}
-else {
-vErrors.push(err30);
-}
-errors++;
-}
-}
-}
-if(data.deadline_seconds !== undefined){
-let data9 = data.deadline_seconds;
-if(!(((typeof data9 == "number") && (!(data9 % 1) && !isNaN(data9))) && (isFinite(data9)))){
-const err31 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema96.type,parentSchema:schema96,data:data9};
-if(vErrors === null){
-vErrors = [err31];
-}
-else {
-vErrors.push(err31);
-}
-errors++;
-}
-if((typeof data9 == "number") && (isFinite(data9))){
-if(data9 > 31536000 || isNaN(data9)){
-const err32 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema96,data:data9};
-if(vErrors === null){
-vErrors = [err32];
-}
-else {
-vErrors.push(err32);
-}
-errors++;
-}
-if(data9 < 1 || isNaN(data9)){
-const err33 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema96,data:data9};
-if(vErrors === null){
-vErrors = [err33];
-}
-else {
-vErrors.push(err33);
-}
-errors++;
-}
-}
-}
-if(data.on_unknown_outcome !== undefined){
-let data10 = data.on_unknown_outcome;
-if(typeof data10 !== "string"){
-const err34 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema98.type,parentSchema:schema98,data:data10};
-if(vErrors === null){
-vErrors = [err34];
-}
-else {
-vErrors.push(err34);
-}
-errors++;
-}
-if(!((data10 === "retry") || (data10 === "review"))){
-const err35 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema98.enum},message:"must be equal to one of the allowed values",schema:schema98.enum,parentSchema:schema98,data:data10};
-if(vErrors === null){
-vErrors = [err35];
-}
-else {
-vErrors.push(err35);
-}
-errors++;
-}
-}
-if(data.misfire_policy !== undefined){
-let data11 = data.misfire_policy;
-if(typeof data11 !== "string"){
-const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema145.type,parentSchema:schema145,data:data11};
-if(vErrors === null){
-vErrors = [err36];
-}
-else {
-vErrors.push(err36);
-}
-errors++;
-}
-if(!(((data11 === "skip") || (data11 === "fire_once")) || (data11 === "fire_all"))){
-const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values",schema:schema145.enum,parentSchema:schema145,data:data11};
-if(vErrors === null){
-vErrors = [err37];
-}
-else {
-vErrors.push(err37);
-}
-errors++;
-}
-}
-if(data.misfire_window_seconds !== undefined){
-let data12 = data.misfire_window_seconds;
-if(!(((typeof data12 == "number") && (!(data12 % 1) && !isNaN(data12))) && (isFinite(data12)))){
-const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema135.properties.misfire_window_seconds.type,parentSchema:schema135.properties.misfire_window_seconds,data:data12};
-if(vErrors === null){
-vErrors = [err38];
-}
-else {
-vErrors.push(err38);
-}
-errors++;
-}
-if((typeof data12 == "number") && (isFinite(data12))){
-if(data12 > 86400 || isNaN(data12)){
-const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema135.properties.misfire_window_seconds,data:data12};
-if(vErrors === null){
-vErrors = [err39];
-}
-else {
-vErrors.push(err39);
-}
-errors++;
-}
-if(data12 < 1 || isNaN(data12)){
-const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema135.properties.misfire_window_seconds,data:data12};
-if(vErrors === null){
-vErrors = [err40];
-}
-else {
-vErrors.push(err40);
-}
-errors++;
-}
-}
-}
-if(data.start_at !== undefined){
-let data13 = data.start_at;
-if(typeof data13 === "string"){
-if(!pattern36.test(data13)){
-const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema146,data:data13};
-if(vErrors === null){
-vErrors = [err41];
-}
-else {
-vErrors.push(err41);
-}
-errors++;
-}
-}
-else {
-const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema146.type,parentSchema:schema146,data:data13};
-if(vErrors === null){
-vErrors = [err42];
-}
-else {
-vErrors.push(err42);
-}
-errors++;
-}
-}
-}
-else {
-const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema135.type,parentSchema:schema135,data};
-if(vErrors === null){
-vErrors = [err43];
-}
-else {
-vErrors.push(err43);
-}
-errors++;
-}
-validate98.errors = vErrors;
-return errors === 0;
-}
-validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate97.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate98(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate98.errors : vErrors.concat(validate98.errors);
-errors = vErrors.length;
-}
-validate97.errors = vErrors;
-return errors === 0;
-}
-validate97.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema147 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate100.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema147.required,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema147.type,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate100.errors = vErrors;
-return errors === 0;
-}
-validate100.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema149 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema131 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
+const schema132 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
 
 function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5346,278 +4554,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema149,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema149.type,parentSchema:schema149,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate101.errors = vErrors;
-return errors === 0;
-}
-validate101.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema150 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate102.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema150,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema150.type,parentSchema:schema150,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate102.errors = vErrors;
-return errors === 0;
-}
-validate102.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema151 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate103.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema151.required,parentSchema:schema151,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema151,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema151.type,parentSchema:schema151,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate103.errors = vErrors;
-return errors === 0;
-}
-validate103.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema153 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate104.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema153,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema153.type,parentSchema:schema153,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate104.errors = vErrors;
-return errors === 0;
-}
-validate104.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema154 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate105.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema154.required,parentSchema:schema154,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema154,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema154.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema154.properties["Idempotency-Key"].type,parentSchema:schema154.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema154.type,parentSchema:schema154,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate105.errors = vErrors;
-return errors === 0;
-}
-validate105.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema155 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
-const schema156 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
-
-function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate107.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema156.required,parentSchema:schema156,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema132.required,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5628,7 +4566,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema156,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5642,7 +4580,7 @@ if(data.reason !== undefined){
 let data0 = data.reason;
 if(typeof data0 === "string"){
 if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data0};
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5652,7 +4590,7 @@ vErrors.push(err2);
 errors++;
 }
 if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data0};
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5662,7 +4600,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data0};
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5673,7 +4611,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data0};
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -5685,12 +4623,354 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema156.type,parentSchema:schema156,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema132.type,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err6];
 }
 else {
 vErrors.push(err6);
+}
+errors++;
+}
+validate101.errors = vErrors;
+return errors === 0;
+}
+validate101.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate100.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate101(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate101.errors : vErrors.concat(validate101.errors);
+errors = vErrors.length;
+}
+validate100.errors = vErrors;
+return errors === 0;
+}
+validate100.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema134 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate103.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema134.required,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema134.type,parentSchema:schema134,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate103.errors = vErrors;
+return errors === 0;
+}
+validate103.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema136 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate104.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema136,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema136.type,parentSchema:schema136,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate104.errors = vErrors;
+return errors === 0;
+}
+validate104.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema137 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate105.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema137.required,parentSchema:schema137,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema137,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema137.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema137.properties["Idempotency-Key"].type,parentSchema:schema137.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema137.type,parentSchema:schema137,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate105.errors = vErrors;
+return errors === 0;
+}
+validate105.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema138 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
+const schema139 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"}}};
+const schema141 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
+
+function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate107.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.outcome === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema139.required,parentSchema:schema139,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.reason === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema139.required,parentSchema:schema139,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+for(const key0 in data){
+if(!((((key0 === "outcome") || (key0 === "reason")) || (key0 === "result")) || (key0 === "error"))){
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema139,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.outcome !== undefined){
+let data0 = data.outcome;
+if(typeof data0 !== "string"){
+const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema139.properties.outcome.type,parentSchema:schema139.properties.outcome,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!(((data0 === "succeeded") || (data0 === "failed")) || (data0 === "retry"))){
+const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema139.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema139.properties.outcome.enum,parentSchema:schema139.properties.outcome,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(func1(data1) < 1){
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(!pattern6.test(data1)){
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema139.type,parentSchema:schema139,data};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
 }
 errors++;
 }
@@ -5719,7 +4999,7 @@ return errors === 0;
 }
 validate106.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema158 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema143 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5732,8 +5012,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema158.required,parentSchema:schema158,data};
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema143.required,parentSchema:schema143,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5743,8 +5023,8 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema158,data};
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema143,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5754,11 +5034,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
+if(data.queue !== undefined){
+let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema106,data:data0};
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5769,7 +5049,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5781,7 +5061,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema158.type,parentSchema:schema158,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema143.type,parentSchema:schema143,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5795,7 +5075,7 @@ return errors === 0;
 }
 validate109.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema160 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema145 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
 function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5809,278 +5089,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema160,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema160.type,parentSchema:schema160,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate110.errors = vErrors;
-return errors === 0;
-}
-validate110.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema161 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate111.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema161.required,parentSchema:schema161,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema161,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema161.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema161.properties["Idempotency-Key"].type,parentSchema:schema161.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema161.type,parentSchema:schema161,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate111.errors = vErrors;
-return errors === 0;
-}
-validate111.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema162 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
-
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate113.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema156.required,parentSchema:schema156,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema156,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema56.type,parentSchema:schema56,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema156.type,parentSchema:schema156,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate113.errors = vErrors;
-return errors === 0;
-}
-validate113.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate112.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate113(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate113.errors : vErrors.concat(validate113.errors);
-errors = vErrors.length;
-}
-validate112.errors = vErrors;
-return errors === 0;
-}
-validate112.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema165 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate115.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema165,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema165.type,parentSchema:schema165,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate115.errors = vErrors;
-return errors === 0;
-}
-validate115.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema166 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-
-function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate116.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema166,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema145,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6093,7 +5103,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema166.properties.limit.type,parentSchema:schema166.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema145.properties.limit.type,parentSchema:schema145.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6104,7 +5114,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema166.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema145.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6114,7 +5124,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema166.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema145.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6129,7 +5139,7 @@ if(data.cursor !== undefined){
 let data1 = data.cursor;
 if(typeof data1 === "string"){
 if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema59,data:data1};
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6140,7 +5150,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema59.type,parentSchema:schema59,data:data1};
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6152,7 +5162,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema166.type,parentSchema:schema166,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema145.type,parentSchema:schema145,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6161,17 +5171,915 @@ vErrors.push(err6);
 }
 errors++;
 }
+validate110.errors = vErrors;
+return errors === 0;
+}
+validate110.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema147 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate111.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema147,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema147.type,parentSchema:schema147,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate111.errors = vErrors;
+return errors === 0;
+}
+validate111.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema148 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate112.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema148.required,parentSchema:schema148,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema148,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema148.type,parentSchema:schema148,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate112.errors = vErrors;
+return errors === 0;
+}
+validate112.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema150 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate113.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema150,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema150.type,parentSchema:schema150,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate113.errors = vErrors;
+return errors === 0;
+}
+validate113.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema151 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate114.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema151.required,parentSchema:schema151,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema151,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema151.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema151.properties["Idempotency-Key"].type,parentSchema:schema151.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema151.type,parentSchema:schema151,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate114.errors = vErrors;
+return errors === 0;
+}
+validate114.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema152 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
+const schema153 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
+const schema154 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema156 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
+const schema163 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
+const schema164 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
+const func13 = Object.prototype.hasOwnProperty;
+const pattern33 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
+const pattern36 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
+
+function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate116.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema153.required,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.reason === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema153.required,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.payload === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema153.required,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(func13.call(schema153.properties, key0))){
+const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.name !== undefined){
+let data0 = data.name;
+if(typeof data0 === "string"){
+if(!pattern33.test(data0)){
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema154,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema154.type,parentSchema:schema154,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(func1(data1) < 1){
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if(!pattern6.test(data1)){
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.cron !== undefined){
+let data2 = data.cron;
+if(typeof data2 === "string"){
+if(func1(data2) > 200){
+const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema156,data:data2};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+if(func1(data2) < 1){
+const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema156,data:data2};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema156.type,parentSchema:schema156,data:data2};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.interval_seconds !== undefined){
+let data3 = data.interval_seconds;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema153.properties.interval_seconds.type,parentSchema:schema153.properties.interval_seconds,data:data3};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 31536000 || isNaN(data3)){
+const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema153.properties.interval_seconds,data:data3};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if(data3 < 1 || isNaN(data3)){
+const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema153.properties.interval_seconds,data:data3};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+}
+}
+if(data.timezone !== undefined){
+let data4 = data.timezone;
+if(typeof data4 === "string"){
+if(func1(data4) > 64){
+const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema153.properties.timezone,data:data4};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+if(func1(data4) < 1){
+const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema153.properties.timezone,data:data4};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+else {
+const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.properties.timezone.type,parentSchema:schema153.properties.timezone,data:data4};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+}
+if(data.payload !== undefined){
+let data5 = data.payload;
+if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
+const err19 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data:data5};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+if(Buffer.byteLength(JSON.stringify(data5), "utf8") > 262144){
+const err20 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema110,data:data5};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+}
+if(data.priority !== undefined){
+let data6 = data.priority;
+if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
+const err21 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema111.type,parentSchema:schema111,data:data6};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+if((typeof data6 == "number") && (isFinite(data6))){
+if(data6 > 9 || isNaN(data6)){
+const err22 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema111,data:data6};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+if(data6 < 0 || isNaN(data6)){
+const err23 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema111,data:data6};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+}
+}
+if(data.resource_key !== undefined){
+let data7 = data.resource_key;
+if(typeof data7 === "string"){
+if(func1(data7) > 128){
+const err24 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema112,data:data7};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+if(func1(data7) < 1){
+const err25 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema112,data:data7};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+if(!pattern20.test(data7)){
+const err26 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema112,data:data7};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+}
+else {
+const err27 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.type,parentSchema:schema112,data:data7};
+if(vErrors === null){
+vErrors = [err27];
+}
+else {
+vErrors.push(err27);
+}
+errors++;
+}
+}
+if(data.max_attempts !== undefined){
+let data8 = data.max_attempts;
+if(!(((typeof data8 == "number") && (!(data8 % 1) && !isNaN(data8))) && (isFinite(data8)))){
+const err28 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.type,parentSchema:schema113,data:data8};
+if(vErrors === null){
+vErrors = [err28];
+}
+else {
+vErrors.push(err28);
+}
+errors++;
+}
+if((typeof data8 == "number") && (isFinite(data8))){
+if(data8 > 100 || isNaN(data8)){
+const err29 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema113,data:data8};
+if(vErrors === null){
+vErrors = [err29];
+}
+else {
+vErrors.push(err29);
+}
+errors++;
+}
+if(data8 < 1 || isNaN(data8)){
+const err30 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113,data:data8};
+if(vErrors === null){
+vErrors = [err30];
+}
+else {
+vErrors.push(err30);
+}
+errors++;
+}
+}
+}
+if(data.deadline_seconds !== undefined){
+let data9 = data.deadline_seconds;
+if(!(((typeof data9 == "number") && (!(data9 % 1) && !isNaN(data9))) && (isFinite(data9)))){
+const err31 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data9};
+if(vErrors === null){
+vErrors = [err31];
+}
+else {
+vErrors.push(err31);
+}
+errors++;
+}
+if((typeof data9 == "number") && (isFinite(data9))){
+if(data9 > 31536000 || isNaN(data9)){
+const err32 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema114,data:data9};
+if(vErrors === null){
+vErrors = [err32];
+}
+else {
+vErrors.push(err32);
+}
+errors++;
+}
+if(data9 < 1 || isNaN(data9)){
+const err33 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114,data:data9};
+if(vErrors === null){
+vErrors = [err33];
+}
+else {
+vErrors.push(err33);
+}
+errors++;
+}
+}
+}
+if(data.on_unknown_outcome !== undefined){
+let data10 = data.on_unknown_outcome;
+if(typeof data10 !== "string"){
+const err34 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema116.type,parentSchema:schema116,data:data10};
+if(vErrors === null){
+vErrors = [err34];
+}
+else {
+vErrors.push(err34);
+}
+errors++;
+}
+if(!((data10 === "retry") || (data10 === "review"))){
+const err35 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema116.enum},message:"must be equal to one of the allowed values",schema:schema116.enum,parentSchema:schema116,data:data10};
+if(vErrors === null){
+vErrors = [err35];
+}
+else {
+vErrors.push(err35);
+}
+errors++;
+}
+}
+if(data.misfire_policy !== undefined){
+let data11 = data.misfire_policy;
+if(typeof data11 !== "string"){
+const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema163.type,parentSchema:schema163,data:data11};
+if(vErrors === null){
+vErrors = [err36];
+}
+else {
+vErrors.push(err36);
+}
+errors++;
+}
+if(!(((data11 === "skip") || (data11 === "fire_once")) || (data11 === "fire_all"))){
+const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema163.enum},message:"must be equal to one of the allowed values",schema:schema163.enum,parentSchema:schema163,data:data11};
+if(vErrors === null){
+vErrors = [err37];
+}
+else {
+vErrors.push(err37);
+}
+errors++;
+}
+}
+if(data.misfire_window_seconds !== undefined){
+let data12 = data.misfire_window_seconds;
+if(!(((typeof data12 == "number") && (!(data12 % 1) && !isNaN(data12))) && (isFinite(data12)))){
+const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema153.properties.misfire_window_seconds.type,parentSchema:schema153.properties.misfire_window_seconds,data:data12};
+if(vErrors === null){
+vErrors = [err38];
+}
+else {
+vErrors.push(err38);
+}
+errors++;
+}
+if((typeof data12 == "number") && (isFinite(data12))){
+if(data12 > 86400 || isNaN(data12)){
+const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema153.properties.misfire_window_seconds,data:data12};
+if(vErrors === null){
+vErrors = [err39];
+}
+else {
+vErrors.push(err39);
+}
+errors++;
+}
+if(data12 < 1 || isNaN(data12)){
+const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema153.properties.misfire_window_seconds,data:data12};
+if(vErrors === null){
+vErrors = [err40];
+}
+else {
+vErrors.push(err40);
+}
+errors++;
+}
+}
+}
+if(data.start_at !== undefined){
+let data13 = data.start_at;
+if(typeof data13 === "string"){
+if(!pattern36.test(data13)){
+const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema164,data:data13};
+if(vErrors === null){
+vErrors = [err41];
+}
+else {
+vErrors.push(err41);
+}
+errors++;
+}
+}
+else {
+const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema164.type,parentSchema:schema164,data:data13};
+if(vErrors === null){
+vErrors = [err42];
+}
+else {
+vErrors.push(err42);
+}
+errors++;
+}
+}
+}
+else {
+const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema153.type,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err43];
+}
+else {
+vErrors.push(err43);
+}
+errors++;
+}
 validate116.errors = vErrors;
 return errors === 0;
 }
 validate116.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema168 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate117.evaluated;
+const evaluated0 = validate115.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate116(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate116.errors : vErrors.concat(validate116.errors);
+errors = vErrors.length;
+}
+validate115.errors = vErrors;
+return errors === 0;
+}
+validate115.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema165 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate118.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema165.required,parentSchema:schema165,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema165,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema165.type,parentSchema:schema165,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate118.errors = vErrors;
+return errors === 0;
+}
+validate118.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema167 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate119.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema167,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema167.type,parentSchema:schema167,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate119.errors = vErrors;
+return errors === 0;
+}
+validate119.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema168 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate120.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6200,17 +6108,93 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate117.errors = vErrors;
+validate120.errors = vErrors;
 return errors === 0;
 }
-validate117.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate120.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema169 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema169 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate118.evaluated;
+const evaluated0 = validate121.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema169.required,parentSchema:schema169,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema169,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema169.type,parentSchema:schema169,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate121.errors = vErrors;
+return errors === 0;
+}
+validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema171 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate122.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6219,7 +6203,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema169,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema171,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6230,7 +6214,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema169.type,parentSchema:schema169,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema171.type,parentSchema:schema171,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6239,19 +6223,737 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate118.errors = vErrors;
+validate122.errors = vErrors;
 return errors === 0;
 }
-validate118.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema170 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
-const schema171 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern45 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const schema172 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate119.evaluated;
+const evaluated0 = validate123.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema172.required,parentSchema:schema172,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema172,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema172.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema172.properties["Idempotency-Key"].type,parentSchema:schema172.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema172.type,parentSchema:schema172,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate123.errors = vErrors;
+return errors === 0;
+}
+validate123.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema173 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+const schema174 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate125.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema174.required,parentSchema:schema174,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema174,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema174.type,parentSchema:schema174,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate125.errors = vErrors;
+return errors === 0;
+}
+validate125.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate124.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate125(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate125.errors : vErrors.concat(validate125.errors);
+errors = vErrors.length;
+}
+validate124.errors = vErrors;
+return errors === 0;
+}
+validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema176 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate127.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema176.required,parentSchema:schema176,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema176,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema176.type,parentSchema:schema176,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate127.errors = vErrors;
+return errors === 0;
+}
+validate127.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema178 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate128.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema178.type,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate128.errors = vErrors;
+return errors === 0;
+}
+validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema179 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate129.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema179.required,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema179.properties["Idempotency-Key"].type,parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema179.type,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate129.errors = vErrors;
+return errors === 0;
+}
+validate129.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema180 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+
+function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate131.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema174.required,parentSchema:schema174,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema174,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema174.type,parentSchema:schema174,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate131.errors = vErrors;
+return errors === 0;
+}
+validate131.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate130.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate131(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate131.errors : vErrors.concat(validate131.errors);
+errors = vErrors.length;
+}
+validate130.errors = vErrors;
+return errors === 0;
+}
+validate130.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema183 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema183,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema183.type,parentSchema:schema183,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema184 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate134.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema184,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema184.properties.limit.type,parentSchema:schema184.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema184.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema184.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern7.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema184.type,parentSchema:schema184,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate134.errors = vErrors;
+return errors === 0;
+}
+validate134.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema186 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate135.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema186,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema186.type,parentSchema:schema186,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate135.errors = vErrors;
+return errors === 0;
+}
+validate135.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema187 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate136.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate136.errors = vErrors;
+return errors === 0;
+}
+validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema188 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema189 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const pattern45 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate137.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6261,7 +6963,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "after") || (key0 === "limit"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema170,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6275,7 +6977,7 @@ if(data.after !== undefined){
 let data0 = data.after;
 if(typeof data0 === "string"){
 if(!pattern45.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema171,data:data0};
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema189,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6286,7 +6988,7 @@ errors++;
 }
 }
 else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema171.type,parentSchema:schema171,data:data0};
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema189.type,parentSchema:schema189,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6299,7 +7001,7 @@ errors++;
 if(data.limit !== undefined){
 let data1 = data.limit;
 if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema170.properties.limit.type,parentSchema:schema170.properties.limit,data:data1};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema188.properties.limit.type,parentSchema:schema188.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6310,7 +7012,7 @@ errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
 if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema170.properties.limit,data:data1};
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema188.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6320,7 +7022,7 @@ vErrors.push(err4);
 errors++;
 }
 if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema170.properties.limit,data:data1};
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema188.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6333,7 +7035,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema170.type,parentSchema:schema170,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema188.type,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6342,17 +7044,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate119.errors = vErrors;
+validate137.errors = vErrors;
 return errors === 0;
 }
-validate119.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema172 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema190 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate120.evaluated;
+const evaluated0 = validate138.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6361,7 +7063,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema172,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6372,7 +7074,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema172.type,parentSchema:schema172,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6381,18 +7083,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate120.errors = vErrors;
+validate138.errors = vErrors;
 return errors === 0;
 }
-validate120.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema173 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
-const schema174 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema191 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
+const schema192 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
 
-function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate122.evaluated;
+const evaluated0 = validate140.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6401,7 +7103,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.idempotency_key === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema174.required,parentSchema:schema174,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema192.required,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6411,7 +7113,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.payload === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema174.required,parentSchema:schema174,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema192.required,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6422,7 +7124,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema174,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6436,7 +7138,7 @@ if(data.idempotency_key !== undefined){
 let data0 = data.idempotency_key;
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema174.properties.idempotency_key,data:data0};
+const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema192.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6447,7 +7149,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.properties.idempotency_key.type,parentSchema:schema174.properties.idempotency_key,data:data0};
+const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema192.properties.idempotency_key.type,parentSchema:schema192.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6460,7 +7162,7 @@ errors++;
 if(data.payload !== undefined){
 let data1 = data.payload;
 if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data:data1};
+const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6470,7 +7172,7 @@ vErrors.push(err5);
 errors++;
 }
 if(Buffer.byteLength(JSON.stringify(data1), "utf8") > 262144){
-const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema92,data:data1};
+const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema110,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6483,7 +7185,7 @@ errors++;
 if(data.priority !== undefined){
 let data2 = data.priority;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema93.type,parentSchema:schema93,data:data2};
+const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema111.type,parentSchema:schema111,data:data2};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -6494,7 +7196,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 9 || isNaN(data2)){
-const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema93,data:data2};
+const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema111,data:data2};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -6504,7 +7206,7 @@ vErrors.push(err8);
 errors++;
 }
 if(data2 < 0 || isNaN(data2)){
-const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema93,data:data2};
+const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema111,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -6519,7 +7221,7 @@ if(data.resource_key !== undefined){
 let data3 = data.resource_key;
 if(typeof data3 === "string"){
 if(func1(data3) > 128){
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema94,data:data3};
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema112,data:data3};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -6529,7 +7231,7 @@ vErrors.push(err10);
 errors++;
 }
 if(func1(data3) < 1){
-const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema94,data:data3};
+const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema112,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -6539,7 +7241,7 @@ vErrors.push(err11);
 errors++;
 }
 if(!pattern20.test(data3)){
-const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema94,data:data3};
+const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema112,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -6550,7 +7252,7 @@ errors++;
 }
 }
 else {
-const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.type,parentSchema:schema94,data:data3};
+const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.type,parentSchema:schema112,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -6563,7 +7265,7 @@ errors++;
 if(data.max_attempts !== undefined){
 let data4 = data.max_attempts;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.type,parentSchema:schema95,data:data4};
+const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.type,parentSchema:schema113,data:data4};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -6574,7 +7276,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 100 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema95,data:data4};
+const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema113,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -6584,7 +7286,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95,data:data4};
+const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -6598,7 +7300,7 @@ errors++;
 if(data.deadline_seconds !== undefined){
 let data5 = data.deadline_seconds;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema96.type,parentSchema:schema96,data:data5};
+const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -6609,7 +7311,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 31536000 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema96,data:data5};
+const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema114,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -6619,7 +7321,7 @@ vErrors.push(err18);
 errors++;
 }
 if(data5 < 1 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema96,data:data5};
+const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -6633,7 +7335,7 @@ errors++;
 if(data.delay_seconds !== undefined){
 let data6 = data.delay_seconds;
 if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema97.type,parentSchema:schema97,data:data6};
+const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema115.type,parentSchema:schema115,data:data6};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -6644,7 +7346,7 @@ errors++;
 }
 if((typeof data6 == "number") && (isFinite(data6))){
 if(data6 > 31535999 || isNaN(data6)){
-const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema97,data:data6};
+const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema115,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -6654,7 +7356,7 @@ vErrors.push(err21);
 errors++;
 }
 if(data6 < 0 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema97,data:data6};
+const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema115,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -6668,7 +7370,7 @@ errors++;
 if(data.on_unknown_outcome !== undefined){
 let data7 = data.on_unknown_outcome;
 if(typeof data7 !== "string"){
-const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema98.type,parentSchema:schema98,data:data7};
+const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema116.type,parentSchema:schema116,data:data7};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -6678,7 +7380,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!((data7 === "retry") || (data7 === "review"))){
-const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema98.enum},message:"must be equal to one of the allowed values",schema:schema98.enum,parentSchema:schema98,data:data7};
+const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema116.enum},message:"must be equal to one of the allowed values",schema:schema116.enum,parentSchema:schema116,data:data7};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -6690,7 +7392,7 @@ errors++;
 }
 }
 else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema174.type,parentSchema:schema174,data};
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema192.type,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -6699,29 +7401,29 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate122.errors = vErrors;
+validate140.errors = vErrors;
 return errors === 0;
 }
-validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate121.evaluated;
+const evaluated0 = validate139.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate122(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate122.errors : vErrors.concat(validate122.errors);
+if(!(validate140(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate140.errors : vErrors.concat(validate140.errors);
 errors = vErrors.length;
 }
-validate121.errors = vErrors;
+validate139.errors = vErrors;
 return errors === 0;
 }
-validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as connectWorker_path, validate33 as connectWorker_query, validate34 as connectWorker_headers, validate35 as getApplicationResources_path, validate36 as getApplicationResources_query, validate37 as getApplicationResources_headers, validate38 as configureApplicationResources_path, validate39 as configureApplicationResources_query, validate40 as configureApplicationResources_headers, validate41 as configureApplicationResources_body, validate45 as listQueues_path, validate46 as listQueues_query, validate47 as listQueues_headers, validate48 as createQueue_path, validate49 as createQueue_query, validate50 as createQueue_headers, validate51 as createQueue_body, validate54 as getQueue_path, validate55 as getQueue_query, validate56 as getQueue_headers, validate57 as configureQueue_path, validate58 as configureQueue_query, validate59 as configureQueue_headers, validate60 as configureQueue_body, validate63 as listTasks_path, validate64 as listTasks_query, validate65 as listTasks_headers, validate66 as submitTask_path, validate67 as submitTask_query, validate68 as submitTask_headers, validate69 as submitTask_body, validate72 as submitTasks_path, validate73 as submitTasks_query, validate74 as submitTasks_headers, validate75 as submitTasks_body, validate76 as getTask_path, validate77 as getTask_query, validate78 as getTask_headers, validate79 as cancelTask_path, validate80 as cancelTask_query, validate81 as cancelTask_headers, validate82 as cancelTask_body, validate85 as resolveTask_path, validate86 as resolveTask_query, validate87 as resolveTask_headers, validate88 as resolveTask_body, validate91 as listSchedules_path, validate92 as listSchedules_query, validate93 as listSchedules_headers, validate94 as createSchedule_path, validate95 as createSchedule_query, validate96 as createSchedule_headers, validate97 as createSchedule_body, validate100 as getSchedule_path, validate101 as getSchedule_query, validate102 as getSchedule_headers, validate103 as pauseSchedule_path, validate104 as pauseSchedule_query, validate105 as pauseSchedule_headers, validate106 as pauseSchedule_body, validate109 as resumeSchedule_path, validate110 as resumeSchedule_query, validate111 as resumeSchedule_headers, validate112 as resumeSchedule_body, validate115 as listAuditEvents_path, validate116 as listAuditEvents_query, validate117 as listAuditEvents_headers, validate118 as listEvents_path, validate119 as listEvents_query, validate120 as listEvents_headers, validate121 as schema_SubmitTaskItem };
+export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as connectWorker_path, validate51 as connectWorker_query, validate52 as connectWorker_headers, validate53 as getApplicationResources_path, validate54 as getApplicationResources_query, validate55 as getApplicationResources_headers, validate56 as configureApplicationResources_path, validate57 as configureApplicationResources_query, validate58 as configureApplicationResources_headers, validate59 as configureApplicationResources_body, validate63 as listQueues_path, validate64 as listQueues_query, validate65 as listQueues_headers, validate66 as createQueue_path, validate67 as createQueue_query, validate68 as createQueue_headers, validate69 as createQueue_body, validate72 as getQueue_path, validate73 as getQueue_query, validate74 as getQueue_headers, validate75 as configureQueue_path, validate76 as configureQueue_query, validate77 as configureQueue_headers, validate78 as configureQueue_body, validate81 as listTasks_path, validate82 as listTasks_query, validate83 as listTasks_headers, validate84 as submitTask_path, validate85 as submitTask_query, validate86 as submitTask_headers, validate87 as submitTask_body, validate90 as submitTasks_path, validate91 as submitTasks_query, validate92 as submitTasks_headers, validate93 as submitTasks_body, validate94 as getTask_path, validate95 as getTask_query, validate96 as getTask_headers, validate97 as cancelTask_path, validate98 as cancelTask_query, validate99 as cancelTask_headers, validate100 as cancelTask_body, validate103 as resolveTask_path, validate104 as resolveTask_query, validate105 as resolveTask_headers, validate106 as resolveTask_body, validate109 as listSchedules_path, validate110 as listSchedules_query, validate111 as listSchedules_headers, validate112 as createSchedule_path, validate113 as createSchedule_query, validate114 as createSchedule_headers, validate115 as createSchedule_body, validate118 as getSchedule_path, validate119 as getSchedule_query, validate120 as getSchedule_headers, validate121 as pauseSchedule_path, validate122 as pauseSchedule_query, validate123 as pauseSchedule_headers, validate124 as pauseSchedule_body, validate127 as resumeSchedule_path, validate128 as resumeSchedule_query, validate129 as resumeSchedule_headers, validate130 as resumeSchedule_body, validate133 as listAuditEvents_path, validate134 as listAuditEvents_query, validate135 as listAuditEvents_headers, validate136 as listEvents_path, validate137 as listEvents_query, validate138 as listEvents_headers, validate139 as schema_SubmitTaskItem };

@@ -14,6 +14,7 @@ import { toCallerError } from '../failures.ts';
 import type { AppEnv } from './env.ts';
 import type { AppDeps } from './deps.ts';
 import { systemHandlers } from './handlers/system.ts';
+import { pageHandlers } from './handlers/pages.ts';
 import { applicationResourcesHandlers } from './handlers/application-resources.ts';
 import { queueHandlers } from './handlers/queues.ts';
 import { taskHandlers } from './handlers/tasks.ts';
@@ -24,6 +25,7 @@ import { workerHandlers } from './handlers/workers.ts';
 export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
   return {
     ...systemHandlers(deps),
+    ...pageHandlers(deps),
     ...applicationResourcesHandlers(deps),
     ...queueHandlers(deps),
     ...taskHandlers(deps),

@@ -8,6 +8,7 @@ import type { SubmitItem, SubmitOutcome } from '../store/tasks/admission.ts';
 import type { Context } from 'hono';
 import type { QueueIdCache } from '../store/quotas/queues.ts';
 import type { Principal } from '../domain/principal.ts';
+import type { PageAssets } from './pages.ts';
 
 export interface AppDeps {
   db: Database;
@@ -20,6 +21,8 @@ export interface AppDeps {
   submitBatch(items: SubmitItem[]): Promise<SubmitOutcome[]>;
   /** The OpenAPI document served at /openapi.yaml. */
   openApiDocument: string;
+  /** /asyncapi.yaml, /docs and /console with what they load (pages.ts). */
+  pages: PageAssets;
   /** How long a successful authentication is reused by this process (0: never). */
   authCacheMs: number;
   /** (namespace, queue name) → queue id, for the operations that name a queue in their path. */

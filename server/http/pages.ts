@@ -1,0 +1,90 @@
+/**
+ * The pages Orbit serves itself, with everything they load, so they work with no internet: the
+ * API reference (/docs: openapi.yaml rendered by Redoc's standalone bundle, from the `redoc`
+ * package), the worker protocol document (/asyncapi.yaml), and the live quota console (/console:
+ * console/index.html and the bundle console/build.mjs makes). Read once, when the app is built.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+export const ASYNCAPI_PATH = fileURLToPath(new URL('../../asyncapi.yaml', import.meta.url));
+const CONSOLE_DIR = fileURLToPath(new URL('../../console/', import.meta.url));
+
+export interface PageAssets {
+  asyncApiDocument: string;
+  docsHtml: string;
+  /** null when the `redoc` package is not installed. */
+  redocScript: Buffer | null;
+  consoleHtml: string;
+  /** null when the console has not been built (`npm run build`). */
+  consoleScript: Buffer | null;
+  consoleStylesheet: Buffer | null;
+}
+
+const DOCS_HTML = `<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>Orbit API reference</title>
+  <style>
+    body { margin: 0; }
+    .orbit-bar { font-family: system-ui, sans-serif; padding: 0.6rem 1.25rem; background: #1d2330; color: #fff; display: flex; gap: 1.5rem; align-items: baseline; }
+    .orbit-bar strong { font-size: 1.05rem; }
+    .orbit-bar a { color: #b9c7ff; }
+  </style>
+</head>
+<body>
+  <nav class="orbit-bar">
+    <strong>Orbit</strong>
+    <span>HTTP API (<a href="/openapi.yaml">openapi.yaml</a>)</span>
+    <span>Worker protocol, WebSocket frames (<a id="asyncapi-link" href="/asyncapi.yaml">asyncapi.yaml</a>)</span>
+    <a href="/console">Live quota console</a>
+  </nav>
+  <redoc spec-url="/openapi.yaml" hide-download-button="false" path-in-middle-panel="true"></redoc>
+  <script src="/docs/redoc.standalone.js"></script>
+</body>
+</html>
+`;
+
+function readOrNull(path: string): Buffer | null {
+  return existsSync(path) ? readFileSync(path) : null;
+}
+
+function redocBundlePath(): string | null {
+  try {
+    return createRequire(import.meta.url).resolve('redoc/bundles/redoc.standalone.js');
+  } catch {
+    return null;
+  }
+}
+
+export function loadPageAssets(): PageAssets {
+  const redoc = redocBundlePath();
+  return {
+    asyncApiDocument: readFileSync(ASYNCAPI_PATH, 'utf8'),
+    docsHtml: DOCS_HTML,
+    redocScript: redoc === null ? null : readOrNull(redoc),
+    consoleHtml: readFileSync(`${CONSOLE_DIR}index.html`, 'utf8'),
+    consoleScript: readOrNull(`${CONSOLE_DIR}dist/console.js`),
+    consoleStylesheet: readOrNull(`${CONSOLE_DIR}dist/console.css`),
+  };
+}
+
+/**
+ * What the browser may do on these pages: load only from Orbit itself (the console's API calls
+ * included), never be framed. Redoc styles itself with inline <style> elements and runs its
+ * search in a blob: worker.
+ */
+export const CONSOLE_SECURITY_HEADERS: Record<string, string> = {
+  'Content-Security-Policy': "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+  'Referrer-Policy': 'no-referrer',
+  'X-Content-Type-Options': 'nosniff',
+};
+export const DOCS_SECURITY_HEADERS: Record<string, string> = {
+  'Content-Security-Policy':
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; frame-ancestors 'none'; base-uri 'none'",
+  'Referrer-Policy': 'no-referrer',
+  'X-Content-Type-Options': 'nosniff',
+};

@@ -195,6 +195,35 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.deepEqual(response.body, { status: 'unavailable', detail: 'pending migrations: 0099_next' });
   });
 
+  test('pages: the worker protocol document, the API reference and the console, with their assets (and 503 when not built)', async () => {
+    const asyncapi = await get('/asyncapi.yaml', 200, '');
+    assert.equal(asyncapi.text, readFileSync(new URL('../../asyncapi.yaml', import.meta.url), 'utf8'));
+    assert.match(asyncapi.headers.get('content-type') ?? '', /^application\/yaml/);
+    const docs = await get('/docs', 200, '');
+    assert.match(docs.headers.get('content-type') ?? '', /^text\/html/);
+    assert.match(docs.text, /<redoc spec-url="\/openapi.yaml"/);
+    assert.match(docs.text, /href="\/asyncapi.yaml"/);
+    const redoc = await get('/docs/redoc.standalone.js', 200, '');
+    assert.match(redoc.headers.get('content-type') ?? '', /^text\/javascript/);
+    assert.ok(redoc.text.length > 100_000);
+    const page = await get('/console', 200, '');
+    assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
+    assert.match(page.headers.get('content-security-policy') ?? '', /default-src 'self'/);
+    assert.match(page.text, /src="\/console\/console.js"/);
+    assert.match((await get('/console/console.js', 200, '')).headers.get('content-type') ?? '', /^text\/javascript/);
+    assert.match((await get('/console/console.css', 200, '')).headers.get('content-type') ?? '', /^text\/css/);
+
+    // Not built: the same app without the console bundle says so, 503 in plain text.
+    const unbuilt = createApp({ ...api.deps, pages: { ...api.deps.pages, consoleScript: null, consoleStylesheet: null } });
+    for (const path of ['/console/console.js', '/console/console.css']) {
+      const raw = await unbuilt.request(path);
+      const response: TestResponse = { status: raw.status, headers: raw.headers, text: await raw.text(), body: undefined };
+      check('GET', path, response);
+      assert.equal(response.status, 503);
+      assert.match(response.text, /npm run build/);
+    }
+  });
+
   test('application resources: get, configure, replay, conflicts, bad input', async () => {
     const before = await resources();
     assert.equal(before.application_id, owner.applicationId);

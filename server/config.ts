@@ -18,6 +18,8 @@ export interface ServerConfig {
   recoveryIntervalMs: number;
   /** How often each process's schedule loop looks for due trigger points. */
   scheduleIntervalMs: number;
+  /** How many queues the usage gauges of /metrics report at most (the busiest). */
+  metricsMaxQueues: number;
   databasePoolSize: number;
   /** How long this process reuses a successful authentication (writes re-check in their transaction anyway). */
   authCacheMs: number;
@@ -52,6 +54,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'ORBIT_LISTEN', default: '127.0.0.1:8080', range: 'host:port, port 0 to 65535 (0: any free port)', meaning: 'where orbit-server listens (IPv6 as [::1]:8080)' },
   { name: 'ORBIT_LEASE_SECONDS', default: '30', range: '1 to 3600', meaning: 'lifetime of a reservation or running attempt without a renew' },
   { name: 'ORBIT_RECOVERY_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for expired leases and deadlines' },
+  { name: 'ORBIT_METRICS_MAX_QUEUES', default: '200', range: '1 to 10000', meaning: 'how many queues (the busiest) the usage gauges of /metrics report' },
   { name: 'ORBIT_SCHEDULE_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for due schedule trigger points' },
   { name: 'ORBIT_AUTH_CACHE_MS', default: '1000', range: '0 to 60000', meaning: 'how long a process reuses a successful authentication for reads (writes always re-check; 0 turns it off)' },
   { name: 'ORBIT_DB_POOL_SIZE', default: '24', range: '2 to 500', meaning: 'database connections per server process' },
@@ -161,6 +164,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     leaseSeconds: intFromEnv(env, 'ORBIT_LEASE_SECONDS', 30, 1, 3600),
     recoveryIntervalMs: intFromEnv(env, 'ORBIT_RECOVERY_INTERVAL_MS', 500, 10, 60_000),
     scheduleIntervalMs: intFromEnv(env, 'ORBIT_SCHEDULE_INTERVAL_MS', 500, 10, 60_000),
+    metricsMaxQueues: intFromEnv(env, 'ORBIT_METRICS_MAX_QUEUES', 200, 1, 10_000),
     authCacheMs: intFromEnv(env, 'ORBIT_AUTH_CACHE_MS', 1000, 0, 60_000),
     databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),

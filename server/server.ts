@@ -19,6 +19,8 @@ import { MAX_FRAME_BYTES } from './worker/frames.ts';
 import { serveWorkerUpgrades } from './worker/upgrade.ts';
 import { RecoveryLoop } from './loops/recovery.ts';
 import { ScheduleLoop } from './loops/schedules.ts';
+import { registerUsageGauges } from './usage-metrics.ts';
+import { usageSnapshot } from './store/quotas/usage-gauges.ts';
 
 export { OPENAPI_PATH } from './deps.ts';
 
@@ -75,6 +77,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     clock = dbClock;
   }
   const metrics = createMetrics();
+  registerUsageGauges(metrics.registry, () => usageSnapshot(db, config.metricsMaxQueues), log);
   const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds });
   const deps = buildDeps({ db, clock, log, config, workers, metrics, migrationFiles });
   const app = createApp(deps);

@@ -114,7 +114,7 @@ describe('pages in headless Chromium', () => {
     await p.locator('#token').fill(tenant.token);
     await p.locator('#login button[type=submit]').click();
     await p.locator('#application [data-limit=unfinished] [data-used]').waitFor();
-    assert.equal(await p.evaluate(() => sessionStorage.getItem('orbit.console.token')), tenant.token);
+    assert.equal(await p.evaluate("sessionStorage.getItem('orbit.console.token')"), tenant.token);
     assert.ok(!p.url().includes(tenant.token), 'the token is never in the URL');
 
     const api = (await call(server.url, 'GET', '/v1/application/resources', { token: tenant.token })).body.data;
@@ -146,7 +146,7 @@ describe('pages in headless Chromium', () => {
     await p.locator('#events', { hasText: 'task.resolved' }).waitFor({ timeout: 10_000 });
 
     await p.locator('#sign-out').click();
-    assert.equal(await p.evaluate(() => sessionStorage.getItem('orbit.console.token')), null);
+    assert.equal(await p.evaluate("sessionStorage.getItem('orbit.console.token')"), null);
     await p.locator('#token').waitFor();
     assert.deepEqual(external, []);
     await p.close();
@@ -174,7 +174,7 @@ describe('pages in headless Chromium', () => {
     await p.locator('#token').fill('orbit_00000000000000000000000000000000_nope');
     await p.locator('#login button[type=submit]').click();
     await p.locator('#login-error').waitFor();
-    assert.equal(await p.evaluate(() => sessionStorage.getItem('orbit.console.token')), null);
+    assert.equal(await p.evaluate("sessionStorage.getItem('orbit.console.token')"), null);
     await p.close();
   });
 });

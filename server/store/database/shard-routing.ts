@@ -70,6 +70,8 @@ export const SCATTER_EXCEPTIONS: Readonly<Record<string, string>> = {
     'the recovery loop closes OPEN worker sessions of every application whose server stopped heartbeating; one UPDATE of session rows that holds no other lock',
   'schedules-due':
     'the schedule loop looks for due trigger points in every application; each application found is then fired in its own routed transaction',
+  'metrics-usage':
+    "the gauges of /metrics read every application's and the busiest queues' limits and usage (and open sessions, the oldest WAITING task) on a scrape; plain reads, no lock",
   'verify-recount': 'orbit-admin verify (and the tests after every scenario) recount the counters of every application at once when no application is named',
   'verify-schedule-fired': "a consistency count of every schedule's fired counter against the tasks it made (the test helper), not on a request path",
   'verify-task-attempt-agreement': 'a consistency count over all tasks and attempts (orbit-admin verify, the test helper), not a counter and not on a request path',

@@ -79,11 +79,66 @@ const migrate = spawnSync(process.execPath, [path.join(root, 'bin', 'orbit-admin
 if (migrate.error) fail(`could not run migrations: ${migrate.error.message}`);
 if (exitCodeOf(migrate) !== 0) fail('migrations failed', exitCodeOf(migrate));
 
-// (e) The server, in the foreground.
+// (e) The server, in the foreground. Its log lines go to stdout as they are; once it listens,
+// say on stderr what happened and what to do next.
+const databaseUrl = process.env.ORBIT_DATABASE_URL;
+const defaultUrl = databaseUrl === 'mysql://root@127.0.0.1:3306/orbit';
+const databaseNote = db.privateServer
+  ? `a private MariaDB under .local/mariadb, started by npm start (no MySQL/MariaDB was usable at 127.0.0.1:3306)`
+  : process.env.ORBIT_DATABASE_URL === undefined || defaultUrl
+    ? 'the MySQL/MariaDB server at 127.0.0.1:3306'
+    : 'the server ORBIT_DATABASE_URL names';
 const server = spawn(process.execPath, [path.join(root, 'bin', 'orbit-server.mjs')], {
   cwd: root,
-  stdio: 'inherit',
+  stdio: ['inherit', 'pipe', 'inherit'],
   env: process.env,
 });
+let announced = false;
+let pending = '';
+server.stdout.on('data', (chunk) => {
+  process.stdout.write(chunk);
+  if (announced) return;
+  pending += chunk.toString('utf8');
+  const lines = pending.split('\n');
+  pending = lines.pop() ?? '';
+  for (const line of lines) {
+    let entry;
+    try {
+      entry = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (entry.msg !== 'listening' || typeof entry.url !== 'string') continue;
+    announced = true;
+    announce(entry.url);
+  }
+});
+
+function announce(url) {
+  const env = defaultUrl ? '' : `ORBIT_DATABASE_URL=${redact(databaseUrl)} `;
+  const say = (line = '') => console.error(line === '' ? '' : `orbit: ${line}`);
+  say();
+  say(`Orbit is running at ${url}`);
+  say(`  database        ${redact(databaseUrl)} (${databaseNote}; migrated)`);
+  say(`  API reference   ${url}/docs`);
+  say(`  quota console   ${url}/console (paste a credential token)`);
+  say(`  metrics         ${url}/metrics`);
+  say('next, in another terminal: create an application, a namespace, a queue and a token -');
+  say(`  ${env}npx orbit-admin bootstrap --application demo --namespace first --environment development \\`);
+  say('    --queue first --resource-access --output .local/demo.credentials.json');
+  say("  then follow \"Try it\" in README.md. Ctrl-C stops the server.");
+  say();
+}
+
+/** The URL without its password, as orbit-admin and orbit-server show it. */
+function redact(value) {
+  try {
+    const parsed = new URL(value);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return value;
+  }
+}
 
 relay(server, fail, 'start the server');

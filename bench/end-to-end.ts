@@ -24,7 +24,9 @@ const { post, close: closePoster } = createPoster(SUBMITTERS);
 const bench = await benchDatabase();
 try {
   console.log(`machine: ${await machine(bench.db)}`);
-  console.log(`run: ${fmt(TASKS)} tasks, ${SERVERS} server processes, ${WORKERS} worker sessions × capacity ${CAPACITY}, ${SUBMITTERS} submissions in flight, one application`);
+  console.log(
+    `run: ${fmt(TASKS)} tasks, ${SERVERS} server processes, ${WORKERS} worker sessions × capacity ${CAPACITY}, ${SUBMITTERS} submissions in flight, one application`,
+  );
   const tenant = await createTenant(bench.db, { namespace: 'bench', queues: ['bench'] });
   // Room for the whole run at the queue level (defaults: 1000 concurrent, 10000 starts/s).
   await bench.db.exec('UPDATE orbit_queues SET max_concurrency = 100000, rate_per_second = 1000000');

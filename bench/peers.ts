@@ -31,7 +31,11 @@ import { findPostgres, pgBenchDatabase, pgHotRowCeiling, type Postgres } from '.
 import { skippedResult, wanted, workloadFromEnv, type Result } from './peers/shared.ts';
 
 const w = workloadFromEnv();
-const loadavg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
+const loadavg = () =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 const started = Date.now();
 
 /** Runs one scenario; a failure becomes a row that says so, and the run goes on. */
@@ -64,7 +68,9 @@ try {
   const pgSkip = 'unreachable' in pgFound ? `skipped: ${pgFound.unreachable}` : null;
   const redisReason = await redisUnreachable();
   const redisSkip = redisReason ? `skipped: ${redisReason}` : null;
-  console.log(`peers:   ${pgServer ? pgServer.description : `${pgSkip} (set ORBIT_BENCH_PG_URL=postgres://user@host:port)`}; ${redisSkip ? `${redisSkip} (set ORBIT_BENCH_REDIS_HOST / _PORT)` : await describeRedis()}; on the same machine`);
+  console.log(
+    `peers:   ${pgServer ? pgServer.description : `${pgSkip} (set ORBIT_BENCH_PG_URL=postgres://user@host:port)`}; ${redisSkip ? `${redisSkip} (set ORBIT_BENCH_REDIS_HOST / _PORT)` : await describeRedis()}; on the same machine`,
+  );
   console.log(
     `run:     ${fmt(w.tasks)} no-op tasks per system; enqueue with ${w.producers} concurrent producers of single submissions, then drain with worker concurrency ${w.concurrency}; ` +
       `Orbit: ${w.servers} orbit-server processes, one application; load average ${loadavg()} at the start`,
@@ -107,7 +113,11 @@ try {
   if (wanted(w, 'latency')) {
     const given = Number(process.env.ORBIT_BENCH_LATENCY_RATE ?? 0);
     const rate = given || (Number.isFinite(peakSingle) ? peakSingle / 2 : 500);
-    const source = given ? 'ORBIT_BENCH_LATENCY_RATE' : Number.isFinite(peakSingle) ? '~50% of the peak single-submit rate' : 'a default rate (no single-submit run)';
+    const source = given
+      ? 'ORBIT_BENCH_LATENCY_RATE'
+      : Number.isFinite(peakSingle)
+        ? '~50% of the peak single-submit rate'
+        : 'a default rate (no single-submit run)';
     try {
       const { line, check } = await orbitLatency(w, Math.max(1, Math.round(rate)), 4, w.concurrency, source);
       latencyCheck = check;
@@ -144,7 +154,9 @@ try {
   if (wanted(w, 'ceilings')) {
     const n = w.ceilingConnections;
     try {
-      ceilings.push(`MariaDB hot-row ceiling      ${fmt(await hotRowCeiling(main.url, n, w.ceilingSeconds)).padStart(7)} single-row counter UPDATE commits/s at ${n} connections`);
+      ceilings.push(
+        `MariaDB hot-row ceiling      ${fmt(await hotRowCeiling(main.url, n, w.ceilingSeconds)).padStart(7)} single-row counter UPDATE commits/s at ${n} connections`,
+      );
     } catch (error) {
       ceilings.push(`MariaDB hot-row ceiling: FAILED: ${(error as Error).message}`);
     }
@@ -152,7 +164,9 @@ try {
       try {
         const database = await pgBenchDatabase(pgServer, 'ceiling');
         try {
-          ceilings.push(`PostgreSQL hot-row ceiling   ${fmt(await pgHotRowCeiling(database.url, n, w.ceilingSeconds)).padStart(7)} single-row counter UPDATE commits/s at ${n} connections`);
+          ceilings.push(
+            `PostgreSQL hot-row ceiling   ${fmt(await pgHotRowCeiling(database.url, n, w.ceilingSeconds)).padStart(7)} single-row counter UPDATE commits/s at ${n} connections`,
+          );
         } finally {
           await database.drop();
         }
@@ -182,7 +196,8 @@ try {
     console.log('\nOrbit ÷ peer, enqueue / drain (above 1× Orbit is faster):\n');
     console.log(`| | ${measuredPeers.map((p) => short(p.system)).join(' | ')} |`);
     console.log(`| --- |${measuredPeers.map(() => ' ---: |').join('')}`);
-    for (const o of measuredOrbit) console.log(`| ${short(o.system)} | ${measuredPeers.map((p) => `${ratio(o.enqueue, p.enqueue)} / ${ratio(o.drain, p.drain)}`).join(' | ')} |`);
+    for (const o of measuredOrbit)
+      console.log(`| ${short(o.system)} | ${measuredPeers.map((p) => `${ratio(o.enqueue, p.enqueue)} / ${ratio(o.drain, p.drain)}`).join(' | ')} |`);
     const first = measuredOrbit[0]!;
     const gw = measuredPeers[0]!;
     console.log(`\n(e.g. ${short(first.system)} drain / ${short(gw.system)} drain = ${ratio(first.drain, gw.drain)})`);

@@ -59,7 +59,9 @@ try {
   const urls = servers.map((s) => s.url);
   try {
     // Warm up connections and JIT.
-    await Promise.all(Array.from({ length: 200 }, (_, i) => post(urls[i % urls.length] as string, '/v1/queues/bench/tasks', tenants[0]!.token, `warm-${i}`, '{"payload":{}}')));
+    await Promise.all(
+      Array.from({ length: 200 }, (_, i) => post(urls[i % urls.length] as string, '/v1/queues/bench/tasks', tenants[0]!.token, `warm-${i}`, '{"payload":{}}')),
+    );
     await run('1 namespace', urls, tenants.slice(0, 1));
     await run('8 namespaces, 1 application', urls, tenants);
   } finally {

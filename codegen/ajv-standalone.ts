@@ -81,7 +81,12 @@ export function validatorFiles(params: {
   const convert = (schema: Json) => toAjvSchema(schema, params.refPrefix, params.definitionsId, keep);
   const schemas = params.schemas(convert);
   const code = buildValidatorModule({ definitionsId: params.definitionsId, definitions: convert(components) as JsonObject, schemas });
-  const js = [generatedHeader(params.source), `import { createRequire } from 'node:module';`, `const require = createRequire(import.meta.url);`, esmExports(code)].join('\n');
+  const js = [
+    generatedHeader(params.source),
+    `import { createRequire } from 'node:module';`,
+    `const require = createRequire(import.meta.url);`,
+    esmExports(code),
+  ].join('\n');
   const dts = [
     generatedHeader(params.source),
     `type ValidateFunction = ((data: unknown) => boolean) & { errors?: { instancePath: string; keyword: string; params: Record<string, unknown>; message?: string; parentSchema?: unknown }[] | null };`,

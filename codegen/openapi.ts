@@ -66,7 +66,8 @@ function readOperations(doc: JsonObject): Operation[] {
         const requestBody = deref<JsonObject>(doc, op.requestBody);
         const limit = requestBody['x-orbit-max-body-bytes'];
         if (limit !== undefined) {
-          if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1) throw new Error(`${operationId}: x-orbit-max-body-bytes must be a positive integer`);
+          if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1)
+            throw new Error(`${operationId}: x-orbit-max-body-bytes must be a positive integer`);
           maxBodyBytes = limit;
         }
         const content = requestBody.content;
@@ -156,7 +157,9 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   lines.push(`  readonly queryParams: Readonly<Record<string, 'integer' | 'string'>>;`);
   lines.push(`  readonly headerParams: readonly string[];`);
   lines.push(`  readonly hasBody: boolean;`);
-  lines.push(`  /** Bodies longer than this are refused before parsing (\`x-orbit-max-body-bytes\` of the request body; default ${DEFAULT_MAX_BODY_BYTES}). */`);
+  lines.push(
+    `  /** Bodies longer than this are refused before parsing (\`x-orbit-max-body-bytes\` of the request body; default ${DEFAULT_MAX_BODY_BYTES}). */`,
+  );
   lines.push(`  readonly maxBodyBytes: number;`);
   lines.push(`  /** The credential action required, or null for operations without authentication (\`security: []\`). */`);
   lines.push(`  readonly action: OperationAction | null;`);
@@ -196,9 +199,13 @@ function generateRoutes(doc: JsonObject, operations: Operation[]): string {
   }
   lines.push(`];`);
   lines.push('');
-  lines.push(`type Params<Op, In extends string> = Op extends { parameters: { [K in In]?: infer P } } ? ([P] extends [never] | [undefined] ? Record<string, never> : NonNullable<P>) : Record<string, never>;`);
+  lines.push(
+    `type Params<Op, In extends string> = Op extends { parameters: { [K in In]?: infer P } } ? ([P] extends [never] | [undefined] ? Record<string, never> : NonNullable<P>) : Record<string, never>;`,
+  );
   lines.push(`type JsonBody<Op> = Op extends { requestBody: { content: { 'application/json': infer B } } } ? B : undefined;`);
-  lines.push(`type SuccessData<Op> = Op extends { responses: { 200: { content: { 'application/json': infer R } } } } ? (R extends { data: infer D } ? D : R) : never;`);
+  lines.push(
+    `type SuccessData<Op> = Op extends { responses: { 200: { content: { 'application/json': infer R } } } } ? (R extends { data: infer D } ? D : R) : never;`,
+  );
   lines.push('');
   lines.push(`/** What a handler receives: validated path, query, header and body input. */`);
   lines.push(`export interface OperationInput<Id extends OperationId> {`);

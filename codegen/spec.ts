@@ -52,9 +52,7 @@ export function toAjvSchema(node: Json, refPrefix: string, definitionsId: string
     }
     // `properties` maps names to schemas: its keys are field names, not keywords.
     if (key === 'properties' && isObject(value)) {
-      out.properties = Object.fromEntries(
-        Object.entries(value).map(([name, schema]) => [name, toAjvSchema(schema, refPrefix, definitionsId, keepKeywords)]),
-      );
+      out.properties = Object.fromEntries(Object.entries(value).map(([name, schema]) => [name, toAjvSchema(schema, refPrefix, definitionsId, keepKeywords)]));
       continue;
     }
     out[key] = toAjvSchema(value, refPrefix, definitionsId, keepKeywords);

@@ -48,9 +48,7 @@ export async function ensureDatabase({ root = DEFAULT_ROOT, log = console.error 
     const target = parseDatabaseUrl(fromEnv);
     const probe = await probeServer(target.host, target.port);
     if (!probe.ok) {
-      throw new Error(
-        `ORBIT_DATABASE_URL points at ${target.display}, but no MySQL/MariaDB server answers there (${probe.reason}).`,
-      );
+      throw new Error(`ORBIT_DATABASE_URL points at ${target.display}, but no MySQL/MariaDB server answers there (${probe.reason}).`);
     }
     return { url: target.serverUrl, privateServer: false };
   }
@@ -270,8 +268,7 @@ async function initialiseDatadir(p, bins, log) {
   if (code !== 0) {
     fs.rmSync(p.dataPartial, { recursive: true, force: true });
     throw new Error(
-      `${path.basename(bins.installDb)} failed (exit ${code}); see ${path.join(p.rel, 'install.log')}:\n` +
-        tail(fs.readFileSync(p.installLog, 'utf8'), 15),
+      `${path.basename(bins.installDb)} failed (exit ${code}); see ${path.join(p.rel, 'install.log')}:\n` + tail(fs.readFileSync(p.installLog, 'utf8'), 15),
     );
   }
   fs.renameSync(p.dataPartial, p.data);
@@ -283,11 +280,7 @@ function startServer(p, bins, port) {
   // keyed by IP, so make sure that account exists whatever the install-db version did.
   fs.writeFileSync(
     p.initSql,
-    [
-      "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';",
-      "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;",
-      '',
-    ].join('\n'),
+    ["CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';", "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;", ''].join('\n'),
   );
   const args = [
     '--no-defaults', // must come first
@@ -347,10 +340,7 @@ async function waitUntilReady({ port, p, child, logOffsets }) {
     last = login.greeted ? `another server is answering on port ${port}` : login.reason;
     await sleep(250);
   }
-  throw new Error(
-    `the private MariaDB did not answer on 127.0.0.1:${port} within ${START_TIMEOUT_MS / 1000}s (${last}).\n` +
-      startupLogs(p, logOffsets),
-  );
+  throw new Error(`the private MariaDB did not answer on 127.0.0.1:${port} within ${START_TIMEOUT_MS / 1000}s (${last}).\n` + startupLogs(p, logOffsets));
 }
 
 function startupLogs(p, offsets) {
@@ -493,7 +483,12 @@ function displayPath(file) {
 }
 
 function tail(text, lines) {
-  return text.trimEnd().split('\n').slice(-lines).map((l) => `  ${l}`).join('\n');
+  return text
+    .trimEnd()
+    .split('\n')
+    .slice(-lines)
+    .map((l) => `  ${l}`)
+    .join('\n');
 }
 
 function capitalise(s) {
@@ -587,17 +582,15 @@ export function checkLogin({ host, port, socketPath, user }) {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      if (result.ok) socket.end(packet(0, Buffer.from([0x01]))); // COM_QUIT, so the server logs no aborted connection
+      if (result.ok)
+        socket.end(packet(0, Buffer.from([0x01]))); // COM_QUIT, so the server logs no aborted connection
       else socket.destroy();
       resolve({ greeted, ...result });
     };
     let timer = setTimeout(() => finish({ ok: false, reason: 'connect timed out' }), CONNECT_TIMEOUT_MS);
     socket.on('connect', () => {
       clearTimeout(timer);
-      timer = setTimeout(
-        () => finish({ ok: false, reason: greeted ? 'login timed out' : 'no greeting from the server' }),
-        GREETING_TIMEOUT_MS,
-      );
+      timer = setTimeout(() => finish({ ok: false, reason: greeted ? 'login timed out' : 'no greeting from the server' }), GREETING_TIMEOUT_MS);
     });
     socket.on('error', (err) => finish({ ok: false, reason: err.code === 'ECONNREFUSED' ? 'connection refused' : err.message }));
     socket.on('close', () => finish({ ok: false, reason: 'connection closed' }));

@@ -34,8 +34,7 @@ function exitCodeOf(result) {
 // Run npm with the same npm that started us, if any (npm sets npm_execpath).
 function npm(args) {
   const npmCli = process.env.npm_execpath;
-  const [cmd, argv] =
-    npmCli && /npm-cli\.c?js$/.test(npmCli) ? [process.execPath, [npmCli, ...args]] : ['npm', args];
+  const [cmd, argv] = npmCli && /npm-cli\.c?js$/.test(npmCli) ? [process.execPath, [npmCli, ...args]] : ['npm', args];
   return spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', shell: process.platform === 'win32' });
 }
 
@@ -66,7 +65,9 @@ try {
 if (!process.env.ORBIT_DATABASE_URL) {
   process.env.ORBIT_DATABASE_URL = `${db.url}/orbit`;
   if (process.env.ORBIT_DATABASE_URL !== 'mysql://root@127.0.0.1:3306/orbit') {
-    console.error(`orbit: using ${process.env.ORBIT_DATABASE_URL}; for orbit-admin in another terminal: export ORBIT_DATABASE_URL=${process.env.ORBIT_DATABASE_URL}`);
+    console.error(
+      `orbit: using ${process.env.ORBIT_DATABASE_URL}; for orbit-admin in another terminal: export ORBIT_DATABASE_URL=${process.env.ORBIT_DATABASE_URL}`,
+    );
   }
 }
 
@@ -126,7 +127,7 @@ function announce(url) {
   say('next, in another terminal: create an application, a namespace, a queue and a token -');
   say(`  ${env}npx orbit-admin bootstrap --application demo --namespace first --environment development \\`);
   say('    --queue first --resource-access --output .local/demo.credentials.json');
-  say("  then follow \"Try it\" in README.md. Ctrl-C stops the server.");
+  say('  then follow "Try it" in README.md. Ctrl-C stops the server.');
   say();
 }
 

@@ -89,10 +89,9 @@ step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);
 step('type-checking the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]);
 
 // (e) Run them.
-const runner = spawn(
-  process.execPath,
-  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...flags, ...files],
-  { cwd: root, stdio: 'inherit' },
-);
+const runner = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...flags, ...files], {
+  cwd: root,
+  stdio: 'inherit',
+});
 
 relay(runner, fail, 'run the tests');

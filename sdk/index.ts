@@ -18,7 +18,16 @@ type Schemas = components['schemas'];
 // Public types, derived from the generated schemas so they cannot drift from the spec.
 
 /** Wire fields that are uint64 decimal strings and that the SDK hands out as `bigint`. */
-type BigintField = 'revision' | 'unfinished_tasks' | 'active_attempts' | 'pending_starts' | 'sequence' | 'next_after' | 'fired' | 'skipped_misfire' | 'deferred_full';
+type BigintField =
+  | 'revision'
+  | 'unfinished_tasks'
+  | 'active_attempts'
+  | 'pending_starts'
+  | 'sequence'
+  | 'next_after'
+  | 'fired'
+  | 'skipped_misfire'
+  | 'deferred_full';
 
 /**
  * A response schema as the SDK returns it. openapi-typescript renders a free JSON object
@@ -101,7 +110,13 @@ export class OrbitError extends Error {
   constructor(
     code: ErrorCode,
     message: string,
-    options: { status: number; requestId?: string | undefined; details?: Record<string, unknown> | undefined; retryAfter?: number | undefined; cause?: unknown },
+    options: {
+      status: number;
+      requestId?: string | undefined;
+      details?: Record<string, unknown> | undefined;
+      retryAfter?: number | undefined;
+      cause?: unknown;
+    },
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'OrbitError';
@@ -176,11 +191,15 @@ function orbitFetch(baseFetch: (request: Request) => Promise<Response>) {
         retryAfter: parseRetryAfter(response.headers.get('retry-after')),
       });
     }
-    throw new OrbitError('UNAVAILABLE', `${what}: HTTP ${response.status} without an Orbit envelope (a proxy or load balancer answered?); the outcome is unknown - retry with the same Idempotency-Key`, {
-      status: response.status,
-      requestId: headerRequestId,
-      retryAfter: parseRetryAfter(response.headers.get('retry-after')),
-    });
+    throw new OrbitError(
+      'UNAVAILABLE',
+      `${what}: HTTP ${response.status} without an Orbit envelope (a proxy or load balancer answered?); the outcome is unknown - retry with the same Idempotency-Key`,
+      {
+        status: response.status,
+        requestId: headerRequestId,
+        retryAfter: parseRetryAfter(response.headers.get('retry-after')),
+      },
+    );
   };
 }
 
@@ -193,7 +212,13 @@ async function unwrap<T>(pending: Promise<{ data?: { data: T } }>): Promise<T> {
 // Conversions of exactly the schema fields that are uint64 strings; user data is left alone.
 function usage<T extends { revision: string; unfinished_tasks: string; active_attempts: string; pending_starts: string }>(row: T): FromWire<T> {
   const { revision, unfinished_tasks, active_attempts, pending_starts } = row;
-  return { ...row, revision: BigInt(revision), unfinished_tasks: BigInt(unfinished_tasks), active_attempts: BigInt(active_attempts), pending_starts: BigInt(pending_starts) } as FromWire<T>;
+  return {
+    ...row,
+    revision: BigInt(revision),
+    unfinished_tasks: BigInt(unfinished_tasks),
+    active_attempts: BigInt(active_attempts),
+    pending_starts: BigInt(pending_starts),
+  } as FromWire<T>;
 }
 const queueResult = (r: Schemas['QueueResult']): QueueResult => ({ ...r, queue: usage(r.queue) });
 const schedule = (s: Schemas['Schedule']): Schedule =>
@@ -247,7 +272,8 @@ function checkOptions(options: OrbitClientOptions): { baseUrl: string; token: st
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalid('baseUrl', 'must be an http or https URL', 'options');
   // fetch refuses URLs with credentials; a query or fragment would end up in the middle of every path.
   if (url.username || url.password || url.search || url.hash) throw invalid('baseUrl', 'must not contain credentials, a query or a fragment', 'options');
-  if (typeof options.token !== 'string' || !/^[!-~]+$/.test(options.token)) throw invalid('token', 'must be a non-empty token of printable non-space ASCII', 'options');
+  if (typeof options.token !== 'string' || !/^[!-~]+$/.test(options.token))
+    throw invalid('token', 'must be a non-empty token of printable non-space ASCII', 'options');
   return { baseUrl: url.href.replace(/\/+$/, ''), token: options.token };
 }
 
@@ -270,7 +296,10 @@ export function createOrbitClient(options: OrbitClientOptions) {
 
     async configureApplicationResources(key: string, request: ConfigureApplicationResourcesRequest): Promise<ConfigureApplicationResourcesResult> {
       const data = await unwrap(
-        api.POST('/v1/application/resources:configure', { params: { header: idempotencyKey(key) }, body: toWire<'ConfigureApplicationResourcesRequest'>(request) }),
+        api.POST('/v1/application/resources:configure', {
+          params: { header: idempotencyKey(key) },
+          body: toWire<'ConfigureApplicationResourcesRequest'>(request),
+        }),
       );
       return { ...data, resources: usage(data.resources) };
     },

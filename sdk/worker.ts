@@ -16,7 +16,7 @@
 import WebSocket from 'ws';
 import type { ClaimedAttempt, ServerFrame, WorkerFrame } from './generated/frames.ts';
 import * as serverFrameValidators from './generated/frame-validators.js';
-import { SERVER_FRAME_TYPES } from './generated/frames.ts';
+import type { SERVER_FRAME_TYPES } from './generated/frames.ts';
 
 export interface TaskContext {
   taskId: string;
@@ -303,7 +303,11 @@ export class OrbitWorker {
         return;
       }
       this.unstarted.delete(id);
-      await this.runHandler(attempt, () => leaseExpiresAt, (at) => (leaseExpiresAt = at));
+      await this.runHandler(
+        attempt,
+        () => leaseExpiresAt,
+        (at) => (leaseExpiresAt = at),
+      );
     } catch (error) {
       this.emit({ type: 'attempt_dropped', attemptId: id, reason: (error as Error).message });
     } finally {

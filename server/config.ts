@@ -50,18 +50,55 @@ export interface Setting {
 }
 
 export const SETTINGS: readonly Setting[] = [
-  { name: 'ORBIT_DATABASE_URL', default: DEFAULT_DATABASE_URL, range: 'mysql://user:password@host:port/database', meaning: 'the database (name of [A-Za-z0-9_]); the password is never printed' },
-  { name: 'ORBIT_LISTEN', default: '127.0.0.1:8080', range: 'host:port, port 0 to 65535 (0: any free port)', meaning: 'where orbit-server listens (IPv6 as [::1]:8080)' },
+  {
+    name: 'ORBIT_DATABASE_URL',
+    default: DEFAULT_DATABASE_URL,
+    range: 'mysql://user:password@host:port/database',
+    meaning: 'the database (name of [A-Za-z0-9_]); the password is never printed',
+  },
+  {
+    name: 'ORBIT_LISTEN',
+    default: '127.0.0.1:8080',
+    range: 'host:port, port 0 to 65535 (0: any free port)',
+    meaning: 'where orbit-server listens (IPv6 as [::1]:8080)',
+  },
   { name: 'ORBIT_LEASE_SECONDS', default: '30', range: '1 to 3600', meaning: 'lifetime of a reservation or running attempt without a renew' },
   { name: 'ORBIT_RECOVERY_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for expired leases and deadlines' },
   { name: 'ORBIT_METRICS_MAX_QUEUES', default: '200', range: '1 to 10000', meaning: 'how many queues (the busiest) the usage gauges of /metrics report' },
   { name: 'ORBIT_SCHEDULE_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for due schedule trigger points' },
-  { name: 'ORBIT_AUTH_CACHE_MS', default: '1000', range: '0 to 60000', meaning: 'how long a process reuses a successful authentication for reads (writes always re-check; 0 turns it off)' },
+  {
+    name: 'ORBIT_AUTH_CACHE_MS',
+    default: '1000',
+    range: '0 to 60000',
+    meaning: 'how long a process reuses a successful authentication for reads (writes always re-check; 0 turns it off)',
+  },
   { name: 'ORBIT_DB_POOL_SIZE', default: '24', range: '2 to 500', meaning: 'database connections per server process' },
-  { name: 'ORBIT_DB_TIMEOUT_MS', default: '5000', range: '100 to 600000', meaning: 'the longest one database round trip, connect or wait for a pooled connection may take; past it the request answers 503 UNAVAILABLE (a database that stops answering never hangs a request)' },
-  { name: 'ORBIT_CHECK_LOCK_ORDER', default: '0', range: '0 or 1', meaning: 'for tests: every transaction checks that it takes row locks in the lock order, and a violation stops the process (npm test sets 1)' },
-  { name: 'ORBIT_CHECK_SHARD_ROUTING', default: '0', range: '0 or 1', meaning: 'for tests: every statement sent checks that it would route to one shard when sharded by application_id (docs/scale-out.md), and a violation fails it (npm test sets 1)' },
-  { name: 'ORBIT_ADMISSION_IN_FLIGHT', default: '1', range: '1 to 64', meaning: 'submission transactions one application may have in flight at once per process (the rest wait and are group-committed)' },
+  {
+    name: 'ORBIT_DB_TIMEOUT_MS',
+    default: '5000',
+    range: '100 to 600000',
+    meaning:
+      'the longest one database round trip, connect or wait for a pooled connection may take; past it the request answers 503 UNAVAILABLE (a database that stops answering never hangs a request)',
+  },
+  {
+    name: 'ORBIT_CHECK_LOCK_ORDER',
+    default: '0',
+    range: '0 or 1',
+    meaning: 'for tests: every transaction checks that it takes row locks in the lock order, and a violation stops the process (npm test sets 1)',
+  },
+  {
+    name: 'ORBIT_CHECK_SHARD_ROUTING',
+    default: '0',
+    range: '0 or 1',
+    meaning:
+      'for tests: every statement sent checks that it would route to one shard when sharded by application_id (docs/scale-out.md), and a violation fails it (npm test sets 1)',
+  },
+  {
+    name: 'ORBIT_ADMISSION_IN_FLIGHT',
+    default: '1',
+    range: '1 to 64',
+    meaning: 'submission transactions one application may have in flight at once per process (the rest wait and are group-committed)',
+  },
   { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
 ];
 
@@ -110,7 +147,8 @@ const DATABASE_NAME = /^[A-Za-z0-9_]+$/;
 
 /** Checks a database URL: mysql:, a host, a port from 1 to 65535 if given, a database name. Returns it unchanged. */
 export function checkDatabaseUrl(url: string, name = 'ORBIT_DATABASE_URL'): string {
-  const bad = () => new ConfigError(`${name} must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got ${JSON.stringify(redactUrl(url))}`);
+  const bad = () =>
+    new ConfigError(`${name} must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got ${JSON.stringify(redactUrl(url))}`);
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -149,7 +187,8 @@ function listenFromEnv(env: NodeJS.ProcessEnv): { host: string; port: number } {
 
 function logLevelFromEnv(env: NodeJS.ProcessEnv): string {
   const text = raw(env, 'ORBIT_LOG_LEVEL') ?? 'info';
-  if (!(LOG_LEVELS as readonly string[]).includes(text)) throw new ConfigError(`ORBIT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(text)}`);
+  if (!(LOG_LEVELS as readonly string[]).includes(text))
+    throw new ConfigError(`ORBIT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(text)}`);
   return text;
 }
 
@@ -174,7 +213,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
   };
 }
 
-const NETWORK_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET', 'EPIPE', 'PROTOCOL_CONNECTION_LOST']);
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNRESET',
+  'EPIPE',
+  'PROTOCOL_CONNECTION_LOST',
+]);
 const LOGIN_CODES = new Set(['ER_ACCESS_DENIED_ERROR', 'ER_DBACCESS_DENIED_ERROR', 'ER_HOST_NOT_PRIVILEGED', 'ER_HOST_IS_BLOCKED']);
 
 /**

@@ -60,7 +60,13 @@ export async function main(argv: string[] = []): Promise<number> {
     throw error;
   }
   const log = createLogger(config.logLevel);
-  log.info({ database: redactUrl(config.databaseUrl), listen: `${config.listenHost.includes(':') ? `[${config.listenHost}]` : config.listenHost}:${config.listenPort}` }, 'starting');
+  log.info(
+    {
+      database: redactUrl(config.databaseUrl),
+      listen: `${config.listenHost.includes(':') ? `[${config.listenHost}]` : config.listenHost}:${config.listenPort}`,
+    },
+    'starting',
+  );
   let running;
   try {
     running = await startServer(config, { log });

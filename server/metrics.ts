@@ -26,23 +26,69 @@ export function createMetrics(): Metrics {
   collectDefaultMetrics({ register: registry, prefix: 'orbit_process_' });
   return {
     registry,
-    httpRequests: new Counter({ name: 'orbit_http_requests_total', help: 'HTTP requests by operation and status', labelNames: ['operation', 'status'], registers: [registry] }),
-    submissions: new Counter({ name: 'orbit_task_submissions_total', help: 'Task submissions by result (accepted, deduplicated, application_full, queue_full, rejected)', labelNames: ['result'], registers: [registry] }),
-    claims: new Counter({ name: 'orbit_claims_total', help: 'Worker claim requests by result (granted, empty)', labelNames: ['result'], registers: [registry] }),
+    httpRequests: new Counter({
+      name: 'orbit_http_requests_total',
+      help: 'HTTP requests by operation and status',
+      labelNames: ['operation', 'status'],
+      registers: [registry],
+    }),
+    submissions: new Counter({
+      name: 'orbit_task_submissions_total',
+      help: 'Task submissions by result (accepted, deduplicated, application_full, queue_full, rejected)',
+      labelNames: ['result'],
+      registers: [registry],
+    }),
+    claims: new Counter({
+      name: 'orbit_claims_total',
+      help: 'Worker claim requests by result (granted, empty)',
+      labelNames: ['result'],
+      registers: [registry],
+    }),
     claimedAttempts: new Counter({ name: 'orbit_claimed_attempts_total', help: 'Attempts reserved by claims', registers: [registry] }),
-    starts: new Counter({ name: 'orbit_starts_total', help: 'Start requests by result (started, duplicate, rate_limited, lease_lost)', labelNames: ['result'], registers: [registry] }),
-    completions: new Counter({ name: 'orbit_completions_total', help: 'Authoritative results by outcome and resulting task state', labelNames: ['outcome', 'task_state'], registers: [registry] }),
+    starts: new Counter({
+      name: 'orbit_starts_total',
+      help: 'Start requests by result (started, duplicate, rate_limited, lease_lost)',
+      labelNames: ['result'],
+      registers: [registry],
+    }),
+    completions: new Counter({
+      name: 'orbit_completions_total',
+      help: 'Authoritative results by outcome and resulting task state',
+      labelNames: ['outcome', 'task_state'],
+      registers: [registry],
+    }),
     releases: new Counter({ name: 'orbit_released_reservations_total', help: 'Unstarted reservations given back by workers', registers: [registry] }),
-    recoveries: new Counter({ name: 'orbit_recoveries_total', help: 'Recovery actions by kind (expired_reservation, expired_lease, deadline)', labelNames: ['kind'], registers: [registry] }),
+    recoveries: new Counter({
+      name: 'orbit_recoveries_total',
+      help: 'Recovery actions by kind (expired_reservation, expired_lease, deadline)',
+      labelNames: ['kind'],
+      registers: [registry],
+    }),
     scheduleTriggerPoints: new Counter({
       name: 'orbit_schedule_trigger_points_total',
       help: 'Schedule trigger points by outcome: fired (a task was made), deferred (waited a round because a quota was full; counted once per point), skipped (dropped by the misfire policy)',
       labelNames: ['outcome'],
       registers: [registry],
     }),
-    leaseAgeSeconds: new Histogram({ name: 'orbit_lease_age_seconds', help: 'Age of an attempt (claim to final result or recovery)', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300], registers: [registry] }),
-    transactionSeconds: new Histogram({ name: 'orbit_db_transaction_seconds', help: 'Database transaction latency by operation', labelNames: ['operation'], buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [registry] }),
-    fastPath: new Counter({ name: 'orbit_fast_path_total', help: 'One-round-trip transactions by operation and result (hit, or miss: the careful path decided)', labelNames: ['operation', 'result'], registers: [registry] }),
+    leaseAgeSeconds: new Histogram({
+      name: 'orbit_lease_age_seconds',
+      help: 'Age of an attempt (claim to final result or recovery)',
+      buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300],
+      registers: [registry],
+    }),
+    transactionSeconds: new Histogram({
+      name: 'orbit_db_transaction_seconds',
+      help: 'Database transaction latency by operation',
+      labelNames: ['operation'],
+      buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+      registers: [registry],
+    }),
+    fastPath: new Counter({
+      name: 'orbit_fast_path_total',
+      help: 'One-round-trip transactions by operation and result (hit, or miss: the careful path decided)',
+      labelNames: ['operation', 'result'],
+      registers: [registry],
+    }),
     workerSessions: new Gauge({ name: 'orbit_worker_sessions', help: 'Worker sessions connected to this process', registers: [registry] }),
   };
 }

@@ -44,7 +44,8 @@ function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port:
       if (error.code === 'EADDRINUSE') reject(new StartupError(`${where} is already in use; ${hint}`));
       else if (error.code === 'EACCES') reject(new StartupError(`not allowed to listen on ${where} (EACCES); ${hint}`));
       else if (error.code === 'EADDRNOTAVAIL') reject(new StartupError(`cannot listen on ${where}: no such address on this machine (EADDRNOTAVAIL); ${hint}`));
-      else if (error.code === 'ENOTFOUND' || error.code === 'EAI_AGAIN') reject(new StartupError(`cannot listen on ${where}: the host name does not resolve (${error.code}); ${hint}`));
+      else if (error.code === 'ENOTFOUND' || error.code === 'EAI_AGAIN')
+        reject(new StartupError(`cannot listen on ${where}: the host name does not resolve (${error.code}); ${hint}`));
       else reject(new StartupError(`cannot listen on ${where}: ${error.message}; ${hint}`));
     };
     const s = serve({ fetch, hostname: host, port }, () => {
@@ -57,7 +58,13 @@ function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port:
 
 export async function startServer(config: ServerConfig, options: { log?: Logger; clock?: Clock } = {}): Promise<RunningServer> {
   const log = options.log ?? createLogger(config.logLevel);
-  const db = createDatabase({ url: config.databaseUrl, connectionLimit: config.databasePoolSize, timeoutMs: config.databaseTimeoutMs, checkLockOrder: config.checkLockOrder, checkShardRouting: config.checkShardRouting });
+  const db = createDatabase({
+    url: config.databaseUrl,
+    connectionLimit: config.databasePoolSize,
+    timeoutMs: config.databaseTimeoutMs,
+    checkLockOrder: config.checkLockOrder,
+    checkShardRouting: config.checkShardRouting,
+  });
   // Read once: the start-up check below and /readyz (buildDeps) compare the database with these.
   const migrationFiles = readMigrationFiles();
   const status = await migrationStatus((sql) => db.rows(sql), migrationFiles).catch(async (error: unknown) => {

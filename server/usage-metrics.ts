@@ -43,7 +43,14 @@ export function registerUsageGauges(registry: Registry, load: () => Promise<Usag
     }
     return cached.value;
   };
-  const gauge = <T>(name: string, help: string, labelNames: string[], rows: (s: UsageSnapshot) => T[], labels: (row: T) => Record<string, string>, value: (row: T) => number) =>
+  const gauge = <T>(
+    name: string,
+    help: string,
+    labelNames: string[],
+    rows: (s: UsageSnapshot) => T[],
+    labels: (row: T) => Record<string, string>,
+    value: (row: T) => number,
+  ) =>
     new Gauge({
       name,
       help,
@@ -58,11 +65,39 @@ export function registerUsageGauges(registry: Registry, load: () => Promise<Usag
   const app = (a: ApplicationUsage) => ({ application: a.application });
   const queue = (q: QueueUsage) => ({ application: q.application, namespace: q.namespace, queue: q.queue });
   for (const [figure, help] of FIGURES) {
-    gauge(`orbit_application_${figure}`, `Application: ${help}`, ['application'], (s) => s.applications, app, (a) => a[figure]);
-    gauge(`orbit_queue_${figure}`, `Queue: ${help}`, ['application', 'namespace', 'queue'], (s) => s.queues, queue, (q) => q[figure]);
+    gauge(
+      `orbit_application_${figure}`,
+      `Application: ${help}`,
+      ['application'],
+      (s) => s.applications,
+      app,
+      (a) => a[figure],
+    );
+    gauge(
+      `orbit_queue_${figure}`,
+      `Queue: ${help}`,
+      ['application', 'namespace', 'queue'],
+      (s) => s.queues,
+      queue,
+      (q) => q[figure],
+    );
   }
-  gauge('orbit_application_open_sessions', 'Application: OPEN worker sessions, on every server process', ['application'], (s) => s.applications, app, (a) => a.open_sessions);
-  gauge('orbit_queue_paused', 'Queue: 1 when paused', ['application', 'namespace', 'queue'], (s) => s.queues, queue, (q) => (q.paused ? 1 : 0));
+  gauge(
+    'orbit_application_open_sessions',
+    'Application: OPEN worker sessions, on every server process',
+    ['application'],
+    (s) => s.applications,
+    app,
+    (a) => a.open_sessions,
+  );
+  gauge(
+    'orbit_queue_paused',
+    'Queue: 1 when paused',
+    ['application', 'namespace', 'queue'],
+    (s) => s.queues,
+    queue,
+    (q) => (q.paused ? 1 : 0),
+  );
   gauge(
     'orbit_queue_oldest_waiting_seconds',
     'Queue: seconds since the oldest claimable WAITING task became available (0 when none waits)',

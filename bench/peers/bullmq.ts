@@ -44,7 +44,10 @@ export function redisUnreachable(): Promise<string | null> {
 
 /** `Redis 7.0.15 (appendonly=no, save="")`, for the machine line (call after redisUnreachable said null). */
 export async function describeRedis(): Promise<string> {
-  const queue = new Queue('describe', { connection: { host: HOST, port: PORT, maxRetriesPerRequest: null }, prefix: `orbit-bench-${randomBytes(4).toString('hex')}` });
+  const queue = new Queue('describe', {
+    connection: { host: HOST, port: PORT, maxRetriesPerRequest: null },
+    prefix: `orbit-bench-${randomBytes(4).toString('hex')}`,
+  });
   try {
     const client = await clientOf(queue);
     const version = /redis_version:(\S+)/.exec(await client.info('server'))?.[1] ?? '?';

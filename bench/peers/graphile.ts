@@ -94,7 +94,9 @@ export async function benchGraphile(w: Workload, pgServer: Postgres, options: { 
     printRow(
       system,
       phase('enqueue', w.tasks, enqueueSeconds, `, ${label}`),
-      Number.isNaN(drainSeconds) ? `drain TIMED OUT (${fmt(ledger.distinct)} run)` : phase('drain', w.tasks, drainSeconds, `, concurrency ${w.concurrency}${options.bulk ? ', localQueue 500, batched completion' : ''}`),
+      Number.isNaN(drainSeconds)
+        ? `drain TIMED OUT (${fmt(ledger.distinct)} run)`
+        : phase('drain', w.tasks, drainSeconds, `, concurrency ${w.concurrency}${options.bulk ? ', localQueue 500, batched completion' : ''}`),
       enqueueCpu,
       drainCpu,
     );

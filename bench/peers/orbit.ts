@@ -80,15 +80,20 @@ function benchWorkers(
         },
         onEvent(event) {
           if (event.type === 'completed') onCompleted();
-          else if ((event.type === 'attempt_dropped' || event.type === 'protocol_error') && options.problems.length < 5) options.problems.push(JSON.stringify(event));
+          else if ((event.type === 'attempt_dropped' || event.type === 'protocol_error') && options.problems.length < 5)
+            options.problems.push(JSON.stringify(event));
         },
       }),
   );
 }
 
 export async function orbitLimits(db: Database): Promise<string> {
-  const [a] = await db.rows<Record<string, string>>('SELECT max_unfinished_tasks AS u, max_concurrency AS c, rate_per_second AS r FROM orbit_application_resources LIMIT 1');
-  const [q] = await db.rows<Record<string, string>>("SELECT max_unfinished_tasks AS u, max_concurrency AS c, rate_per_second AS r FROM orbit_queues WHERE name = 'bench' LIMIT 1");
+  const [a] = await db.rows<Record<string, string>>(
+    'SELECT max_unfinished_tasks AS u, max_concurrency AS c, rate_per_second AS r FROM orbit_application_resources LIMIT 1',
+  );
+  const [q] = await db.rows<Record<string, string>>(
+    "SELECT max_unfinished_tasks AS u, max_concurrency AS c, rate_per_second AS r FROM orbit_queues WHERE name = 'bench' LIMIT 1",
+  );
   const f = (x: Record<string, string> | undefined) => `${fmt(Number(x?.u))} unfinished / ${fmt(Number(x?.c))} concurrent / ${fmt(Number(x?.r))} starts/s`;
   return `application ${f(a)}; queue ${f(q)}`;
 }
@@ -99,7 +104,9 @@ async function scrape(urls: string[]): Promise<Map<string, number>> {
   for (const url of urls) {
     const text = await (await fetch(`${url}/metrics`)).text();
     for (const line of text.split('\n')) {
-      const m = /^(orbit_(?:db_transaction_seconds_(?:sum|count)|claims_total|claimed_attempts_total|fast_path_total|starts_total)(?:\{[^}]*\})?) (\S+)$/.exec(line);
+      const m = /^(orbit_(?:db_transaction_seconds_(?:sum|count)|claims_total|claimed_attempts_total|fast_path_total|starts_total)(?:\{[^}]*\})?) (\S+)$/.exec(
+        line,
+      );
       if (m) out.set(m[1]!, (out.get(m[1]!) ?? 0) + Number(m[2]));
     }
   }
@@ -138,7 +145,8 @@ function describeMetrics(before: Map<string, number>, after: Map<string, number>
 }
 
 function cpuOf(orbit: Orbit) {
-  const ours = (cmdline: string) => (cmdline.includes('--port=') ? cmdline.includes(`--port=${orbit.port} `) || cmdline.endsWith(`--port=${orbit.port}`) : orbit.port === '3306');
+  const ours = (cmdline: string) =>
+    cmdline.includes('--port=') ? cmdline.includes(`--port=${orbit.port} `) || cmdline.endsWith(`--port=${orbit.port}`) : orbit.port === '3306';
   return cpuMeter({ names: ['mariadbd'], filters: { mariadbd: ours }, pids: { 'orbit-server': orbit.servers.map((s) => s.child.pid ?? 0) } });
 }
 
@@ -169,7 +177,11 @@ function createJsonPoster(sockets: number) {
 async function warmUp(orbit: Orbit): Promise<void> {
   const { post, close } = createPoster(8);
   try {
-    await Promise.all(Array.from({ length: 200 }, (_, i) => post(orbit.urls[i % orbit.urls.length]!, '/v1/queues/warmup/tasks', orbit.tenant.token, `warm-${i}`, `{"payload":{"warm":${i}}}`)));
+    await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        post(orbit.urls[i % orbit.urls.length]!, '/v1/queues/warmup/tasks', orbit.tenant.token, `warm-${i}`, `{"payload":{"warm":${i}}}`),
+      ),
+    );
   } finally {
     close();
   }
@@ -237,7 +249,10 @@ export interface OrbitRun extends Result {
 }
 
 /** One Orbit row: `sessions × capacity`, single submissions (or bulk). Returns null-figure rows with `skipped` when bulk is missing. */
-export async function benchOrbit(w: Workload, options: { sessions: number; capacity: number; bulk?: boolean; onLimits?: (line: string) => void }): Promise<OrbitRun> {
+export async function benchOrbit(
+  w: Workload,
+  options: { sessions: number; capacity: number; bulk?: boolean; onLimits?: (line: string) => void },
+): Promise<OrbitRun> {
   const shape = `${options.sessions}×${options.capacity}`;
   const system = options.bulk ? `Orbit bulk ${shape}` : `Orbit ${shape}`;
   const tableName = options.bulk
@@ -273,7 +288,8 @@ export async function benchOrbit(w: Workload, options: { sessions: number; capac
         const tally = (answer: { status: number; body: string }) => {
           if (answer.status !== 200) {
             statuses.set(`HTTP ${answer.status}`, (statuses.get(`HTTP ${answer.status}`) ?? 0) + 1);
-            if (statuses.size === 1 && (statuses.get(`HTTP ${answer.status}`) ?? 0) === 1) console.error(`bulk submit answered ${answer.status}: ${answer.body.slice(0, 300)}`);
+            if (statuses.size === 1 && (statuses.get(`HTTP ${answer.status}`) ?? 0) === 1)
+              console.error(`bulk submit answered ${answer.status}: ${answer.body.slice(0, 300)}`);
             return;
           }
           // { data: { results: [{ idempotency_key, status: accepted|replayed|refused, error? }], accepted, replayed, refused } }
@@ -318,7 +334,9 @@ export async function benchOrbit(w: Workload, options: { sessions: number; capac
     printRow(
       system,
       phase('enqueue', accepted, enqueueSeconds, `${enqueueNote}${refused}`),
-      Number.isNaN(d.seconds) ? `drain TIMED OUT (${fmt(d.completed)} of ${fmt(accepted)} completed)` : phase('drain', accepted, d.seconds, `, ${options.sessions} session${options.sessions > 1 ? 's' : ''} × capacity ${options.capacity}`),
+      Number.isNaN(d.seconds)
+        ? `drain TIMED OUT (${fmt(d.completed)} of ${fmt(accepted)} completed)`
+        : phase('drain', accepted, d.seconds, `, ${options.sessions} session${options.sessions > 1 ? 's' : ''} × capacity ${options.capacity}`),
       `${describeMetrics(m0, m1)} | ${enqueueCpu}`,
       `${describeMetrics(m1, m2)} | ${drainCpu}`,
     );
@@ -341,7 +359,13 @@ export async function benchOrbit(w: Workload, options: { sessions: number; capac
  * while `sessions` × `capacity` workers drain. Latency = the attempt's started_at minus the
  * task's created_at, both from the database.
  */
-export async function orbitLatency(w: Workload, rate: number, sessions: number, capacity: number, rateSource = '~50% of the peak single-submit rate'): Promise<{ line: string; check: string }> {
+export async function orbitLatency(
+  w: Workload,
+  rate: number,
+  sessions: number,
+  capacity: number,
+  rateSource = '~50% of the peak single-submit rate',
+): Promise<{ line: string; check: string }> {
   const orbit = await startOrbit(w);
   const { post, close } = createPoster(w.producers);
   try {
@@ -364,7 +388,13 @@ export async function orbitLatency(w: Workload, rate: number, sessions: number, 
       while (sent < due) {
         const n = sent++;
         const s0 = performance.now();
-        const p: Promise<void> = post(orbit.urls[n % orbit.urls.length]!, '/v1/queues/bench/tasks', orbit.tenant.token, `paced-${n}`, `{"payload":{"n":${n}}}`).then((status) => {
+        const p: Promise<void> = post(
+          orbit.urls[n % orbit.urls.length]!,
+          '/v1/queues/bench/tasks',
+          orbit.tenant.token,
+          `paced-${n}`,
+          `{"payload":{"n":${n}}}`,
+        ).then((status) => {
           httpLatencies.push(performance.now() - s0);
           if (status !== 200) refused += 1;
           inFlight.delete(p);

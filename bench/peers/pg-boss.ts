@@ -70,7 +70,9 @@ export async function benchPgBoss(w: Workload, pgServer: Postgres): Promise<Resu
     printRow(
       system,
       phase('enqueue', w.tasks, enqueueSeconds, `, ${w.producers} producers`),
-      Number.isNaN(drainSeconds) ? `drain TIMED OUT (${fmt(ledger.distinct)} run)` : phase('drain', w.tasks, drainSeconds, `, batchSize ${w.concurrency} + notifyWorker`),
+      Number.isNaN(drainSeconds)
+        ? `drain TIMED OUT (${fmt(ledger.distinct)} run)`
+        : phase('drain', w.tasks, drainSeconds, `, batchSize ${w.concurrency} + notifyWorker`),
       enqueueCpu,
       drainCpu,
     );

@@ -49,7 +49,14 @@ export function workloadFromEnv(): Workload {
     ceilingConnections: envInt('ORBIT_BENCH_CEILING_CONNECTIONS', 16),
     ceilingSeconds: envInt('ORBIT_BENCH_CEILING_SECONDS', 5),
     phaseTimeoutMs: envInt('ORBIT_BENCH_TIMEOUT_SECONDS', 300) * 1000,
-    only: only ? new Set(only.split(',').map((s) => s.trim()).filter(Boolean)) : null,
+    only: only
+      ? new Set(
+          only
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean),
+        )
+      : null,
   };
 }
 

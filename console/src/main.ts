@@ -172,7 +172,13 @@ function limitCard(name: string, used: string, limit: number | null, id: string)
     'div',
     { class: 'limit', 'data-limit': id },
     el('div', { class: 'name' }, name),
-    el('div', { class: 'figure' }, el('span', { 'data-used': '' }, used), limit === null ? '' : ' / ', limit === null ? '' : el('span', { 'data-max': '' }, String(limit))),
+    el(
+      'div',
+      { class: 'figure' },
+      el('span', { 'data-used': '' }, used),
+      limit === null ? '' : ' / ',
+      limit === null ? '' : el('span', { 'data-max': '' }, String(limit)),
+    ),
     limit === null ? '' : bar,
   );
 }
@@ -222,7 +228,11 @@ function queuesSection(): HTMLElement {
     el(
       'table',
       {},
-      el('thead', {}, el('tr', {}, ...['queue', 'unfinished / max', 'active / max', 'reserved, not started', 'starts/s limit', 'paused'].map((h) => el('th', {}, h)))),
+      el(
+        'thead',
+        {},
+        el('tr', {}, ...['queue', 'unfinished / max', 'active / max', 'reserved, not started', 'starts/s limit', 'paused'].map((h) => el('th', {}, h))),
+      ),
       el('tbody', {}, ...rows),
     ),
     view.queues.length === 0 ? el('p', { class: 'muted' }, 'No queue in this credential’s scope.') : null,
@@ -242,7 +252,12 @@ async function resolve(taskId: string, outcome: 'succeeded' | 'failed' | 'retry'
 
 function reviewSection(): HTMLElement {
   const rows = view.reviews.map((task) => {
-    const reason = el('input', { type: 'text', placeholder: 'reason (audited)', 'data-field': 'reason', value: reasons.get(task.task_id) ?? 'resolved from the console' }) as HTMLInputElement;
+    const reason = el('input', {
+      type: 'text',
+      placeholder: 'reason (audited)',
+      'data-field': 'reason',
+      value: reasons.get(task.task_id) ?? 'resolved from the console',
+    }) as HTMLInputElement;
     reason.addEventListener('input', () => reasons.set(task.task_id, reason.value));
     const status = el('span', { class: 'muted', 'data-field': 'status' });
     const button = (outcome: 'succeeded' | 'failed' | 'retry', label: string) => {
@@ -266,7 +281,12 @@ function reviewSection(): HTMLElement {
     el('h2', {}, 'Tasks waiting for review (NEEDS_REVIEW)'),
     view.reviewNote ? el('div', { class: 'note' }, view.reviewNote) : null,
     rows.length > 0
-      ? el('table', {}, el('thead', {}, el('tr', {}, ...['task', 'queue', 'attempts', 'created', 'resolve (tasks:review)'].map((h) => el('th', {}, h)))), el('tbody', {}, ...rows))
+      ? el(
+          'table',
+          {},
+          el('thead', {}, el('tr', {}, ...['task', 'queue', 'attempts', 'created', 'resolve (tasks:review)'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, ...rows),
+        )
       : view.reviewNote
         ? null
         : el('p', { class: 'muted' }, 'None.'),
@@ -274,9 +294,18 @@ function reviewSection(): HTMLElement {
 }
 
 function eventsSection(): HTMLElement {
-  const rows = [...view.events].reverse().map((e) =>
-    el('tr', { 'data-sequence': e.sequence }, el('td', {}, e.sequence), el('td', {}, el('code', {}, e.type)), el('td', {}, e.subject), el('td', {}, e.occurred_at)),
-  );
+  const rows = [...view.events]
+    .reverse()
+    .map((e) =>
+      el(
+        'tr',
+        { 'data-sequence': e.sequence },
+        el('td', {}, e.sequence),
+        el('td', {}, el('code', {}, e.type)),
+        el('td', {}, e.subject),
+        el('td', {}, e.occurred_at),
+      ),
+    );
   return el(
     'section',
     { id: 'events' },
@@ -291,14 +320,14 @@ function eventsSection(): HTMLElement {
 }
 
 function loginForm(message: string | null): HTMLElement {
-  const input = el('input', { type: 'password', id: 'token', autocomplete: 'off', placeholder: 'orbit_…', 'aria-label': 'credential token' }) as HTMLInputElement;
-  const form = el(
-    'form',
-    { class: 'login', id: 'login' },
-    el('label', { for: 'token' }, 'Credential token'),
-    input,
-    el('button', { type: 'submit' }, 'Open'),
-  );
+  const input = el('input', {
+    type: 'password',
+    id: 'token',
+    autocomplete: 'off',
+    placeholder: 'orbit_…',
+    'aria-label': 'credential token',
+  }) as HTMLInputElement;
+  const form = el('form', { class: 'login', id: 'login' }, el('label', { for: 'token' }, 'Credential token'), input, el('button', { type: 'submit' }, 'Open'));
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     const value = input.value.trim();

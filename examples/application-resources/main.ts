@@ -77,7 +77,9 @@ function restoreLimits(): Promise<boolean> {
           `restore_conflict: the application's limits were changed by someone else after this example set them (revision ${ourRevision} → ${now?.revision ?? 'unknown'}); their change was kept, not overwritten. The original limits were max_unfinished_tasks=${original.max_unfinished_tasks} max_concurrency=${original.max_concurrency} rate_per_second=${original.rate_per_second}.\n`,
         );
       } else {
-        process.stderr.write(`restore_failed: ${(error as Error).message}; the original limits were max_unfinished_tasks=${original.max_unfinished_tasks} max_concurrency=${original.max_concurrency} rate_per_second=${original.rate_per_second}\n`);
+        process.stderr.write(
+          `restore_failed: ${(error as Error).message}; the original limits were max_unfinished_tasks=${original.max_unfinished_tasks} max_concurrency=${original.max_concurrency} rate_per_second=${original.rate_per_second}\n`,
+        );
       }
       return false;
     }
@@ -108,7 +110,9 @@ async function scenario(): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, pause));
   }
 
-  const accepted = await first.submitTask(key('first-submit'), firstQueue, { payload: { example: 'application-resources', namespace: firstCredentials.namespace } });
+  const accepted = await first.submitTask(key('first-submit'), firstQueue, {
+    payload: { example: 'application-resources', namespace: firstCredentials.namespace },
+  });
 
   const secondKey = key('second-submit');
   const secondRequest = { payload: { example: 'application-resources', namespace: secondCredentials.namespace } };
@@ -136,7 +140,9 @@ try {
   await scenario();
 } catch (error) {
   failed = true;
-  process.stderr.write(`error: ${isOrbitError(error) ? `${error.code} (HTTP ${error.status}, request ${error.requestId}): ` : ''}${(error as Error).message}\n`);
+  process.stderr.write(
+    `error: ${isOrbitError(error) ? `${error.code} (HTTP ${error.status}, request ${error.requestId}): ` : ''}${(error as Error).message}\n`,
+  );
 }
 const restored = await restoreLimits();
 if (!failed) {

@@ -98,7 +98,11 @@ orbit-admin) or one whose file changed after it was applied.`,
   flags: {},
   async run(_flags, ctx) {
     const result = await migrate(ctx.url(), ctx.say);
-    ctx.say(result.applied.length === 0 ? `database is up to date (migration ${result.current})` : `applied ${result.applied.length} migration(s); now at ${result.current}`);
+    ctx.say(
+      result.applied.length === 0
+        ? `database is up to date (migration ${result.current})`
+        : `applied ${result.applied.length} migration(s); now at ${result.current}`,
+    );
   },
 };
 
@@ -334,7 +338,10 @@ function resolve(argv: string[]): { entry: Entry | null; name: string; rest: str
 
 /** A UsageError whose `--help` hint names a command other than the one being parsed. */
 class UsageErrorIn extends UsageError {
-  constructor(readonly command: string, message: string) {
+  constructor(
+    readonly command: string,
+    message: string,
+  ) {
     super(message);
   }
 }

@@ -20,7 +20,10 @@ export function triggerProblem(trigger: Trigger): { field: 'cron' | 'timezone' |
   if (!isKnownTimeZone(trigger.timezone)) return { field: 'timezone', message: `"${trigger.timezone}" is not an IANA time zone name` };
   const fields = trigger.expression.trim().split(/\s+/);
   if (fields.length !== 5 && fields.length !== 6) {
-    return { field: 'cron', message: `must have 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field; it has ${fields.length}` };
+    return {
+      field: 'cron',
+      message: `must have 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field; it has ${fields.length}`,
+    };
   }
   try {
     cronOf(trigger);

@@ -25,7 +25,6 @@ export interface RequestContext {
 
 export type Authenticate = (authorization: string | undefined) => Promise<Principal>;
 
-
 /**
  * The request path exactly as sent (percent-escapes kept). The app routes on it and path
  * parameters are decoded from it exactly once (`readPath`): decoding before routing and again
@@ -243,7 +242,7 @@ export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestCon
       if (!route.validate.query(query)) throw validationError(route.validate.query.errors, 'query');
       const headers = readHeaders(c, route);
       if (!route.validate.headers(headers)) throw validationError(route.validate.headers.errors, 'header');
-      let body: unknown = undefined;
+      let body: unknown;
       if (route.validate.body !== null) {
         body = await readBody(c, route.maxBodyBytes);
         if (!route.validate.body(body)) throw validationError(route.validate.body.errors, 'body');

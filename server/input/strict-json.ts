@@ -29,9 +29,7 @@ export const MAX_JSON_DEPTH = 64;
 
 import { fieldAt, fieldPath } from './field-path.ts';
 
-export type StrictJsonResult =
-  | { ok: true; value: unknown }
-  | { ok: false; field: string; reason: string };
+export type StrictJsonResult = { ok: true; value: unknown } | { ok: false; field: string; reason: string };
 
 /** Internal: thrown by the scanner, caught in `parseStrictJson`. */
 class ScanFailure {
@@ -188,9 +186,7 @@ function scan(text: string): void {
       const start = i;
       i = scanString(text, start);
       const frame = top as Frame;
-      const key = lastStringHadEscape
-        ? (JSON.parse(text.slice(start, i)) as string)
-        : text.slice(start + 1, i - 1);
+      const key = lastStringHadEscape ? (JSON.parse(text.slice(start, i)) as string) : text.slice(start + 1, i - 1);
       if (duplicate === undefined) {
         if (!addKey(frame, key)) {
           // Keep scanning: a syntax error anywhere takes precedence.
@@ -310,16 +306,7 @@ function scanString(text: string, i: number): number {
       escaped = true;
       if (i + 1 >= len) throw invalid(`unterminated string starting at offset ${start}`);
       const e = text.charCodeAt(i + 1);
-      if (
-        e === QUOTE ||
-        e === BACKSLASH ||
-        e === SLASH ||
-        e === LOWER_B ||
-        e === LOWER_F ||
-        e === LOWER_N ||
-        e === LOWER_R ||
-        e === LOWER_T
-      ) {
+      if (e === QUOTE || e === BACKSLASH || e === SLASH || e === LOWER_B || e === LOWER_F || e === LOWER_N || e === LOWER_R || e === LOWER_T) {
         i += 2;
       } else if (e === LOWER_U) {
         for (let k = i + 2; k < i + 6; k++) {
@@ -338,9 +325,7 @@ function scanString(text: string, i: number): number {
 }
 
 function isHexDigit(c: number): boolean {
-  return (
-    (c >= DIGIT_0 && c <= DIGIT_9) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66)
-  );
+  return (c >= DIGIT_0 && c <= DIGIT_9) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
 }
 
 /** `i` is at '-' or a digit; returns the index just past the number. */

@@ -46,7 +46,10 @@ function describe(error: ValidationError): { field: string; reason: string } {
     case 'type': {
       const data = (error as { data?: unknown }).data;
       const expected = String(params.type);
-      return { field: pointerPath(error.instancePath), reason: data === null ? `must not be null (expected ${expected})` : `must be ${article(expected)} ${expected}` };
+      return {
+        field: pointerPath(error.instancePath),
+        reason: data === null ? `must not be null (expected ${expected})` : `must be ${article(expected)} ${expected}`,
+      };
     }
     case 'minimum':
     case 'maximum':
@@ -54,13 +57,19 @@ function describe(error: ValidationError): { field: string; reason: string } {
     case 'exclusiveMaximum':
       return { field: pointerPath(error.instancePath), reason: `must be ${String(params.comparison)} ${String(params.limit)}` };
     case 'minLength':
-      return { field: pointerPath(error.instancePath), reason: Number(params.limit) === 1 ? 'must not be empty' : `must have at least ${String(params.limit)} characters` };
+      return {
+        field: pointerPath(error.instancePath),
+        reason: Number(params.limit) === 1 ? 'must not be empty' : `must have at least ${String(params.limit)} characters`,
+      };
     case 'maxLength':
       return { field: pointerPath(error.instancePath), reason: `must have at most ${String(params.limit)} characters` };
     case 'pattern':
       return { field: pointerPath(error.instancePath), reason: patternReason(String(params.pattern)) };
     case 'enum':
-      return { field: pointerPath(error.instancePath), reason: `must be one of ${(params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` };
+      return {
+        field: pointerPath(error.instancePath),
+        reason: `must be one of ${(params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`,
+      };
     default:
       return { field: pointerPath(error.instancePath), reason: error.message ?? `fails ${error.keyword}` };
   }
@@ -87,7 +96,11 @@ function patternReason(pattern: string): string {
  * validated value sits in the document, for a part validated on its own (`tasks[3]` of a
  * bulk submit): its fields are named from the document's root (`tasks[3].priority`).
  */
-export function validationError(errors: ValidationError[] | null | undefined, location: FieldLocation, within: ReadonlyArray<string | number> = []): OrbitError {
+export function validationError(
+  errors: ValidationError[] | null | undefined,
+  location: FieldLocation,
+  within: ReadonlyArray<string | number> = [],
+): OrbitError {
   const prefix = fieldPath(within);
   const at = (field: string) => (prefix === '' ? field : field === '' ? prefix : field.startsWith('[') ? `${prefix}${field}` : `${prefix}.${field}`);
   // An unknown field explains a missing one when it is the same name in another case.

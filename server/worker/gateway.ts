@@ -78,7 +78,9 @@ export class WorkerGateway {
           const nowMs = await attemptStartFast(this.db, { applicationId, items, leaseSeconds: this.leaseSeconds });
           this.metrics.fastPath.inc({ operation: 'start', result: nowMs === null ? 'miss' : 'hit' });
           if (nowMs !== null) {
-            return items.map((i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: Math.min(nowMs + this.leaseSeconds * 1000, i.deadlineAtMs), duplicate: false }));
+            return items.map(
+              (i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: Math.min(nowMs + this.leaseSeconds * 1000, i.deadlineAtMs), duplicate: false }),
+            );
           }
           return attemptStartBatch(this.db, { applicationId, items, leaseSeconds: this.leaseSeconds });
         }),
@@ -102,10 +104,10 @@ export class WorkerGateway {
     // that arrive while the previous group runs are decided together, in one transaction
     // (claims.ts), so more sessions mean larger groups rather than more transactions queueing
     // on the application row.
-    this.claims = new KeyedBatcher(
-      (_applicationHex, requests) => timed('claim', () => attemptClaimGroup(this.db, requests, this.leaseSeconds)),
-      { maxBatch: 64, maxInFlight: 1 },
-    );
+    this.claims = new KeyedBatcher((_applicationHex, requests) => timed('claim', () => attemptClaimGroup(this.db, requests, this.leaseSeconds)), {
+      maxBatch: 64,
+      maxInFlight: 1,
+    });
     const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));
     const cancels = setInterval(() => void this.notifyCancellations(), options.cancelPollMs ?? 250);
     heartbeat.unref();
@@ -127,11 +129,14 @@ export class WorkerGateway {
 
   /** The handler of `GET /v1/workers/connect`, after authentication and the `workers:consume` check. */
   async connect(c: Context, principal: Principal): Promise<Response> {
-    if (c.req.header('Upgrade')?.toLowerCase() !== 'websocket') throw invalidArgument('Upgrade', 'must be websocket: this is the worker WebSocket endpoint (see asyncapi.yaml)', 'header');
+    if (c.req.header('Upgrade')?.toLowerCase() !== 'websocket')
+      throw invalidArgument('Upgrade', 'must be websocket: this is the worker WebSocket endpoint (see asyncapi.yaml)', 'header');
     // A request that did not come as an HTTP upgrade (no `Connection: Upgrade`) cannot become one.
-    if ((c.env as Partial<UpgradeEnv> | undefined)?.viaUpgrade !== true) throw invalidArgument('Connection', 'must be Upgrade: a worker session is a WebSocket upgrade', 'header');
+    if ((c.env as Partial<UpgradeEnv> | undefined)?.viaUpgrade !== true)
+      throw invalidArgument('Connection', 'must be Upgrade: a worker session is a WebSocket upgrade', 'header');
     // What the WebSocket server would refuse with a bare 400, refused here in the envelope.
-    if (!/^[+/0-9A-Za-z]{22}==$/.test(c.req.header('Sec-WebSocket-Key') ?? '')) throw invalidArgument('Sec-WebSocket-Key', 'must be 16 bytes in base64', 'header');
+    if (!/^[+/0-9A-Za-z]{22}==$/.test(c.req.header('Sec-WebSocket-Key') ?? ''))
+      throw invalidArgument('Sec-WebSocket-Key', 'must be 16 bytes in base64', 'header');
     if (c.req.header('Sec-WebSocket-Version') !== '13') throw invalidArgument('Sec-WebSocket-Version', 'must be 13', 'header');
     if (!this.upgradeWebSocket) throw new OrbitError('UNAVAILABLE', 'worker sessions are not served by this process');
     let session: WorkerSession | null = null;

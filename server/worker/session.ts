@@ -163,7 +163,16 @@ export class WorkerSession {
       this.send({ type: 'started', attempt_id: attemptId, lease_expires_at: new Date(answer.leaseExpiresAtMs).toISOString() });
     } else if (answer.kind === 'rate_limited') {
       this.gateway.metrics.starts.inc({ result: 'rate_limited' });
-      this.send(errorFrame(new OrbitError('RATE_LIMITED', 'the start rate of the application or the queue is used up in this one-second window; retry after retry_after_ms with the same attempt_id'), { attempt_id: attemptId }, answer.retryAfterMs));
+      this.send(
+        errorFrame(
+          new OrbitError(
+            'RATE_LIMITED',
+            'the start rate of the application or the queue is used up in this one-second window; retry after retry_after_ms with the same attempt_id',
+          ),
+          { attempt_id: attemptId },
+          answer.retryAfterMs,
+        ),
+      );
     } else {
       this.gateway.metrics.starts.inc({ result: 'lease_lost' });
       throw this.leaseLost(attemptId);
@@ -172,14 +181,20 @@ export class WorkerSession {
 
   private async onRenew(attemptId: string): Promise<void> {
     const info = this.requireInfo();
-    const leaseExpiresAtMs = await attemptRenew(this.gateway.db, { sessionId: info.sessionId, attemptId: hexToId(attemptId), leaseSeconds: this.gateway.leaseSeconds });
+    const leaseExpiresAtMs = await attemptRenew(this.gateway.db, {
+      sessionId: info.sessionId,
+      attemptId: hexToId(attemptId),
+      leaseSeconds: this.gateway.leaseSeconds,
+    });
     if (leaseExpiresAtMs === null) throw this.leaseLost(attemptId);
     this.send({ type: 'renewed', attempt_id: attemptId, lease_expires_at: new Date(leaseExpiresAtMs).toISOString() });
   }
 
   private async onComplete(frame: CompleteFrame): Promise<void> {
     if (frame.outcome !== 'failed' && frame.retryable !== undefined) {
-      throw new OrbitError('INVALID_ARGUMENT', 'retryable: only with outcome failed', { details: { field: 'retryable', location: 'frame', reason: 'only with outcome failed' } });
+      throw new OrbitError('INVALID_ARGUMENT', 'retryable: only with outcome failed', {
+        details: { field: 'retryable', location: 'frame', reason: 'only with outcome failed' },
+      });
     }
     const earlier = this.finished.get(frame.attempt_id);
     if (earlier && earlier.outcome === frame.outcome && !this.held.has(frame.attempt_id)) {

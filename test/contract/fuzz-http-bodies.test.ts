@@ -88,8 +88,22 @@ const SCHEDULE_NAME = 'fz-created';
  * in 2099 and fires daily, so it never fires during the tests.
  */
 const VALID: Record<string, JsonObject> = {
-  configureApplicationResources: { expected_revision: STALE_REVISION, reason: '模糊测试', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
-  createQueue: { name: 'fz-created', reason: '模糊测试', max_unfinished_tasks: 1000, max_concurrency: 10, rate_per_second: 100, key_concurrency: 2, paused: false },
+  configureApplicationResources: {
+    expected_revision: STALE_REVISION,
+    reason: '模糊测试',
+    max_unfinished_tasks: 1000000,
+    max_concurrency: 10000,
+    rate_per_second: 100000,
+  },
+  createQueue: {
+    name: 'fz-created',
+    reason: '模糊测试',
+    max_unfinished_tasks: 1000,
+    max_concurrency: 10,
+    rate_per_second: 100,
+    key_concurrency: 2,
+    paused: false,
+  },
   configureQueue: {
     expected_revision: STALE_REVISION,
     reason: '模糊测试',
@@ -147,7 +161,8 @@ const VALID: Record<string, JsonObject> = {
 
 const OPERATION_IDS = bodyOperations.map((op) => op.operationId);
 const methodOf = (operationId: string) => bodyOperations.find((op) => op.operationId === operationId)?.method as string;
-const declaresIdempotencyKey = (operationId: string) => bodyOperations.find((op) => op.operationId === operationId)?.parameters.some((p) => p.in === 'header' && p.name === 'Idempotency-Key') ?? false;
+const declaresIdempotencyKey = (operationId: string) =>
+  bodyOperations.find((op) => op.operationId === operationId)?.parameters.some((p) => p.in === 'header' && p.name === 'Idempotency-Key') ?? false;
 const BULK_LIMIT = maxBodyBytes('submitTasks');
 
 // ---------------------------------------------------------------------------------------------
@@ -180,7 +195,12 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
       .replace('{task_id}', id ?? (operationId === 'cancelTask' ? cancelledTask : waitingTask))
       .replace('{schedule_id}', id ?? (operationId === 'pauseSchedule' ? pausedSchedule : activeSchedule));
   }
-  const headersFor = (extra: Record<string, string> = {}): Record<string, string> => ({ Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey(), ...extra });
+  const headersFor = (extra: Record<string, string> = {}): Record<string, string> => ({
+    Authorization: `Bearer ${token}`,
+    'Content-Type': 'application/json',
+    'Idempotency-Key': freshKey(),
+    ...extra,
+  });
 
   async function submit(payload: Json = { n: keyCounter }): Promise<string> {
     const r = await api.request('POST', `/v1/queues/${QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
@@ -203,10 +223,19 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     const current = (await api.request('GET', path, { token })).body.data;
     const limits =
       level === 'queue'
-        ? { max_concurrency: current.max_concurrency, rate_per_second: current.rate_per_second, key_concurrency: current.key_concurrency, paused: current.paused }
+        ? {
+            max_concurrency: current.max_concurrency,
+            rate_per_second: current.rate_per_second,
+            key_concurrency: current.key_concurrency,
+            paused: current.paused,
+          }
         : { max_concurrency: current.max_concurrency, rate_per_second: current.rate_per_second };
     const max = room < 0 ? 1_000_000 : Math.max(1, Number(current.unfinished_tasks) + room);
-    const r = await api.request('POST', `${path}:configure`, { token, key: freshKey(), body: { expected_revision: current.revision, reason: 'squeeze', max_unfinished_tasks: max, ...limits } });
+    const r = await api.request('POST', `${path}:configure`, {
+      token,
+      key: freshKey(),
+      body: { expected_revision: current.revision, reason: 'squeeze', max_unfinished_tasks: max, ...limits },
+    });
     assert.equal(r.status, 200, `squeeze ${level}: ${r.text}`);
   }
 
@@ -214,7 +243,12 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
    * One request; never 5xx; a refusal is the envelope and changes nothing. Returns the response
    * for the property's own expectations.
    */
-  async function exchange(where: string, operationId: string, body: string | Uint8Array, options: { path?: string; headers?: Record<string, string>; queue?: string } = {}): Promise<TestResponse> {
+  async function exchange(
+    where: string,
+    operationId: string,
+    body: string | Uint8Array,
+    options: { path?: string; headers?: Record<string, string>; queue?: string } = {},
+  ): Promise<TestResponse> {
     const before = await dbFingerprint(t.db);
     last = { fingerprint: before, bulk: operationId === 'submitTasks' ? await bulk.counts(options.queue ?? QUEUE) : null };
     log.clear();
@@ -226,7 +260,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assertNever5xx(response, where, log);
     if (response.status >= 400) {
       assertRefused(response, where, {}, log);
-      assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request (${response.status} ${response.body?.error?.code}) changed the database`);
+      assert.deepEqual(
+        await dbFingerprint(t.db),
+        before,
+        `${where}: a refused request (${response.status} ${response.body?.error?.code}) changed the database`,
+      );
     }
     return response;
   }
@@ -258,7 +296,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
   async function expectScheduleOutcome(where: string, operationId: string, value: JsonObject, response: TestResponse): Promise<void> {
     if (operationId === 'pauseSchedule' || operationId === 'resumeSchedule') {
       assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
-      assert.equal(response.body.error.details?.state, operationId === 'pauseSchedule' ? 'PAUSED' : 'ACTIVE', `${where}: the conflict names the current state: ${response.text.slice(0, 300)}`);
+      assert.equal(
+        response.body.error.details?.state,
+        operationId === 'pauseSchedule' ? 'PAUSED' : 'ACTIVE',
+        `${where}: the conflict names the current state: ${response.text.slice(0, 300)}`,
+      );
       return;
     }
     if (operationId !== 'createSchedule') return;
@@ -271,7 +313,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assert.equal(response.status, 200, `${where}: a valid schedule under a new name: ${response.text.slice(0, 300)}`);
     assertMatchesSpec('createSchedule', 200, response.body);
     const schedule = response.body.data.schedule;
-    assert.deepEqual([schedule.name, schedule.queue, schedule.state, response.body.data.deduplicated], [name, QUEUE, 'ACTIVE', false], `${where}: ${response.text.slice(0, 300)}`);
+    assert.deepEqual(
+      [schedule.name, schedule.queue, schedule.state, response.body.data.deduplicated],
+      [name, QUEUE, 'ACTIVE', false],
+      `${where}: ${response.text.slice(0, 300)}`,
+    );
     assert.deepEqual(schedule.payload, value.payload, `${where}: the schedule's payload differs from the one sent`);
     scheduleNames.add(name);
     await pauseCreated(where, schedule.schedule_id);
@@ -311,7 +357,10 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assert.deepEqual([...OPERATION_IDS].sort(), Object.keys(VALID).sort());
     for (const id of OPERATION_IDS) assert.ok(bodyVerdict(id, VALID[id]).valid, `${id}: the example is not valid per openapi.yaml`);
     // Every item of the bulk example is valid too, and the body limits are what the spec says.
-    assert.deepEqual(bodyVerdict('submitTasks', VALID.submitTasks).items?.map((v) => v.valid), [true, true, true]);
+    assert.deepEqual(
+      bodyVerdict('submitTasks', VALID.submitTasks).items?.map((v) => v.valid),
+      [true, true, true],
+    );
     assert.equal(BULK_LIMIT, 4 * 1024 * 1024, 'submitTasks: x-orbit-max-body-bytes');
     for (const id of OPERATION_IDS) if (id !== 'submitTasks') assert.equal(maxBodyBytes(id), DEFAULT_MAX_BODY_BYTES, `${id}: the default body limit`);
   });
@@ -370,9 +419,55 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
 
   /** A cron the spec takes (croner reads five or six fields, some never firing), one it does not, fields drawn at random, or anything. */
   const cronExpression = fc.oneof(
-    { weight: 4, arbitrary: fc.constantFrom('0 9 * * 1-5', '*/15 * * * *', '0 0 1 1 *', '30 2 * * 0', '0 0 29 2 *', '0 0 30 2 *', '0 */5 * * * *', '59 59 23 31 12 *', '0 0 31 * 1#5', '? ? ? ? ?', ' 0 9 * * * ', '0\t9 * * *', '0  9   * * *', '0 9 * * MON-FRI', '0 9 * JAN *') },
-    { weight: 2, arbitrary: fc.constantFrom('61 * * * *', '* * * *', '* * * * * * *', '0 0 * * 8', '60 * * * * *', 'L * * * *', '@daily', ' ', 'x', '0 25 * * *', '0 9 32 * *', '0 9 * 13 *', '1-0 * * * *', '0 9 * * 1-5 extra words', '*/0 * * * *') },
-    { weight: 2, arbitrary: fc.array(fc.constantFrom('*', '0', '5', '59', '60', '1-5', '*/2', '?', 'L', '#', ',', 'a', '-1', '1,2', 'JAN', 'SUN', '7', '1#2', '5L'), { minLength: 3, maxLength: 7 }).map((fields) => fields.join(' ')) },
+    {
+      weight: 4,
+      arbitrary: fc.constantFrom(
+        '0 9 * * 1-5',
+        '*/15 * * * *',
+        '0 0 1 1 *',
+        '30 2 * * 0',
+        '0 0 29 2 *',
+        '0 0 30 2 *',
+        '0 */5 * * * *',
+        '59 59 23 31 12 *',
+        '0 0 31 * 1#5',
+        '? ? ? ? ?',
+        ' 0 9 * * * ',
+        '0\t9 * * *',
+        '0  9   * * *',
+        '0 9 * * MON-FRI',
+        '0 9 * JAN *',
+      ),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.constantFrom(
+        '61 * * * *',
+        '* * * *',
+        '* * * * * * *',
+        '0 0 * * 8',
+        '60 * * * * *',
+        'L * * * *',
+        '@daily',
+        ' ',
+        'x',
+        '0 25 * * *',
+        '0 9 32 * *',
+        '0 9 * 13 *',
+        '1-0 * * * *',
+        '0 9 * * 1-5 extra words',
+        '*/0 * * * *',
+      ),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .array(fc.constantFrom('*', '0', '5', '59', '60', '1-5', '*/2', '?', 'L', '#', ',', 'a', '-1', '1,2', 'JAN', 'SUN', '7', '1#2', '5L'), {
+          minLength: 3,
+          maxLength: 7,
+        })
+        .map((fields) => fields.join(' ')),
+    },
     { weight: 1, arbitrary: nastyString(40).filter((text) => text.length > 0 && text.length <= 200) },
   );
 
@@ -389,8 +484,26 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
         interval: fc.oneof(fc.constantFrom(1, 59, 3600, 86400, 31536000), fc.integer({ min: 1, max: 31536000 })),
         timezone: fc.option(
           fc.oneof(
-            { weight: 4, arbitrary: fc.constantFrom('UTC', 'utc', 'Europe/Berlin', 'Asia/Shanghai', 'Asia/Kathmandu', 'America/St_Johns', 'Australia/Lord_Howe', 'Etc/GMT+12', 'EST5EDT', 'GMT', 'Europe/berlin') },
-            { weight: 1, arbitrary: fc.constantFrom('Mars/Olympus', 'Etc/GMT+14', '+05:00', 'Z', ' UTC', 'local', 'Europe/Berlin/Mitte', 'Asia/Shanghai\u0000') },
+            {
+              weight: 4,
+              arbitrary: fc.constantFrom(
+                'UTC',
+                'utc',
+                'Europe/Berlin',
+                'Asia/Shanghai',
+                'Asia/Kathmandu',
+                'America/St_Johns',
+                'Australia/Lord_Howe',
+                'Etc/GMT+12',
+                'EST5EDT',
+                'GMT',
+                'Europe/berlin',
+              ),
+            },
+            {
+              weight: 1,
+              arbitrary: fc.constantFrom('Mars/Olympus', 'Etc/GMT+14', '+05:00', 'Z', ' UTC', 'local', 'Europe/Berlin/Mitte', 'Asia/Shanghai\u0000'),
+            },
             { weight: 1, arbitrary: nastyString(20).filter((text) => text.length > 0 && text.length <= 64) },
           ),
           { nil: undefined, freq: 3 },
@@ -436,7 +549,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
           return;
         }
         tally(`200 ${body.cron === undefined ? 'interval' : 'cron'}`);
-        assert.equal(response.status, 200, `${where}: valid per openapi.yaml (also its rules in words) but answered ${response.status}: ${response.text.slice(0, 300)}`);
+        assert.equal(
+          response.status,
+          200,
+          `${where}: valid per openapi.yaml (also its rules in words) but answered ${response.status}: ${response.text.slice(0, 300)}`,
+        );
         assertMatchesSpec('createSchedule', 200, response.body);
         const schedule = response.body.data.schedule;
         scheduleNames.add(body.name as string);
@@ -451,8 +568,15 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
           // start_at itself, or one interval after the creation time when start_at is left out; a start_at in the past
           // starts from the creation time instead."
           const from = startMs !== null && startMs >= createdMs ? startMs : null;
-          const first = body.cron !== undefined ? cronPointFrom(body.cron as string, (body.timezone as string | undefined) ?? 'UTC', from ?? createdMs) : (from ?? createdMs + interval * 1000);
-          assert.equal(schedule.next_fire_at === undefined ? null : Date.parse(schedule.next_fire_at), first, `${where}: the first trigger point (created ${schedule.created_at})`);
+          const first =
+            body.cron !== undefined
+              ? cronPointFrom(body.cron as string, (body.timezone as string | undefined) ?? 'UTC', from ?? createdMs)
+              : (from ?? createdMs + interval * 1000);
+          assert.equal(
+            schedule.next_fire_at === undefined ? null : Date.parse(schedule.next_fire_at),
+            first,
+            `${where}: the first trigger point (created ${schedule.created_at})`,
+          );
           if (body.cron !== undefined) assert.equal(schedule.timezone, (body.timezone as string | undefined) ?? 'UTC', `${where}: timezone`);
         } finally {
           await pauseCreated(where, schedule.schedule_id);
@@ -460,7 +584,12 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
       },
       { numRuns: 250, timeLimitMs: 5_000 },
     );
-    console.log(`# fuzz: schedule trigger outcomes: ${[...outcomes].sort().map(([k, v]) => `${k} ×${v}`).join(', ')}`);
+    console.log(
+      `# fuzz: schedule trigger outcomes: ${[...outcomes]
+        .sort()
+        .map(([k, v]) => `${k} ×${v}`)
+        .join(', ')}`,
+    );
     // The generator reaches every rule and both triggers (else the property proves less than it says).
     for (const outcome of ['200 cron', '200 interval', '400 cron', '400 timezone', '400 start_at']) assert.ok(outcomes.has(outcome), `no run met "${outcome}"`);
   });
@@ -517,9 +646,26 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
         return new Uint8Array(Buffer.concat([text.subarray(0, cut), Buffer.from(bad), text.subarray(cut)]));
       }),
       fc.string({ maxLength: 200, unit: 'binary' }).map((s) => new Uint8Array(Buffer.from(s))),
-      fc.constantFrom('', ' ', 'nul', 'null', 'true', '{', '}', '{"a":1,}', "{'a':1}", '{"a":01}', '{"a":NaN}', '{"a":Infinity}', '[1,]', '{"a":"\\x41"}', '"\\ud800"', '\uFEFF{}').map(
-        (s) => new Uint8Array(Buffer.from(s)),
-      ),
+      fc
+        .constantFrom(
+          '',
+          ' ',
+          'nul',
+          'null',
+          'true',
+          '{',
+          '}',
+          '{"a":1,}',
+          "{'a':1}",
+          '{"a":01}',
+          '{"a":NaN}',
+          '{"a":Infinity}',
+          '[1,]',
+          '{"a":"\\x41"}',
+          '"\\ud800"',
+          '\uFEFF{}',
+        )
+        .map((s) => new Uint8Array(Buffer.from(s))),
     );
     await runProperty(
       'raw non-JSON bodies',
@@ -590,12 +736,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
         const where = `${placement} ${shape} nesting of ${total} levels (${operationId})`;
         const response = await exchange(where, operationId, text, path === undefined ? {} : { path });
         if (total > DEPTH_LIMIT) {
-          assertRefused(
-            response,
-            where,
-            { status: 400, code: 'INVALID_ARGUMENT', location: 'body', field: (f) => f === 'body' || f.startsWith(prefix) },
-            log,
-          );
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body', field: (f) => f === 'body' || f.startsWith(prefix) }, log);
           return;
         }
         const value = JSON.parse(text);
@@ -609,7 +750,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
           // Accepted user data comes back as sent.
           const id = response.body.data.task.task_id as string;
           const stored = (await api.request('GET', `/v1/tasks/${id}`, { token })).body.data;
-          assert.deepEqual(placement === 'payload' ? stored.payload : stored.result, placement === 'payload' ? value.payload : value.result, `${where}: stored user data differs`);
+          assert.deepEqual(
+            placement === 'payload' ? stored.payload : stored.result,
+            placement === 'payload' ? value.payload : value.result,
+            `${where}: stored user data differs`,
+          );
         }
       },
       { numRuns: 100, timeLimitMs: 4_000 },
@@ -627,7 +772,9 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
       fc.record({ literal: fc.constantFrom('1e400', '-1e400', '1E999', '1e-400', '-2.5e-999'), nest: fc.boolean(), batch: fc.boolean() }),
       async ({ literal, nest, batch }) => {
         const payload = nest ? `{"a":[${literal}]}` : `{"a":${literal}}`;
-        const text = batch ? `{"tasks":[{"idempotency_key":"fzu-ok","payload":{}},{"idempotency_key":"fzu-${literal}","payload":${payload}}]}` : `{"payload":${payload}}`;
+        const text = batch
+          ? `{"tasks":[{"idempotency_key":"fzu-ok","payload":{}},{"idempotency_key":"fzu-${literal}","payload":${payload}}]}`
+          : `{"payload":${payload}}`;
         const where = `${batch ? 'bulk item' : 'payload'} with ${literal}`;
         const response = await exchange(where, batch ? 'submitTasks' : 'submitTask', text);
         const named = (f: string) => f === 'body' || f.startsWith(batch ? 'tasks[1].payload' : 'payload');
@@ -823,7 +970,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     test('a chunked body over the limit is refused as soon as the limit is passed (not read to its end first), with 400 body', async () => {
       await runProperty(
         'chunked bodies over the limit',
-        fc.record({ operationId: fc.constantFrom('submitTask', 'submitTasks'), over: fc.integer({ min: 1, max: 3 * DEFAULT_MAX_BODY_BYTES }), chunk: fc.integer({ min: 1024, max: 256 * 1024 }) }),
+        fc.record({
+          operationId: fc.constantFrom('submitTask', 'submitTasks'),
+          over: fc.integer({ min: 1, max: 3 * DEFAULT_MAX_BODY_BYTES }),
+          chunk: fc.integer({ min: 1024, max: 256 * 1024 }),
+        }),
         async ({ operationId, over, chunk }) => {
           const limit = maxBodyBytes(operationId);
           const where = `${operationId}: chunked body of ${limit + over} bytes (limit ${limit}) in ${chunk}-byte chunks, the request left open`;

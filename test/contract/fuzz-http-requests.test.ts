@@ -29,7 +29,18 @@ import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { FUZZ_SEED, LogCapture, assertNever5xx, assertRefused, dbFingerprint, fieldNames, nastyString, runProperty, sendRaw, summarize } from '../helpers/fuzz-common.ts';
+import {
+  FUZZ_SEED,
+  LogCapture,
+  assertNever5xx,
+  assertRefused,
+  dbFingerprint,
+  fieldNames,
+  nastyString,
+  runProperty,
+  sendRaw,
+  summarize,
+} from '../helpers/fuzz-common.ts';
 import { bodyVerdict, parameterVerdict } from '../helpers/fuzz-spec.ts';
 import { operations, type SpecOperation } from './spec-validator.ts';
 import { ALL_ACTIONS } from '../../server/domain/actions.ts';
@@ -68,7 +79,9 @@ const wellFormed = (s: string) => s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|
 
 /** Every UTF-8 byte as %XX, with random hex case. */
 function encodeAll(s: string, upper: boolean[]): string {
-  return [...Buffer.from(s, 'utf8')].map((b, i) => `%${upper[i % Math.max(1, upper.length)] ? b.toString(16).toUpperCase().padStart(2, '0') : b.toString(16).padStart(2, '0')}`).join('');
+  return [...Buffer.from(s, 'utf8')]
+    .map((b, i) => `%${upper[i % Math.max(1, upper.length)] ? b.toString(16).toUpperCase().padStart(2, '0') : b.toString(16).padStart(2, '0')}`)
+    .join('');
 }
 
 /** Usable unencoded in a path segment: the URL parser keeps it a single segment and its decoding is the text itself. */
@@ -132,7 +145,11 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     assertNever5xx(response, where, log);
     if (response.status >= 400) {
       assertRefused(response, where, {}, log);
-      assert.deepEqual(await dbFingerprint(t.db), before, `${where}: a refused request (${response.status} ${response.body?.error?.code}) changed the database`);
+      assert.deepEqual(
+        await dbFingerprint(t.db),
+        before,
+        `${where}: a refused request (${response.status} ${response.body?.error?.code}) changed the database`,
+      );
     }
     return response;
   }
@@ -166,7 +183,11 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', location: 'body' }, log);
       return;
     }
-    const real: Record<string, () => boolean> = { queue: () => QUEUES.includes(value), task_id: () => value === taskId, schedule_id: () => value === scheduleId };
+    const real: Record<string, () => boolean> = {
+      queue: () => QUEUES.includes(value),
+      task_id: () => value === taskId,
+      schedule_id: () => value === scheduleId,
+    };
     assert.ok(real[name], `${op.operationId}: no model of which ${name} exists; add it here`);
     if (!real[name]()) {
       assertRefused(response, where, { status: 404, code: 'NOT_FOUND' }, log);
@@ -178,7 +199,11 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     if (op.operationId === 'getSchedule') assert.equal(response.body.data.schedule_id, value, `${where}: answered for another schedule`);
     if (op.operationId === 'listSchedules') {
       const queues = (response.body.data.schedules as Array<{ queue: string }>).map((x) => x.queue);
-      assert.deepEqual(queues, queues.map(() => value), `${where}: schedules of another queue`);
+      assert.deepEqual(
+        queues,
+        queues.map(() => value),
+        `${where}: schedules of another queue`,
+      );
       assert.equal(queues.length, value === 'fuzz' ? 1 : 0, `${where}: the schedules of the queue`);
     }
   }
@@ -186,7 +211,8 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('every operation with a body has a REFUSED_BODY here, and openapi.yaml refuses each as a whole', () => {
     const withBody = operations.filter((op) => op.requestSchema !== null).map((op) => op.operationId);
     assert.deepEqual(Object.keys(REFUSED_BODY).sort(), [...withBody].sort());
-    for (const id of withBody) assert.equal(bodyVerdict(id, JSON.parse(REFUSED_BODY[id] as string)).valid, false, `${id}: its REFUSED_BODY is valid per openapi.yaml`);
+    for (const id of withBody)
+      assert.equal(bodyVerdict(id, JSON.parse(REFUSED_BODY[id] as string)).valid, false, `${id}: its REFUSED_BODY is valid per openapi.yaml`);
   });
 
   // -------------------------------------------------------------------------------------------
@@ -200,13 +226,39 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     { weight: 3, arbitrary: nastyString(40) },
     { weight: 2, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,62}$/) },
     { weight: 2, arbitrary: fc.stringMatching(/^[0-9a-fA-F]{30,34}$/) },
-    { weight: 2, arbitrary: fc.constantFrom('a:configure', 'fuzz:cancel', 'fuzz/tasks', 'FUZZ', 'fuzz ', ' fuzz', 'fuzz\u0000', 'ｆｕｚｚ', 'fuzz%', '%61', 'a'.repeat(64), 'a'.repeat(5000), 'é', '😀', '..', '.', '') },
+    {
+      weight: 2,
+      arbitrary: fc.constantFrom(
+        'a:configure',
+        'fuzz:cancel',
+        'fuzz/tasks',
+        'FUZZ',
+        'fuzz ',
+        ' fuzz',
+        'fuzz\u0000',
+        'ｆｕｚｚ',
+        'fuzz%',
+        '%61',
+        'a'.repeat(64),
+        'a'.repeat(5000),
+        'é',
+        '😀',
+        '..',
+        '.',
+        '',
+      ),
+    },
   );
 
   test('path parameters: random strings percent-encoded, fully encoded or raw decode exactly once; invalid ones are 400 naming the parameter (location path)', async () => {
     await runProperty(
       'path parameters decoded once',
-      fc.record({ op: fc.constantFrom(...paramOperationIds), raw: parameterValue, mode: fc.constantFrom('component', 'all', 'raw'), upper: fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }) }),
+      fc.record({
+        op: fc.constantFrom(...paramOperationIds),
+        raw: parameterValue,
+        mode: fc.constantFrom('component', 'all', 'raw'),
+        upper: fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }),
+      }),
       async ({ op: id, raw, mode, upper }) => {
         const op = opById(id);
         let value = wellFormed(realValue(raw));
@@ -225,7 +277,13 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('path parameters: double and triple encoding is decoded once (`%2561` is the text `%61`, never `a`)', async () => {
     await runProperty(
       'no double decoding of path parameters',
-      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'), at: fc.nat(), times: fc.integer({ min: 2, max: 3 }), upper: fc.boolean() }),
+      fc.record({
+        op: fc.constantFrom(...paramOperationIds),
+        name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'),
+        at: fc.nat(),
+        times: fc.integer({ min: 2, max: 3 }),
+        upper: fc.boolean(),
+      }),
       async ({ op: id, name, at, times, upper }) => {
         const op = opById(id);
         const value = realValue(name);
@@ -245,7 +303,24 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   });
 
   test('path parameters: malformed escapes and invalid UTF-8 are 400 INVALID_ARGUMENT naming the parameter, on GET, POST and the colon methods', async () => {
-    const malformed = fc.constantFrom('%zz', '%E0%A4%A', '%25zz', '%', '%a', '%G0', '%C0%AF', '%ED%A0%80', '%F4%90%80%80', '%FF', '%80', '%E0%A4', '%F0%9F%98', '%%', '%0', '%u0061');
+    const malformed = fc.constantFrom(
+      '%zz',
+      '%E0%A4%A',
+      '%25zz',
+      '%',
+      '%a',
+      '%G0',
+      '%C0%AF',
+      '%ED%A0%80',
+      '%F4%90%80%80',
+      '%FF',
+      '%80',
+      '%E0%A4',
+      '%F0%9F%98',
+      '%%',
+      '%0',
+      '%u0061',
+    );
     await runProperty(
       'malformed percent escapes in path parameters',
       fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'), bad: malformed, at: fc.nat() }),
@@ -275,7 +350,12 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('malformed escapes outside parameters (in literal segments) are a clean 404 or the route, never 5xx', async () => {
     await runProperty(
       'malformed escapes in literal path segments',
-      fc.record({ path: fc.constantFrom(...specPaths), bad: fc.constantFrom('%zz', '%E0%A4%A', '%', '%C0%AF', '%2F', '%2f', '%00', '%2e'), at: fc.nat(), method: fc.constantFrom('GET', 'POST') }),
+      fc.record({
+        path: fc.constantFrom(...specPaths),
+        bad: fc.constantFrom('%zz', '%E0%A4%A', '%', '%C0%AF', '%2F', '%2f', '%00', '%2e'),
+        at: fc.nat(),
+        method: fc.constantFrom('GET', 'POST'),
+      }),
       async ({ path: template, bad, at, method }) => {
         const concrete = fill(template);
         const i = 1 + (at % (concrete.length - 1));
@@ -310,12 +390,37 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const declared = op.parameters.filter((p) => p.in === 'query').map((p) => p.name);
     return fc.oneof(
       { weight: 4, arbitrary: declared.length > 0 ? fc.constantFrom(...declared) : fc.constant('limit') },
-      { weight: 1, arbitrary: fc.constantFrom('LIMIT', 'Limit', 'cursor ', 'state[]', 'after', 'verbose', 'limit\u0000', 'li%6Dit', '%zz', '', 'a'.repeat(3000)) },
+      {
+        weight: 1,
+        arbitrary: fc.constantFrom('LIMIT', 'Limit', 'cursor ', 'state[]', 'after', 'verbose', 'limit\u0000', 'li%6Dit', '%zz', '', 'a'.repeat(3000)),
+      },
       { weight: 1, arbitrary: nastyString(12) },
     );
   };
   const queryValue = fc.oneof(
-    fc.constantFrom('1', '50', '100', '0', '101', '-1', '01', '+5', ' 5', '5 ', '1e1', '5.0', '0x10', '99999999999999999999', 'WAITING', 'waiting', 'DONE', 'RUNNING', '18446744073709551615', '18446744073709551616', ''),
+    fc.constantFrom(
+      '1',
+      '50',
+      '100',
+      '0',
+      '101',
+      '-1',
+      '01',
+      '+5',
+      ' 5',
+      '5 ',
+      '1e1',
+      '5.0',
+      '0x10',
+      '99999999999999999999',
+      'WAITING',
+      'waiting',
+      'DONE',
+      'RUNNING',
+      '18446744073709551615',
+      '18446744073709551616',
+      '',
+    ),
     fc.constantFrom('%zz', '%E0%A4%A', '%25', '%ED%A0%80', 'a%00b', '%2B5', 'WAIT%49NG'),
     fc.stringMatching(/^[A-Za-z0-9_-]{1,40}$/),
     fc.string({ maxLength: 40 }).map((s) => Buffer.from(JSON.stringify([s])).toString('base64url')),
@@ -356,7 +461,12 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const invalid = verdicts.filter(([, v]) => v === false).map(([n]) => n);
         const maybe = verdicts.filter(([, v]) => v === 'maybe').map(([n]) => n);
         if (invalid.length > 0) {
-          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: [...invalid, ...maybe].flatMap(queryFieldNames), location: 'query' }, log);
+          assertRefused(
+            response,
+            where,
+            { status: 400, code: 'INVALID_ARGUMENT', field: [...invalid, ...maybe].flatMap(queryFieldNames), location: 'query' },
+            log,
+          );
         } else if (maybe.length > 0 && response.status !== 200) {
           assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: maybe, location: 'query' }, log);
         } else {
@@ -373,7 +483,15 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
 
   /** Latin-1 text without NUL, CR, LF: what a header value can carry. */
   const headerText = (maxLength: number) =>
-    fc.string({ maxLength, unit: fc.oneof(fc.integer({ min: 0x20, max: 0x7e }), fc.integer({ min: 0x01, max: 0xff }).filter((c) => c !== 0x0a && c !== 0x0d)).map((c) => String.fromCharCode(c)) });
+    fc.string({
+      maxLength,
+      unit: fc
+        .oneof(
+          fc.integer({ min: 0x20, max: 0x7e }),
+          fc.integer({ min: 0x01, max: 0xff }).filter((c) => c !== 0x0a && c !== 0x0d),
+        )
+        .map((c) => String.fromCharCode(c)),
+    });
 
   test('Authorization: garbage, valid-looking tokens, wrong secrets, very long, scheme variants - 401 in the envelope unless it is exactly the credential', async () => {
     const secretLike = fc.stringMatching(/^[A-Za-z0-9_-]{43}$/);
@@ -392,7 +510,14 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const separator = fc.constantFrom(' ', '  ', '\t', '', ' \t ');
     await runProperty(
       'Authorization header',
-      fc.record({ absent: fc.constantFrom(false, false, false, false, true), scheme, separator, token: tokenVariant, trailing: fc.constantFrom('', ' ', '\t', ' x'), write: fc.constantFrom(false, true, 'bulk' as const) }),
+      fc.record({
+        absent: fc.constantFrom(false, false, false, false, true),
+        scheme,
+        separator,
+        token: tokenVariant,
+        trailing: fc.constantFrom('', ' ', '\t', ' x'),
+        write: fc.constantFrom(false, true, 'bulk' as const),
+      }),
       async ({ absent, scheme: s, separator: sep, token: variant, trailing, write }) => {
         const [prefix, idHex, secret] = /^orbit_([0-9a-f]{32})_(.*)$/.exec(token) as unknown as [string, string, string];
         void prefix;
@@ -415,17 +540,32 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const headers: Record<string, string> = absent ? {} : { Authorization: header };
         const response =
           write === 'bulk'
-            ? await exchange(where, 'POST', '/v1/queues/fuzz/tasks:batch', { ...headers, 'Content-Type': 'application/json' }, JSON.stringify({ tasks: [{ idempotency_key: freshKey(), payload: { auth: true } }] }))
+            ? await exchange(
+                where,
+                'POST',
+                '/v1/queues/fuzz/tasks:batch',
+                { ...headers, 'Content-Type': 'application/json' },
+                JSON.stringify({ tasks: [{ idempotency_key: freshKey(), payload: { auth: true } }] }),
+              )
             : write
-              ? await exchange(where, 'POST', '/v1/queues/fuzz/tasks', { ...headers, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() }, '{"payload":{"auth":true}}')
+              ? await exchange(
+                  where,
+                  'POST',
+                  '/v1/queues/fuzz/tasks',
+                  { ...headers, 'Content-Type': 'application/json', 'Idempotency-Key': freshKey() },
+                  '{"payload":{"auth":true}}',
+                )
               : await exchange(where, 'GET', '/v1/application/resources', headers);
         if (valid) {
           assert.equal(response.status, 200, `${where}: the real credential was refused: ${response.text.slice(0, 300)}`);
           if (write === 'bulk') assert.equal(response.body.data.results[0].status, 'accepted', `${where}: ${response.text.slice(0, 300)}`);
-        }
-        else {
+        } else {
           assertRefused(response, where, { status: 401, code: 'UNAUTHENTICATED' }, log);
-          assert.doesNotMatch(response.body.error.message, /revoked|expired|disabled/, `${where}: a 401 without the right secret must not say why the credential is not valid`);
+          assert.doesNotMatch(
+            response.body.error.message,
+            /revoked|expired|disabled/,
+            `${where}: a 401 without the right secret must not say why the credential is not valid`,
+          );
         }
       },
       { numRuns: 400, timeLimitMs: 5_000 },
@@ -435,7 +575,20 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('Content-Type variants: application/json (any case, optional charset=utf-8) reaches the body check; anything else is 400 naming Content-Type', async () => {
     const type = fc.constantFrom('application', 'APPLICATION', 'Application', 'text', 'multipart', '');
     const subtype = fc.constantFrom('json', 'JSON', 'Json', 'jsonx', 'json-seq', 'x-www-form-urlencoded', 'vnd.api+json', 'problem+json', '*', 'plain', '');
-    const parameter = fc.constantFrom('', ';charset=utf-8', '; charset=utf-8', ' ; charset=UTF-8', '; CHARSET=utf-8', '; charset=latin1', '; charset=utf8', '; charset="utf-8"', '; foo=bar', '; charset=utf-8; foo=bar', ';', '; charset=utf-8,text/plain');
+    const parameter = fc.constantFrom(
+      '',
+      ';charset=utf-8',
+      '; charset=utf-8',
+      ' ; charset=UTF-8',
+      '; CHARSET=utf-8',
+      '; charset=latin1',
+      '; charset=utf8',
+      '; charset="utf-8"',
+      '; foo=bar',
+      '; charset=utf-8; foo=bar',
+      ';',
+      '; charset=utf-8,text/plain',
+    );
     await runProperty(
       'Content-Type header',
       fc.record({ type, subtype, parameter, pad: fc.constantFrom('', ' ', '\t'), absent: fc.constantFrom(false, false, false, false, true) }),
@@ -457,11 +610,13 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   });
 
   test('Idempotency-Key of 0..200 characters with spaces, control and non-ASCII characters: 1-128 of [!-~] or 400 naming the header', async () => {
-    const unit = fc.oneof(
-      { weight: 8, arbitrary: fc.integer({ min: 0x21, max: 0x7e }) },
-      { weight: 1, arbitrary: fc.constantFrom(0x20, 0x09, 0x01, 0x1f, 0x7f, 0x0b, 0x0c) },
-      { weight: 1, arbitrary: fc.integer({ min: 0x80, max: 0xff }) },
-    ).map((c) => String.fromCharCode(c));
+    const unit = fc
+      .oneof(
+        { weight: 8, arbitrary: fc.integer({ min: 0x21, max: 0x7e }) },
+        { weight: 1, arbitrary: fc.constantFrom(0x20, 0x09, 0x01, 0x1f, 0x7f, 0x0b, 0x0c) },
+        { weight: 1, arbitrary: fc.integer({ min: 0x80, max: 0xff }) },
+      )
+      .map((c) => String.fromCharCode(c));
     const key = fc.oneof(
       fc.string({ unit, minLength: 0, maxLength: 200 }),
       fc.integer({ min: 120, max: 136 }).map((n) => 'k'.repeat(n)),
@@ -489,7 +644,14 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('X-Request-Id from the client is never echoed: every answer carries a fresh 32-hex id, the same in the body and the header', async () => {
     await runProperty(
       'X-Request-Id input',
-      fc.record({ input: fc.oneof(headerText(80), fc.stringMatching(/^[0-9a-f]{32}$/), fc.integer({ min: 100, max: 8000 }).map((n) => 'f'.repeat(n))), request: fc.constantFrom('ok', 'unauthenticated', 'invalid', 'not-found') }),
+      fc.record({
+        input: fc.oneof(
+          headerText(80),
+          fc.stringMatching(/^[0-9a-f]{32}$/),
+          fc.integer({ min: 100, max: 8000 }).map((n) => 'f'.repeat(n)),
+        ),
+        request: fc.constantFrom('ok', 'unauthenticated', 'invalid', 'not-found'),
+      }),
       async ({ input, request }) => {
         const headers: Record<string, string> = { 'X-Request-Id': input };
         if (request !== 'unauthenticated') headers.Authorization = `Bearer ${token}`;
@@ -513,7 +675,15 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   test('a method a known path does not serve is 405 METHOD_NOT_ALLOWED with an Allow header listing the methods served, in the envelope', async () => {
     await runProperty(
       'wrong methods on known paths',
-      fc.record({ template: fc.constantFrom(...specPaths), method: fc.constantFrom(...METHODS), param: fc.oneof(fc.constantFrom('fuzz', 'TASK', 'SCHEDULE', 'q.x'), nastyString(12).map((s) => encodeURIComponent(wellFormed(s)) || 'x'), fc.constantFrom('%zz', '%2561', 'a:b')) }),
+      fc.record({
+        template: fc.constantFrom(...specPaths),
+        method: fc.constantFrom(...METHODS),
+        param: fc.oneof(
+          fc.constantFrom('fuzz', 'TASK', 'SCHEDULE', 'q.x'),
+          nastyString(12).map((s) => encodeURIComponent(wellFormed(s)) || 'x'),
+          fc.constantFrom('%zz', '%2561', 'a:b'),
+        ),
+      }),
       async ({ template, method, param }) => {
         const path = fill(template, realValue(param));
         const served = specMethodsAt(path);
@@ -544,12 +714,16 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
           return;
         }
         assertRefused(response, where, { status: 405, code: 'METHOD_NOT_ALLOWED' }, log);
-        const allow = (response.headers.get('allow') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
+        const allow = (response.headers.get('allow') ?? '')
+          .split(',')
+          .map((m) => m.trim())
+          .filter(Boolean);
         assert.ok(allow.length > 0, `${where}: 405 without an Allow header`);
         for (const m of served) assert.ok(allow.includes(m), `${where}: Allow (${allow.join(', ')}) lacks ${m}`);
         assert.ok(!allow.includes(upper), `${where}: Allow lists the refused method`);
         const details = response.body.error.details as { allow?: string[] } | undefined;
-        if (details?.allow !== undefined) assert.deepEqual([...details.allow].sort(), [...allow].sort(), `${where}: details.allow differs from the Allow header`);
+        if (details?.allow !== undefined)
+          assert.deepEqual([...details.allow].sort(), [...allow].sort(), `${where}: details.allow differs from the Allow header`);
       },
       { numRuns: 400, timeLimitMs: 5_000 },
     );
@@ -559,7 +733,12 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const segment = fc.stringMatching(/^[a-z0-9_-]{1,12}$/);
     await runProperty(
       'unknown paths',
-      fc.record({ segments: fc.array(segment, { minLength: 1, maxLength: 5 }), prefix: fc.constantFrom('/v1/', '/', '/v2/', '/v1/queues/fuzz/', '/v1/tasks/'), trailingSlash: fc.boolean(), method: fc.constantFrom('GET', 'POST', 'DELETE') }),
+      fc.record({
+        segments: fc.array(segment, { minLength: 1, maxLength: 5 }),
+        prefix: fc.constantFrom('/v1/', '/', '/v2/', '/v1/queues/fuzz/', '/v1/tasks/'),
+        trailingSlash: fc.boolean(),
+        method: fc.constantFrom('GET', 'POST', 'DELETE'),
+      }),
       async ({ segments, prefix, trailingSlash, method }) => {
         const path = `${prefix}${segments.join('/')}${trailingSlash ? '/' : ''}`;
         fc.pre(specMethodsAt(path).length === 0);

@@ -27,7 +27,20 @@ import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call } from '../helpers/server-process.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
-import { EXPECTED_DEPTH_LIMIT, FUZZ_SEED, LogCapture, dbFingerprint, documentedDepthLimit, fieldNames, nastyString, nested, runProperty, summarize, type Json, type NestShape } from '../helpers/fuzz-common.ts';
+import {
+  EXPECTED_DEPTH_LIMIT,
+  FUZZ_SEED,
+  LogCapture,
+  dbFingerprint,
+  documentedDepthLimit,
+  fieldNames,
+  nastyString,
+  nested,
+  runProperty,
+  summarize,
+  type Json,
+  type NestShape,
+} from '../helpers/fuzz-common.ts';
 import { mutatedDocument, type Path } from '../helpers/fuzz-mutations.ts';
 import { ASYNCAPI_TEXT, SERVER_FRAME_TYPES, WORKER_FRAME_TYPES, frameVerdict, serverFrameErrors } from '../helpers/fuzz-spec.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
@@ -90,7 +103,10 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
 
   /** The checks every frame from the server gets. */
   function checkServerFrame(where: string, frame: any): void {
-    assert.ok(!(frame?.type === 'error' && frame.code === 'INTERNAL'), `${where}: an INTERNAL error frame: ${JSON.stringify(frame).slice(0, 300)}\n    ${log.last()}`);
+    assert.ok(
+      !(frame?.type === 'error' && frame.code === 'INTERNAL'),
+      `${where}: an INTERNAL error frame: ${JSON.stringify(frame).slice(0, 300)}\n    ${log.last()}`,
+    );
     const errors = serverFrameErrors(frame);
     assert.deepEqual(errors, [], `${where}: the server sent a frame that does not match asyncapi.yaml: ${JSON.stringify(frame).slice(0, 300)}`);
   }
@@ -123,7 +139,8 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
       assert.fail(`${where}: no answer within ${ANSWER_MS} ms (${(error as Error).message.slice(0, 200)})`);
     }
     checkServerFrame(where, answer);
-    if (answer.type === 'error') assert.deepEqual(await dbFingerprint(t.db, FINGERPRINT), before, `${where}: a refused frame (${answer.code}) changed the database`);
+    if (answer.type === 'error')
+      assert.deepEqual(await dbFingerprint(t.db, FINGERPRINT), before, `${where}: a refused frame (${answer.code}) changed the database`);
     return answer;
   }
 
@@ -133,7 +150,10 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
     if (!verdict.valid) {
       assert.equal(answer.type, 'error', `${where}: invalid per asyncapi.yaml but answered ${JSON.stringify(answer).slice(0, 200)}`);
       assert.equal(answer.code, 'INVALID_ARGUMENT', `${where}: ${JSON.stringify(answer).slice(0, 300)}`);
-      assert.ok(verdict.fields.includes(answer.details?.field), `${where}: details.field ${JSON.stringify(answer.details?.field)} is not one the spec objects to (${JSON.stringify(verdict.fields)}): ${JSON.stringify(answer).slice(0, 300)}`);
+      assert.ok(
+        verdict.fields.includes(answer.details?.field),
+        `${where}: details.field ${JSON.stringify(answer.details?.field)} is not one the spec objects to (${JSON.stringify(verdict.fields)}): ${JSON.stringify(answer).slice(0, 300)}`,
+      );
       assert.equal(answer.details?.location, 'frame', `${where}: details.location`);
       return;
     }
@@ -163,9 +183,17 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
       nastyString(16),
       fc.jsonValue({ maxDepth: 2 }),
     );
-    const keys = fc.oneof(fc.constantFrom('type', 'attempt_id', 'claim_id', 'max', 'node_id', 'queues', 'capacity', 'outcome', 'result', 'error', 'retryable', '__proto__'), nastyString(10));
+    const keys = fc.oneof(
+      fc.constantFrom('type', 'attempt_id', 'claim_id', 'max', 'node_id', 'queues', 'capacity', 'outcome', 'result', 'error', 'retryable', '__proto__'),
+      nastyString(10),
+    );
     const frame = fc.oneof(
-      { weight: 3, arbitrary: fc.tuple(fc.option(type, { nil: undefined }), fc.dictionary(keys, fc.jsonValue({ maxDepth: 3 }), { maxKeys: 6 })).map(([ty, rest]) => (ty === undefined ? rest : { ...rest, type: ty })) },
+      {
+        weight: 3,
+        arbitrary: fc
+          .tuple(fc.option(type, { nil: undefined }), fc.dictionary(keys, fc.jsonValue({ maxDepth: 3 }), { maxKeys: 6 }))
+          .map(([ty, rest]) => (ty === undefined ? rest : { ...rest, type: ty })),
+      },
       { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 4, stringUnit: 'binary' }) },
     );
     await runProperty(
@@ -197,7 +225,10 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
           assert.equal(answer.type, 'error', `${where}: a duplicate key was accepted`);
           assert.equal(answer.code, 'INVALID_ARGUMENT', `${where}: ${JSON.stringify(answer).slice(0, 300)}`);
           const names = fieldNames(c.duplicate, 'frame');
-          assert.ok(names.includes(answer.details?.field), `${where}: details.field must name the duplicate key (${JSON.stringify(names)}): ${JSON.stringify(answer).slice(0, 300)}`);
+          assert.ok(
+            names.includes(answer.details?.field),
+            `${where}: details.field must name the duplicate key (${JSON.stringify(names)}): ${JSON.stringify(answer).slice(0, 300)}`,
+          );
         } else expectVerdict(where, JSON.parse(c.text), answer);
         await assertUsable(where);
       },
@@ -209,7 +240,11 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
     await runProperty(
       'deep nesting in frames',
       fc.record({
-        depth: fc.oneof(fc.integer({ min: 1, max: DEPTH_LIMIT + 8 }), fc.integer({ min: DEPTH_LIMIT - 2, max: DEPTH_LIMIT + 2 }), fc.integer({ min: 100, max: 10_000 })),
+        depth: fc.oneof(
+          fc.integer({ min: 1, max: DEPTH_LIMIT + 8 }),
+          fc.integer({ min: DEPTH_LIMIT - 2, max: DEPTH_LIMIT + 2 }),
+          fc.integer({ min: 100, max: 10_000 }),
+        ),
         shape: fc.constantFrom<NestShape>('array', 'object', 'mixed'),
         placement: fc.constantFrom('whole', 'claim-extra', 'complete-result'),
       }),
@@ -223,7 +258,10 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
           text = total < 2 ? '{"type":"claim","claim_id":"d","max":1,"x":1}' : `{"type":"claim","claim_id":"d","max":1,"x":${nested(total - 1, shape)}}`;
           prefix = 'x';
         } else {
-          text = total < 2 ? `{"type":"complete","attempt_id":"${UNKNOWN_ATTEMPT}","outcome":"succeeded","result":1}` : `{"type":"complete","attempt_id":"${UNKNOWN_ATTEMPT}","outcome":"succeeded","result":${nested(total - 1, shape)}}`;
+          text =
+            total < 2
+              ? `{"type":"complete","attempt_id":"${UNKNOWN_ATTEMPT}","outcome":"succeeded","result":1}`
+              : `{"type":"complete","attempt_id":"${UNKNOWN_ATTEMPT}","outcome":"succeeded","result":${nested(total - 1, shape)}}`;
           prefix = 'result';
         }
         const where = `${placement} ${shape} nesting of ${total} levels`;
@@ -251,7 +289,11 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
     });
 
     async function startedAttempt(): Promise<{ attemptId: string; taskId: string }> {
-      const submitted = await call(server.url, 'POST', `/v1/queues/${WORK_QUEUE}/tasks`, { token: tenant.token, key: `fz-task-${++keyCounter}`, body: { payload: { n: keyCounter } } });
+      const submitted = await call(server.url, 'POST', `/v1/queues/${WORK_QUEUE}/tasks`, {
+        token: tenant.token,
+        key: `fz-task-${++keyCounter}`,
+        body: { payload: { n: keyCounter } },
+      });
       assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
       const claimed = await worker.request({ type: 'claim', claim_id: `work-${keyCounter}`, max: 1 }, ANSWER_MS);
       assert.equal(claimed.type, 'claimed', JSON.stringify(claimed));
@@ -266,7 +308,11 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
       await runProperty(
         'deep result in complete',
         fc.record({
-          depth: fc.oneof(fc.integer({ min: 5000, max: 10_000 }), fc.integer({ min: DEPTH_LIMIT - 2, max: DEPTH_LIMIT + 2 }), fc.integer({ min: DEPTH_LIMIT + 3, max: 4999 })),
+          depth: fc.oneof(
+            fc.integer({ min: 5000, max: 10_000 }),
+            fc.integer({ min: DEPTH_LIMIT - 2, max: DEPTH_LIMIT + 2 }),
+            fc.integer({ min: DEPTH_LIMIT + 3, max: 4999 }),
+          ),
           shape: fc.constantFrom<NestShape>('array', 'object', 'mixed'),
           field: fc.constantFrom('result', 'error'),
         }),
@@ -327,9 +373,32 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
 
   test('non-JSON text, binary frames (also holding a valid frame) and invalid UTF-8: INVALID_ARGUMENT naming the frame, or the WebSocket close the protocol requires; never INTERNAL', async () => {
     const input = fc.oneof(
-      fc.record({ kind: fc.constant('text' as const), text: fc.oneof(fc.string({ maxLength: 200, unit: 'binary' }), fc.constantFrom('', ' ', 'nul', '{', '{"type":"claim"', '{"type":"claim",}', "{'type':'claim'}", 'claim', '\ufeff{"type":"claim","claim_id":"x","max":1}', '{"type":"claim","claim_id":"x","max":1} x')) }),
-      fc.record({ kind: fc.constant('binary' as const), bytes: fc.oneof(fc.uint8Array({ maxLength: 200 }), fc.constant(new Uint8Array(Buffer.from(JSON.stringify(VALID_FRAMES.claim))))) }),
-      fc.record({ kind: fc.constant('bad-utf8' as const), bytes: fc.constantFrom([0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0x7b, 0x22, 0xe2, 0x82]).map((b) => new Uint8Array(b)) }),
+      fc.record({
+        kind: fc.constant('text' as const),
+        text: fc.oneof(
+          fc.string({ maxLength: 200, unit: 'binary' }),
+          fc.constantFrom(
+            '',
+            ' ',
+            'nul',
+            '{',
+            '{"type":"claim"',
+            '{"type":"claim",}',
+            "{'type':'claim'}",
+            'claim',
+            '\ufeff{"type":"claim","claim_id":"x","max":1}',
+            '{"type":"claim","claim_id":"x","max":1} x',
+          ),
+        ),
+      }),
+      fc.record({
+        kind: fc.constant('binary' as const),
+        bytes: fc.oneof(fc.uint8Array({ maxLength: 200 }), fc.constant(new Uint8Array(Buffer.from(JSON.stringify(VALID_FRAMES.claim))))),
+      }),
+      fc.record({
+        kind: fc.constant('bad-utf8' as const),
+        bytes: fc.constantFrom([0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0x7b, 0x22, 0xe2, 0x82]).map((b) => new Uint8Array(b)),
+      }),
     );
     await runProperty(
       'non-JSON and binary frames',
@@ -343,10 +412,13 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
           else s.socket.send(Buffer.from(c.bytes), { binary: c.kind === 'binary' });
           const answer = await Promise.race([s.next(() => true, ANSWER_MS), s.closed.then((closed) => ({ closed }))]);
           if ('closed' in answer) {
-            assert.ok(c.kind === 'bad-utf8' && answer.closed.code === 1007, `${where}: the server closed the session (${answer.closed.code} ${answer.closed.reason})`);
+            assert.ok(
+              c.kind === 'bad-utf8' && answer.closed.code === 1007,
+              `${where}: the server closed the session (${answer.closed.code} ${answer.closed.reason})`,
+            );
           } else {
             checkServerFrame(where, answer);
-            let parsed: unknown = undefined;
+            let parsed: unknown;
             let isJson = false;
             if (c.kind === 'text') {
               try {
@@ -439,14 +511,21 @@ describe(`fuzz: worker frames over WebSockets (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nes
             // A valid hello opens the session - unless it names a queue that does not exist.
             const known = ((value as { queues: string[] }).queues ?? []).every((q) => q === EMPTY_QUEUE || q === WORK_QUEUE);
             if (known) assert.equal(answer.type, 'welcome', `${where}: ${JSON.stringify(answer).slice(0, 300)}`);
-            else assert.ok(answer.type === 'error' && answer.code === 'NOT_FOUND', `${where}: a hello naming an unknown queue: ${JSON.stringify(answer).slice(0, 300)}`);
+            else
+              assert.ok(
+                answer.type === 'error' && answer.code === 'NOT_FOUND',
+                `${where}: a hello naming an unknown queue: ${JSON.stringify(answer).slice(0, 300)}`,
+              );
             return;
           }
           assert.equal(answer.type, 'error', `${where}: ${JSON.stringify(answer).slice(0, 300)}`);
           assert.ok(['INVALID_ARGUMENT', 'STATE_CONFLICT'].includes(answer.code), `${where}: ${JSON.stringify(answer).slice(0, 300)}`);
           if (!verdict.valid) {
             assert.equal(answer.code, 'INVALID_ARGUMENT', `${where}: an invalid frame before hello: ${JSON.stringify(answer).slice(0, 300)}`);
-            assert.ok(verdict.fields.includes(answer.details?.field), `${where}: details.field ${JSON.stringify(answer.details?.field)} is not one the spec objects to (${JSON.stringify(verdict.fields)})`);
+            assert.ok(
+              verdict.fields.includes(answer.details?.field),
+              `${where}: details.field ${JSON.stringify(answer.details?.field)} is not one the spec objects to (${JSON.stringify(verdict.fields)})`,
+            );
           }
           assert.deepEqual(await dbFingerprint(t.db, FINGERPRINT_CLOSABLE), before, `${where}: a refused frame changed the database`);
           const welcome = await s.request({ type: 'hello', node_id: 'late-hello', queues: [EMPTY_QUEUE], capacity: 1 }, ANSWER_MS);

@@ -133,7 +133,11 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   async function call(method: string, path: string, options: CallOptions, status: number, code?: string): Promise<TestResponse> {
     const response = await api.request(method, path, options);
     check(method, path, response);
-    assert.equal(response.status, status, `${method} ${path}: expected ${status}${code ? ` ${code}` : ''}, got ${response.status}: ${response.text.slice(0, 500)}`);
+    assert.equal(
+      response.status,
+      status,
+      `${method} ${path}: expected ${status}${code ? ` ${code}` : ''}, got ${response.status}: ${response.text.slice(0, 500)}`,
+    );
     if (code !== undefined) assert.equal(response.body?.error?.code, code, `${method} ${path}: ${response.text.slice(0, 500)}`);
     return response;
   }
@@ -153,8 +157,14 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   }
   /** A daily schedule from 2099 (it never fires here). */
   async function schedule(queueName = 'default', token = admin) {
-    return (await post(`/v1/queues/${queueName}/schedules`, { name: key('sched'), reason: '计划', interval_seconds: 86400, start_at: FAR_START, payload: { n: keyCounter } }, 200, { token }))
-      .body.data.schedule;
+    return (
+      await post(
+        `/v1/queues/${queueName}/schedules`,
+        { name: key('sched'), reason: '计划', interval_seconds: 86400, start_at: FAR_START, payload: { n: keyCounter } },
+        200,
+        { token },
+      )
+    ).body.data.schedule;
   }
 
   before(async () => {
@@ -227,7 +237,13 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   test('application resources: get, configure, replay, conflicts, bad input', async () => {
     const before = await resources();
     assert.equal(before.application_id, owner.applicationId);
-    const body = { expected_revision: before.revision, reason: '合同测试：调整预算', max_unfinished_tasks: 500000, max_concurrency: 5000, rate_per_second: 50000 };
+    const body = {
+      expected_revision: before.revision,
+      reason: '合同测试：调整预算',
+      max_unfinished_tasks: 500000,
+      max_concurrency: 5000,
+      rate_per_second: 50000,
+    };
     const changed = await post('/v1/application/resources:configure', body, 200, { key: 'app-config-1' });
     assert.equal(changed.body.data.deduplicated, false);
     assert.equal(changed.body.data.resources.revision, String(BigInt(before.revision) + 1n));
@@ -361,14 +377,24 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     // A running attempt whose lease expired is how a task reaches NEEDS_REVIEW; the worker path
     // is tested elsewhere, so the state is set directly (both states count as unfinished).
     await t.db.exec("UPDATE orbit_tasks SET state = 'NEEDS_REVIEW' WHERE task_id IN (UNHEX(?), UNHEX(?))", [a.task_id, b.task_id]);
-    const resolved = await post(`/v1/tasks/${a.task_id}:resolve`, { outcome: 'succeeded', reason: '人工核实已完成', result: { invoice: 'INV-1', extra: null } }, 200, {
-      key: 'resolve-a',
-    });
+    const resolved = await post(
+      `/v1/tasks/${a.task_id}:resolve`,
+      { outcome: 'succeeded', reason: '人工核实已完成', result: { invoice: 'INV-1', extra: null } },
+      200,
+      {
+        key: 'resolve-a',
+      },
+    );
     assert.equal(resolved.body.data.task.state, 'SUCCEEDED');
     assert.deepEqual(resolved.body.data.task.result, { invoice: 'INV-1', extra: null });
-    const replay = await post(`/v1/tasks/${a.task_id}:resolve`, { outcome: 'succeeded', reason: '人工核实已完成', result: { invoice: 'INV-1', extra: null } }, 200, {
-      key: 'resolve-a',
-    });
+    const replay = await post(
+      `/v1/tasks/${a.task_id}:resolve`,
+      { outcome: 'succeeded', reason: '人工核实已完成', result: { invoice: 'INV-1', extra: null } },
+      200,
+      {
+        key: 'resolve-a',
+      },
+    );
     assert.equal(replay.body.data.deduplicated, true);
     const retried = await post(`/v1/tasks/${b.task_id}:resolve`, { outcome: 'retry', reason: '重试一次' }, 200);
     assert.equal(retried.body.data.task.state, 'WAITING');
@@ -381,19 +407,40 @@ describe('contract: every operation answers what openapi.yaml says', () => {
 
   test('bulk submit: one result per item, in order - accepted, replayed, conflicting, invalid, a queue full mid-batch - and the errors of the request itself', async () => {
     // No Idempotency-Key header: each item carries its own key.
-    const batch = (queueName: string, tasks: unknown, status = 200, token = admin, code?: string) => call('POST', `/v1/queues/${queueName}/tasks:batch`, { token, body: { tasks } }, status, code);
-    const statuses = (r: TestResponse) => r.body.data.results.map((x: { idempotency_key: string; status: string; error?: { code: string } }) => [x.idempotency_key, x.status, x.error?.code ?? null]);
+    const batch = (queueName: string, tasks: unknown, status = 200, token = admin, code?: string) =>
+      call('POST', `/v1/queues/${queueName}/tasks:batch`, { token, body: { tasks } }, status, code);
+    const statuses = (r: TestResponse) =>
+      r.body.data.results.map((x: { idempotency_key: string; status: string; error?: { code: string } }) => [
+        x.idempotency_key,
+        x.status,
+        x.error?.code ?? null,
+      ]);
     const items = [
       { idempotency_key: 'bulk-1', payload: { n: 1, lines: [{ sku: 'A', qty: 1 }] }, priority: 7, resource_key: 'customer-7' },
       { idempotency_key: 'bulk-2', payload: { n: 2 }, on_unknown_outcome: 'review', max_attempts: 1, deadline_seconds: 3600, delay_seconds: 5 },
     ];
     const first = await batch('orders', items);
-    assert.deepEqual(statuses(first), [['bulk-1', 'accepted', null], ['bulk-2', 'accepted', null]]);
+    assert.deepEqual(statuses(first), [
+      ['bulk-1', 'accepted', null],
+      ['bulk-2', 'accepted', null],
+    ]);
     assert.deepEqual([first.body.data.accepted, first.body.data.replayed, first.body.data.refused], [2, 0, 0]);
     const [one, two] = first.body.data.results.map((x: { task: Record<string, any> }) => x.task);
-    assert.deepEqual([one.queue, one.state, one.priority, one.resource_key, one.max_attempts, one.on_unknown_outcome], ['orders', 'WAITING', 7, 'customer-7', 3, 'retry']);
+    assert.deepEqual(
+      [one.queue, one.state, one.priority, one.resource_key, one.max_attempts, one.on_unknown_outcome],
+      ['orders', 'WAITING', 7, 'customer-7', 3, 'retry'],
+    );
     assert.deepEqual(one.payload, items[0]?.payload);
-    assert.deepEqual([two.priority, two.max_attempts, two.on_unknown_outcome, Date.parse(two.available_at) - Date.parse(two.created_at), Date.parse(two.deadline_at) - Date.parse(two.created_at)], [5, 1, 'review', 5000, 3_600_000]);
+    assert.deepEqual(
+      [
+        two.priority,
+        two.max_attempts,
+        two.on_unknown_outcome,
+        Date.parse(two.available_at) - Date.parse(two.created_at),
+        Date.parse(two.deadline_at) - Date.parse(two.created_at),
+      ],
+      [5, 1, 'review', 5000, 3_600_000],
+    );
     assert.deepEqual((await get(`/v1/tasks/${one.task_id}`)).body.data, one);
 
     const again = await batch('orders', [
@@ -413,25 +460,47 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.deepEqual([again.body.data.accepted, again.body.data.replayed, again.body.data.refused], [0, 1, 4]);
     assert.equal(again.body.data.results[0].task.task_id, one.task_id);
     assert.deepEqual(
-      again.body.data.results.slice(2).map((x: { error: { details: { field: string; location: string } } }) => [x.error.details.field, x.error.details.location]),
-      [['tasks[2].priority', 'body'], ['tasks[3].delay_seconds', 'body'], ['tasks[4].idempotency_key', 'body']],
+      again.body.data.results
+        .slice(2)
+        .map((x: { error: { details: { field: string; location: string } } }) => [x.error.details.field, x.error.details.location]),
+      [
+        ['tasks[2].priority', 'body'],
+        ['tasks[3].delay_seconds', 'body'],
+        ['tasks[4].idempotency_key', 'body'],
+      ],
     );
     // The same key and content sent singly is the same submission (defaults filled in).
-    const single = await post('/v1/queues/orders/tasks', { payload: items[0]?.payload, priority: 7, resource_key: 'customer-7', max_attempts: 3 }, 200, { key: 'bulk-1' });
+    const single = await post('/v1/queues/orders/tasks', { payload: items[0]?.payload, priority: 7, resource_key: 'customer-7', max_attempts: 3 }, 200, {
+      key: 'bulk-1',
+    });
     assert.equal(single.body.data.deduplicated, true);
     assert.equal(single.body.data.task.task_id, one.task_id);
 
     // The queue fills in the middle: the items before stay accepted, it and the ones after are QUEUE_FULL.
     await post('/v1/queues', { name: 'bulk-tiny', reason: '批量容量', max_unfinished_tasks: 2 }, 200);
-    const full = await batch('bulk-tiny', [1, 2, 3, 4].map((i) => ({ idempotency_key: `bulk-tiny-${i}`, payload: { i } })));
-    assert.deepEqual(statuses(full), [['bulk-tiny-1', 'accepted', null], ['bulk-tiny-2', 'accepted', null], ['bulk-tiny-3', 'refused', 'QUEUE_FULL'], ['bulk-tiny-4', 'refused', 'QUEUE_FULL']]);
+    const full = await batch(
+      'bulk-tiny',
+      [1, 2, 3, 4].map((i) => ({ idempotency_key: `bulk-tiny-${i}`, payload: { i } })),
+    );
+    assert.deepEqual(statuses(full), [
+      ['bulk-tiny-1', 'accepted', null],
+      ['bulk-tiny-2', 'accepted', null],
+      ['bulk-tiny-3', 'refused', 'QUEUE_FULL'],
+      ['bulk-tiny-4', 'refused', 'QUEUE_FULL'],
+    ]);
     assert.deepEqual(full.body.data.results[2].error.details, { level: 'queue', queue: 'bulk-tiny', limit: 'max_unfinished_tasks' });
     assert.equal((await queue('bulk-tiny')).unfinished_tasks, '2');
 
     // The request itself: refused as a whole only when the body is invalid, the queue unknown or out of scope.
     const empty = await batch('orders', [], 400, admin, 'INVALID_ARGUMENT');
     assert.deepEqual([empty.body.error.details.field, empty.body.error.details.location], ['tasks', 'body']);
-    const tooMany = await batch('orders', Array.from({ length: 1001 }, (_, i) => ({ idempotency_key: `many-${i}`, payload: {} })), 400, admin, 'INVALID_ARGUMENT');
+    const tooMany = await batch(
+      'orders',
+      Array.from({ length: 1001 }, (_, i) => ({ idempotency_key: `many-${i}`, payload: {} })),
+      400,
+      admin,
+      'INVALID_ARGUMENT',
+    );
     assert.equal(tooMany.body.error.details.field, 'tasks');
     const notObject = await batch('orders', [{ idempotency_key: 'x', payload: {} }, 'x'], 400, admin, 'INVALID_ARGUMENT');
     assert.equal(notObject.body.error.details.field, 'tasks[1]');
@@ -491,10 +560,25 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const s = created.body.data.schedule;
     assert.match(s.schedule_id, HEX32);
     assert.deepEqual(
-      [s.queue, s.namespace, s.name, s.cron, s.interval_seconds, s.timezone, s.priority, s.resource_key, s.max_attempts, s.deadline_seconds, s.on_unknown_outcome],
+      [
+        s.queue,
+        s.namespace,
+        s.name,
+        s.cron,
+        s.interval_seconds,
+        s.timezone,
+        s.priority,
+        s.resource_key,
+        s.max_attempts,
+        s.deadline_seconds,
+        s.on_unknown_outcome,
+      ],
       ['orders', owner.namespace, 'nightly-report', '0 2 * * *', undefined, 'Asia/Shanghai', 7, 'customer-7', 5, 3600, 'review'],
     );
-    assert.deepEqual([s.misfire_policy, s.misfire_window_seconds, s.state, s.fired, s.skipped_misfire, s.deferred_full, s.last_fire_at], ['fire_once', 300, 'ACTIVE', '0', '0', '0', undefined]);
+    assert.deepEqual(
+      [s.misfire_policy, s.misfire_window_seconds, s.state, s.fired, s.skipped_misfire, s.deferred_full, s.last_fire_at],
+      ['fire_once', 300, 'ACTIVE', '0', '0', '0', undefined],
+    );
     assert.deepEqual(s.payload, nightly.payload);
     // start_at in UTC, and the first point at or after it: 02:00 in Shanghai is 18:00 UTC the day before.
     assert.equal(s.start_at, '2098-12-31T16:00:00.000Z');
@@ -511,7 +595,18 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     // An interval schedule with the defaults: "for an interval, ... one interval after the creation time when start_at is left out".
     const h = (await post('/v1/queues/orders/schedules', { name: 'hourly', reason: '每小时', interval_seconds: 3600, payload: {} }, 200)).body.data.schedule;
     assert.deepEqual(
-      [h.interval_seconds, h.cron, h.timezone, h.priority, h.max_attempts, h.deadline_seconds, h.on_unknown_outcome, h.misfire_window_seconds, h.start_at, h.resource_key],
+      [
+        h.interval_seconds,
+        h.cron,
+        h.timezone,
+        h.priority,
+        h.max_attempts,
+        h.deadline_seconds,
+        h.on_unknown_outcome,
+        h.misfire_window_seconds,
+        h.start_at,
+        h.resource_key,
+      ],
       [3600, undefined, 'UTC', 5, 3, 86400, 'retry', 60, undefined, undefined],
     );
     assert.equal(Date.parse(h.next_fire_at) - Date.parse(h.created_at), 3_600_000);
@@ -551,7 +646,8 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.deepEqual([badId.body.error.details.field, badId.body.error.details.location], ['schedule_id', 'path']);
 
     // Pages of two, followed to the end: every schedule of the queue exactly once, by name.
-    for (const name of ['a-first', 'm-middle', 'z-last']) await post('/v1/queues/orders/schedules', { name, reason: '分页', interval_seconds: 86400, start_at: FAR_START, payload: {} }, 200);
+    for (const name of ['a-first', 'm-middle', 'z-last'])
+      await post('/v1/queues/orders/schedules', { name, reason: '分页', interval_seconds: 86400, start_at: FAR_START, payload: {} }, 200);
     const names: string[] = [];
     let cursor: string | undefined;
     for (let page = 0; page < 10; page++) {
@@ -593,12 +689,22 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     await post(`/v1/schedules/${foreign.schedule_id}:resume`, { reason: 'x' }, 404, { code: 'NOT_FOUND' });
     const badResume = await post(`/v1/schedules/${s.schedule_id.toUpperCase()}:resume`, { reason: 'x' }, 400, { code: 'INVALID_ARGUMENT' });
     assert.deepEqual([badResume.body.error.details.field, badResume.body.error.details.location], ['schedule_id', 'path']);
-    assert.equal((await get(`/v1/schedules/${foreign.schedule_id}`, 200, other.token)).body.data.state, 'ACTIVE', "another application's schedule is untouched");
+    assert.equal(
+      (await get(`/v1/schedules/${foreign.schedule_id}`, 200, other.token)).body.data.state,
+      'ACTIVE',
+      "another application's schedule is untouched",
+    );
 
     // A task made by a schedule: one round of the schedule loop (an orbit-server runs it every
     // 500 ms) after the first point, which for an interval is start_at itself.
     const startAt = new Date(Date.now() + 1500).toISOString();
-    const fires = (await post('/v1/queues/default/schedules', { name: 'fires-once', reason: '触发', interval_seconds: 3600, start_at: startAt, payload: { from: 'schedule' }, priority: 8 }, 200)).body.data.schedule;
+    const fires = (
+      await post(
+        '/v1/queues/default/schedules',
+        { name: 'fires-once', reason: '触发', interval_seconds: 3600, start_at: startAt, payload: { from: 'schedule' }, priority: 8 },
+        200,
+      )
+    ).body.data.schedule;
     assert.equal(fires.next_fire_at, startAt);
     const log = new LogCapture();
     const loop = new ScheduleLoop({ db: t.db, log: log.logger, metrics: api.deps.metrics, intervalMs: 500 });
@@ -610,7 +716,10 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const made = (await get('/v1/queues/default/tasks?limit=100')).body.data.tasks.filter((x: { schedule_id?: string }) => x.schedule_id === fires.schedule_id);
     assert.equal(made.length, 1);
     const task = made[0];
-    assert.deepEqual([task.queue, task.state, task.priority, task.max_attempts, task.on_unknown_outcome, task.scheduled_for], ['default', 'WAITING', 8, 3, 'retry', startAt]);
+    assert.deepEqual(
+      [task.queue, task.state, task.priority, task.max_attempts, task.on_unknown_outcome, task.scheduled_for],
+      ['default', 'WAITING', 8, 3, 'retry', startAt],
+    );
     assert.deepEqual(task.payload, { from: 'schedule' });
     assert.deepEqual((await get(`/v1/tasks/${task.task_id}`)).body.data, task);
     const fired = (await get(`/v1/schedules/${fires.schedule_id}`)).body.data;
@@ -636,7 +745,10 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.ok(all.some((e: { action: string }) => e.action === 'task.cancel'));
     assert.ok(all.some((e: { action: string }) => e.action === 'task.resolve'));
     for (const action of ['schedule.create', 'schedule.pause', 'schedule.resume']) {
-      assert.ok(all.some((e: { action: string; resource_type: string }) => e.action === action && e.resource_type === 'schedule'), `an audit record of ${action} (resource_type schedule)`);
+      assert.ok(
+        all.some((e: { action: string; resource_type: string }) => e.action === action && e.resource_type === 'schedule'),
+        `an audit record of ${action} (resource_type schedule)`,
+      );
     }
     await get('/v1/audit-events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/audit-events?limit=abc', 400, admin, 'INVALID_ARGUMENT');
@@ -646,7 +758,11 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.equal(first.body.data.events.length, 2);
     const rest = await get(`/v1/events?after=${first.body.data.next_after}&limit=100`);
     const sequences = [...first.body.data.events, ...rest.body.data.events].map((e: { sequence: string }) => BigInt(e.sequence));
-    assert.deepEqual(sequences, [...sequences].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0)), 'events in sequence order');
+    assert.deepEqual(
+      sequences,
+      [...sequences].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0)),
+      'events in sequence order',
+    );
     const empty = await get(`/v1/events?after=${rest.body.data.next_after}`);
     assert.deepEqual(empty.body.data.events, []);
     assert.equal(empty.body.data.next_after, rest.body.data.next_after);
@@ -669,7 +785,15 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const bodies: Record<string, unknown> = {
       configureApplicationResources: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1 },
       createQueue: { name: 'never', reason: 'x' },
-      configureQueue: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1, key_concurrency: 1, paused: false },
+      configureQueue: {
+        expected_revision: '1',
+        reason: 'x',
+        max_unfinished_tasks: 1,
+        max_concurrency: 1,
+        rate_per_second: 1,
+        key_concurrency: 1,
+        paused: false,
+      },
       submitTask: { payload: {} },
       submitTasks: { tasks: [{ idempotency_key: 'never', payload: {} }] },
       cancelTask: { reason: 'x' },

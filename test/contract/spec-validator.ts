@@ -158,7 +158,10 @@ function withoutExtensions(schema: unknown): unknown {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(schema as Record<string, unknown>)) {
     if (key.startsWith('x-')) continue;
-    out[key] = key === 'properties' ? Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, withoutExtensions(v)])) : withoutExtensions(value);
+    out[key] =
+      key === 'properties'
+        ? Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, withoutExtensions(v)]))
+        : withoutExtensions(value);
   }
   return out;
 }
@@ -175,7 +178,8 @@ function bulkItemsOf(schema: JsonSchema): SpecOperation['bulkItems'] {
   for (const [name, property] of Object.entries((schema.properties ?? {}) as Record<string, JsonSchema>)) {
     if (property.type !== 'array' || typeof property.description !== 'string') continue;
     const match = /\beach an? `([A-Za-z][A-Za-z0-9]*)`/.exec(property.description);
-    if (match && spec.components.schemas?.[match[1] as string] !== undefined) return { array: name, schemaName: match[1] as string, schema: componentSchema(match[1] as string) };
+    if (match && spec.components.schemas?.[match[1] as string] !== undefined)
+      return { array: name, schemaName: match[1] as string, schema: componentSchema(match[1] as string) };
   }
   return null;
 }
@@ -197,11 +201,16 @@ for (const [path, item] of Object.entries(spec.paths)) {
       const param = deref(p) as { name: string; in: string; required?: boolean; schema: unknown };
       return { name: param.name, in: param.in, required: param.required === true, schema: withoutExtensions(dereference(param.schema)) as JsonSchema };
     });
-    const body = deref(operation.requestBody as Record<string, unknown> | undefined) as ({ content?: Record<string, { schema: unknown }> } & Record<string, unknown>) | undefined;
+    const body = deref(operation.requestBody as Record<string, unknown> | undefined) as
+      | ({ content?: Record<string, { schema: unknown }> } & Record<string, unknown>)
+      | undefined;
     const jsonBody = body?.content?.['application/json']?.schema;
     const requestSchema = jsonBody === undefined ? null : (dereference(jsonBody) as JsonSchema);
     const declaredLimit = body?.[MAX_BODY_BYTES];
-    assert.ok(declaredLimit === undefined || (Number.isSafeInteger(declaredLimit) && (declaredLimit as number) > 0), `${operation.operationId}: ${MAX_BODY_BYTES} must be a positive integer`);
+    assert.ok(
+      declaredLimit === undefined || (Number.isSafeInteger(declaredLimit) && (declaredLimit as number) > 0),
+      `${operation.operationId}: ${MAX_BODY_BYTES} must be a positive integer`,
+    );
     operations.push({
       operationId: operation.operationId,
       method: method.toUpperCase(),
@@ -313,7 +322,10 @@ export function assertHeadersMatchSpec(operationId: string, status: number, head
     assert.ok(value !== null, `${operationId} ${status}: header ${name} is declared in openapi.yaml but missing`);
     if (header.schema !== undefined) {
       const validate = compile(`${operationId} ${response.declaredAs} header ${name}`, header.schema);
-      assert.ok(validate(value), `${operationId} ${status}: header ${name}: ${JSON.stringify(value)} does not match openapi.yaml (${ajv.errorsText(validate.errors)})`);
+      assert.ok(
+        validate(value),
+        `${operationId} ${status}: header ${name}: ${JSON.stringify(value)} does not match openapi.yaml (${ajv.errorsText(validate.errors)})`,
+      );
     }
   }
 }

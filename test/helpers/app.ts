@@ -51,7 +51,7 @@ export async function testApp(db: Database, options: { authCacheMs?: number; adm
     }
     const response = await app.request(path, { method, headers, body });
     const text = await response.text();
-    let parsed: unknown = undefined;
+    let parsed: unknown;
     try {
       parsed = JSON.parse(text);
     } catch {

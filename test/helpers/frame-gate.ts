@@ -71,10 +71,11 @@ export async function frameGate(serverUrl: string, holdType: string): Promise<Fr
   const { port } = http.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
-    held: (count) => new Promise<void>((resolve) => {
-      watchers.push({ count, resolve });
-      notify();
-    }),
+    held: (count) =>
+      new Promise<void>((resolve) => {
+        watchers.push({ count, resolve });
+        notify();
+      }),
     release() {
       holding = false;
       for (const open of waiting.splice(0)) open();

@@ -123,7 +123,11 @@ export class BulkModel {
     const data = response.body.data as { results: Array<Record<string, any>>; accepted: number; replayed: number; refused: number };
     assert.equal(data.results.length, items.length, `${show}: one result per item`);
     const tally = (status: string) => data.results.filter((r) => r.status === status).length;
-    assert.deepEqual([data.accepted, data.replayed, data.refused], [tally('accepted'), tally('replayed'), tally('refused')], `${show}: the tallies are not the counts of the results`);
+    assert.deepEqual(
+      [data.accepted, data.replayed, data.refused],
+      [tally('accepted'), tally('replayed'), tally('refused')],
+      `${show}: the tallies are not the counts of the results`,
+    );
 
     const room = { app: before.appMax - before.appUnfinished, queue: before.queueMax - before.queueUnfinished };
     let accepted = 0;
@@ -172,7 +176,10 @@ export class BulkModel {
     if (!itemVerdict.valid) {
       refusedWith('INVALID_ARGUMENT');
       const details = result.error.details as { field?: unknown; location?: unknown } | undefined;
-      assert.ok(typeof details?.field === 'string' && itemVerdict.fields.includes(details.field), `${at}: details.field must name the offending field, one of ${JSON.stringify(itemVerdict.fields.slice(0, 12))}`);
+      assert.ok(
+        typeof details?.field === 'string' && itemVerdict.fields.includes(details.field),
+        `${at}: details.field must name the offending field, one of ${JSON.stringify(itemVerdict.fields.slice(0, 12))}`,
+      );
       assert.equal(details?.location, 'body', `${at}: details.location`);
       return 0;
     }
@@ -203,9 +210,14 @@ export class BulkModel {
     assert.equal(canonical(task.payload), canonical(item.payload), `${at}: the task's payload is not the item's`);
     for (const field of ['priority', 'max_attempts', 'on_unknown_outcome'] as const) assert.equal(task[field], filled[field], `${at}: task.${field}`);
     assert.equal(task.resource_key ?? null, filled.resource_key, `${at}: task.resource_key`);
-    assert.equal(ms(task.deadline_at) - ms(task.created_at), (filled.deadline_seconds as number) * 1000, `${at}: deadline_at is not created_at + deadline_seconds`);
+    assert.equal(
+      ms(task.deadline_at) - ms(task.created_at),
+      (filled.deadline_seconds as number) * 1000,
+      `${at}: deadline_at is not created_at + deadline_seconds`,
+    );
     assert.equal(ms(task.available_at) - ms(task.created_at), (filled.delay_seconds as number) * 1000, `${at}: available_at is not created_at + delay_seconds`);
-    for (const earlier of results.slice(0, i)) assert.notEqual(earlier.status === 'accepted' ? earlier.task.task_id : null, task.task_id, `${at}: two accepted items share a task`);
+    for (const earlier of results.slice(0, i))
+      assert.notEqual(earlier.status === 'accepted' ? earlier.task.task_id : null, task.task_id, `${at}: two accepted items share a task`);
     this.admitted.set(key as string, { content: sent, taskId: task.task_id as string });
     room.app -= 1;
     room.queue -= 1;
@@ -214,7 +226,12 @@ export class BulkModel {
 
   /** The item results checked so far, by status or refusal code: shows what the fuzzing reached. */
   summary(): string {
-    return [...this.seen.entries()].sort().map(([kind, n]) => `${kind} ${n}`).join(', ') || 'none';
+    return (
+      [...this.seen.entries()]
+        .sort()
+        .map(([kind, n]) => `${kind} ${n}`)
+        .join(', ') || 'none'
+    );
   }
 
   /**
@@ -294,7 +311,9 @@ const itemCase = (depthLimit: number): fc.Arbitrary<{ item: Json; raws: string[]
     {
       // Payloads at the 256 KiB limit (as compact JSON): one byte either side.
       weight: 1,
-      arbitrary: fc.constantFrom(-1, 0, 1, 2).map((delta) => plain(`payload ${262144 + delta} bytes`)({ idempotency_key: `fzbig-${delta}`, payload: padded(262144 + delta) })),
+      arbitrary: fc
+        .constantFrom(-1, 0, 1, 2)
+        .map((delta) => plain(`payload ${262144 + delta} bytes`)({ idempotency_key: `fzbig-${delta}`, payload: padded(262144 + delta) })),
     },
     {
       // Deep user data inside an item: body, tasks, the item and the payload are four levels already.
@@ -312,7 +331,7 @@ const itemCase = (depthLimit: number): fc.Arbitrary<{ item: Json; raws: string[]
 
 /** Writes one item, splicing in raw literals and nesting placeholders. */
 function writeItem(c: { item: Json; raws: string[] }): { text: string; unrepresentable: boolean } {
-  let text = JSON.stringify(c.item);
+  const text = JSON.stringify(c.item);
   const nest = c.raws.find((r) => r.startsWith('NEST:'));
   if (nest) {
     const [, depth, shape] = nest.split(':') as [string, string, 'array' | 'object' | 'mixed'];
@@ -331,10 +350,18 @@ export function hostileBulkBody(options: { depthLimit: number; maxBodyBytes: num
   const item = itemCase(options.depthLimit);
   const few = fc.array(item, { minLength: 1, maxLength: 8 }).map((items) => {
     const written = items.map(writeItem);
-    return { text: `{"tasks":[${written.map((w) => w.text).join(',')}]}`, unrepresentable: written.some((w) => w.unrepresentable), label: `${items.length} item(s): ${items.map((i) => i.kind).join(', ')}` };
+    return {
+      text: `{"tasks":[${written.map((w) => w.text).join(',')}]}`,
+      unrepresentable: written.some((w) => w.unrepresentable),
+      label: `${items.length} item(s): ${items.map((i) => i.kind).join(', ')}`,
+    };
   });
   const many = fc
-    .record({ template: fc.array(item, { minLength: 1, maxLength: 4 }), count: fc.oneof(fc.integer({ min: 50, max: 1001 }), fc.constantFrom(999, 1000, 1001)), spread: fc.integer({ min: 1, max: 60 }) })
+    .record({
+      template: fc.array(item, { minLength: 1, maxLength: 4 }),
+      count: fc.oneof(fc.integer({ min: 50, max: 1001 }), fc.constantFrom(999, 1000, 1001)),
+      spread: fc.integer({ min: 1, max: 60 }),
+    })
     .map(({ template, count, spread }) => {
       const parts: string[] = [];
       let unrepresentable = false;
@@ -352,23 +379,29 @@ export function hostileBulkBody(options: { depthLimit: number; maxBodyBytes: num
         parts.push(w.text);
         length += w.text.length + 1;
       }
-      return { text: `{"tasks":[${parts.join(',')}]}`, unrepresentable, label: `${parts.length} items from ${template.map((t) => t.kind).join(', ')} (keys over ${spread})` };
+      return {
+        text: `{"tasks":[${parts.join(',')}]}`,
+        unrepresentable,
+        label: `${parts.length} items from ${template.map((t) => t.kind).join(', ')} (keys over ${spread})`,
+      };
     });
-  const nearLimit = fc.record({ delta: fc.oneof(fc.integer({ min: -3, max: 3 }), fc.integer({ min: -5000, max: 5000 })), small: fc.integer({ min: 0, max: 3 }) }).map(({ delta, small }) => {
-    // Items whose payload is one byte too large (each refused on its own), then whitespace to the size wanted.
-    const target = options.maxBodyBytes + delta;
-    const big = JSON.stringify({ idempotency_key: 'fzhuge', payload: padded(262145) });
-    const heads = Array.from({ length: small }, (_, i) => JSON.stringify(poolItem(i, 0, 'fznear')));
-    const parts = [...heads];
-    while (`{"tasks":[${[...parts, big].join(',')}]}`.length <= target) parts.push(big);
-    if (parts.length === heads.length) parts.push(big);
-    let text = `{"tasks":[${parts.join(',')}]}`;
-    if (text.length > target) {
-      parts.pop();
-      text = `{"tasks":[${parts.join(',')}]}`;
-    }
-    text = text.slice(0, -1) + ' '.repeat(Math.max(0, target - text.length)) + '}';
-    return { text, unrepresentable: false, label: `${parts.length} items, ${Buffer.byteLength(text)} bytes (limit ${options.maxBodyBytes})` };
-  });
+  const nearLimit = fc
+    .record({ delta: fc.oneof(fc.integer({ min: -3, max: 3 }), fc.integer({ min: -5000, max: 5000 })), small: fc.integer({ min: 0, max: 3 }) })
+    .map(({ delta, small }) => {
+      // Items whose payload is one byte too large (each refused on its own), then whitespace to the size wanted.
+      const target = options.maxBodyBytes + delta;
+      const big = JSON.stringify({ idempotency_key: 'fzhuge', payload: padded(262145) });
+      const heads = Array.from({ length: small }, (_, i) => JSON.stringify(poolItem(i, 0, 'fznear')));
+      const parts = [...heads];
+      while (`{"tasks":[${[...parts, big].join(',')}]}`.length <= target) parts.push(big);
+      if (parts.length === heads.length) parts.push(big);
+      let text = `{"tasks":[${parts.join(',')}]}`;
+      if (text.length > target) {
+        parts.pop();
+        text = `{"tasks":[${parts.join(',')}]}`;
+      }
+      text = text.slice(0, -1) + ' '.repeat(Math.max(0, target - text.length)) + '}';
+      return { text, unrepresentable: false, label: `${parts.length} items, ${Buffer.byteLength(text)} bytes (limit ${options.maxBodyBytes})` };
+    });
   return fc.oneof({ weight: 6, arbitrary: few }, { weight: 2, arbitrary: many }, { weight: 1, arbitrary: nearLimit });
 }

@@ -65,7 +65,12 @@ export interface PropertyOptions {
  * counter-example and the predicate's error (its message carries the server's log line when
  * there was one).
  */
-export async function runProperty<T>(name: string, arbitrary: fc.Arbitrary<T>, predicate: (value: T) => Promise<void>, options: PropertyOptions): Promise<void> {
+export async function runProperty<T>(
+  name: string,
+  arbitrary: fc.Arbitrary<T>,
+  predicate: (value: T) => Promise<void>,
+  options: PropertyOptions,
+): Promise<void> {
   const seed = propertySeed(name);
   const numRuns = Math.max(1, Math.round(options.numRuns * RUNS_SCALE));
   // fc.interruptAfterTimeLimit races the run in progress against the clock and abandons it,
@@ -76,7 +81,13 @@ export async function runProperty<T>(name: string, arbitrary: fc.Arbitrary<T>, p
   const details = await fc.check(
     fc.asyncProperty(arbitrary, async (value) => {
       const run = predicate(value);
-      const current = { value, done: run.then(() => null, (error: unknown) => error ?? new Error('rejected')) };
+      const current = {
+        value,
+        done: run.then(
+          () => null,
+          (error: unknown) => error ?? new Error('rejected'),
+        ),
+      };
       inFlight = current;
       try {
         await run;
@@ -103,7 +114,7 @@ export async function runProperty<T>(name: string, arbitrary: fc.Arbitrary<T>, p
   if (details.failed) {
     const error = details.errorInstance;
     const message = error instanceof Error ? error.message : String(error);
-    const counterexample = details.counterexample ? summarize((details.counterexample as unknown[])[0]) : "(none)";
+    const counterexample = details.counterexample ? summarize((details.counterexample as unknown[])[0]) : '(none)';
     const failure = new Error(
       [
         `property "${name}" failed after ${details.numRuns} run(s), shrunk ${details.numShrinks} time(s)${details.interrupted ? ' (shrinking cut short by the time limit)' : ''}`,
@@ -162,7 +173,9 @@ export async function dbFingerprint(db: Database, options: FingerprintOptions = 
   for (const [table, n] of Object.entries(counts[0] ?? {})) out[`rows ${table}`] = String(n);
   for (const [table, columns] of Object.entries(partial)) {
     const rows = await db.rows<Record<string, unknown>>(`SELECT ${columns.map((c) => `\`${c}\``).join(', ')} FROM \`${table}\` ORDER BY 1`);
-    out[`columns ${table}`] = JSON.stringify(rows, (_k, v) => (typeof v === 'bigint' ? String(v) : v && v.type === 'Buffer' ? Buffer.from(v.data).toString('hex') : v));
+    out[`columns ${table}`] = JSON.stringify(rows, (_k, v) =>
+      typeof v === 'bigint' ? String(v) : v && v.type === 'Buffer' ? Buffer.from(v.data).toString('hex') : v,
+    );
   }
   const quota = await db.rows<Record<string, unknown>>(
     `SELECT 'application' AS level, HEX(application_id) AS id, revision, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
@@ -196,7 +209,6 @@ export async function sendRaw(
   }
   return { status: raw.status, headers: raw.headers, text, body: parsed };
 }
-
 
 /** Error lines of a server log, kept so a 5xx can be reported with its stack. */
 export class LogCapture {
@@ -236,7 +248,8 @@ export interface RefusalExpectation {
   location?: string | readonly string[];
 }
 
-const asList = <T>(v: T | readonly T[] | undefined): readonly T[] | undefined => (v === undefined ? undefined : Array.isArray(v) ? (v as readonly T[]) : [v as T]);
+const asList = <T>(v: T | readonly T[] | undefined): readonly T[] | undefined =>
+  v === undefined ? undefined : Array.isArray(v) ? (v as readonly T[]) : [v as T];
 
 /** Never a 5xx; the message carries the server's log line when there is one. */
 export function assertNever5xx(response: TestResponse, where: string, log?: LogCapture): void {
@@ -273,10 +286,17 @@ export function assertRefused(response: TestResponse, where: string, expect: Ref
     const field = details?.field as string;
     if (expect.field !== undefined) {
       const ok = typeof expect.field === 'function' ? expect.field(field) : (asList(expect.field as string | readonly string[]) ?? []).includes(field);
-      assert.ok(ok, `${show}: error.details.field ${JSON.stringify(field)} is not the offending field (expected ${typeof expect.field === 'function' ? 'a matching field' : JSON.stringify(expect.field)})`);
+      assert.ok(
+        ok,
+        `${show}: error.details.field ${JSON.stringify(field)} is not the offending field (expected ${typeof expect.field === 'function' ? 'a matching field' : JSON.stringify(expect.field)})`,
+      );
     }
     const locations = asList(expect.location);
-    if (locations) assert.ok(locations.includes(details?.location as string), `${show}: error.details.location ${JSON.stringify(details?.location)}, expected ${locations.join(' or ')}`);
+    if (locations)
+      assert.ok(
+        locations.includes(details?.location as string),
+        `${show}: error.details.location ${JSON.stringify(details?.location)}, expected ${locations.join(' or ')}`,
+      );
   }
 }
 

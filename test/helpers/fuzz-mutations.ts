@@ -68,7 +68,11 @@ export const mutation: fc.Arbitrary<Mutation> = fc.oneof(
     .tuple(fc.nat(), fc.oneof(fc.constantFrom('upper', 'first-upper', 'suffix', 'space'), nastyString(16)))
     .map(([pick, name]): Mutation => ({ kind: 'rename', pick, name })),
   fc
-    .tuple(fc.nat(), fc.oneof(fc.constantFrom('payload', 'reason', 'name', 'type', '__proto__', 'constructor', 'expected_revision', 'result'), nastyString(16)), fc.jsonValue({ maxDepth: 2 }))
+    .tuple(
+      fc.nat(),
+      fc.oneof(fc.constantFrom('payload', 'reason', 'name', 'type', '__proto__', 'constructor', 'expected_revision', 'result'), nastyString(16)),
+      fc.jsonValue({ maxDepth: 2 }),
+    )
     .map(([pick, name, value]): Mutation => ({ kind: 'add', pick, name, value: value as Json })),
 );
 
@@ -96,7 +100,15 @@ export function mutate(base: JsonObject, mutations: Mutation[]): { value: Json; 
       if (m.raw !== undefined) raws.push(m.raw);
     } else if (typeof last === 'string') {
       const name =
-        m.name === 'upper' ? last.toUpperCase() : m.name === 'first-upper' ? last.charAt(0).toUpperCase() + last.slice(1) : m.name === 'suffix' ? `${last}_` : m.name === 'space' ? ` ${last}` : m.name;
+        m.name === 'upper'
+          ? last.toUpperCase()
+          : m.name === 'first-upper'
+            ? last.charAt(0).toUpperCase() + last.slice(1)
+            : m.name === 'suffix'
+              ? `${last}_`
+              : m.name === 'space'
+                ? ` ${last}`
+                : m.name;
       const entries = Object.entries(parent).map(([k, v]): [string, Json] => [k === last ? name : k, v]);
       for (const k of Object.keys(parent)) delete parent[k];
       for (const [k, v] of entries) put(parent, k, v);
@@ -109,7 +121,9 @@ export function mutate(base: JsonObject, mutations: Mutation[]): { value: Json; 
 export function withEscapedKeys(value: Json): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value);
   if (Array.isArray(value)) return `[${value.map(withEscapedKeys).join(',')}]`;
-  return `{${Object.entries(value).map(([k, v]) => `${escapedKey(k)}:${withEscapedKeys(v)}`).join(',')}}`;
+  return `{${Object.entries(value)
+    .map(([k, v]) => `${escapedKey(k)}:${withEscapedKeys(v)}`)
+    .join(',')}}`;
 }
 
 /** A number literal that JSON.parse turns into ±Infinity, or into 0 although it is not zero. */
@@ -175,6 +189,12 @@ export function mutatedDocument(valid: Record<string, JsonObject>, maxMutations 
         } else text = JSON.stringify(value);
       } else text = writing === 'escaped-keys' ? withEscapedKeys(value) : JSON.stringify(value);
       const spliced = spliceRaws(text, raws);
-      return { base, text: spliced.text, duplicate, unrepresentable: spliced.unrepresentable, label: `${base} ${writing} ${mutations.map((m) => m.kind).join('+') || 'unchanged'}` };
+      return {
+        base,
+        text: spliced.text,
+        duplicate,
+        unrepresentable: spliced.unrepresentable,
+        label: `${base} ${writing} ${mutations.map((m) => m.kind).join('+') || 'unchanged'}`,
+      };
     });
 }

@@ -16,7 +16,6 @@ export const ASYNCAPI_FILE = fileURLToPath(new URL('../../asyncapi.yaml', import
 export const OPENAPI_TEXT = readFileSync(OPENAPI_FILE, 'utf8');
 export const ASYNCAPI_TEXT = readFileSync(ASYNCAPI_FILE, 'utf8');
 
-
 /** The spellings of the field an Ajv error is about (see `fieldNames`); `within` is where the validated value sits in the document. */
 function errorFields(error: ErrorObject, root: string, within: ReadonlyArray<string | number> = []): string[] {
   const segments: Array<string | number> = [

@@ -22,7 +22,9 @@ export async function createTenant(
   counter += 1;
   const namespace = options.namespace ?? `ns-${counter}`;
   const result = await tenantBootstrap(db, {
-    ...(options.applicationId === undefined ? { applicationName: `app-${process.pid}-${counter}-${Date.now()}` } : { applicationId: Buffer.from(options.applicationId, 'hex') }),
+    ...(options.applicationId === undefined
+      ? { applicationName: `app-${process.pid}-${counter}-${Date.now()}` }
+      : { applicationId: Buffer.from(options.applicationId, 'hex') }),
     namespace,
     environment: 'development',
     queues: options.queues ?? ['default'],

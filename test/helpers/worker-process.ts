@@ -14,7 +14,14 @@ export interface WorkerProcess {
   stop(): Promise<void>;
 }
 
-export function startWorkerProcess(env: { url: string; token: string; queues: string[]; capacity: number; node: string; workMs: [number, number] }): WorkerProcess {
+export function startWorkerProcess(env: {
+  url: string;
+  token: string;
+  queues: string[];
+  capacity: number;
+  node: string;
+  workMs: [number, number];
+}): WorkerProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
     env: {
       ...process.env,

@@ -42,7 +42,15 @@ describe('admission under concurrency, two server processes', () => {
     const response = await call(servers[1]!.url, 'POST', `/v1/queues/${queue}:configure`, {
       token: tenant.token,
       key: `qlimit-${queue}-${max}-${current.body.data.revision}`,
-      body: { expected_revision: current.body.data.revision, reason: 'test', max_unfinished_tasks: max, max_concurrency: 1000, rate_per_second: 10000, key_concurrency: 1, paused: false },
+      body: {
+        expected_revision: current.body.data.revision,
+        reason: 'test',
+        max_unfinished_tasks: max,
+        max_concurrency: 1000,
+        rate_per_second: 10000,
+        key_concurrency: 1,
+        paused: false,
+      },
     });
     assert.equal(response.status, 200);
   }
@@ -52,7 +60,11 @@ describe('admission under concurrency, two server processes', () => {
       for (const queue of tenant === first ? ['a', 'b', 'c'] : ['a', 'b']) {
         const list = await call(servers[0]!.url, 'GET', `/v1/queues/${queue}/tasks?state=WAITING&limit=100`, { token: tenant.token });
         for (const task of list.body.data.tasks) {
-          const r = await call(servers[0]!.url, 'POST', `/v1/tasks/${task.task_id}:cancel`, { token: tenant.token, key: `cleanup-${task.task_id}`, body: { reason: 'cleanup' } });
+          const r = await call(servers[0]!.url, 'POST', `/v1/tasks/${task.task_id}:cancel`, {
+            token: tenant.token,
+            key: `cleanup-${task.task_id}`,
+            body: { reason: 'cleanup' },
+          });
           assert.equal(r.status, 200);
         }
       }
@@ -67,7 +79,11 @@ describe('admission under concurrency, two server processes', () => {
         for (let i = 0; i < perClient; i++) {
           const { tenant, queue } = target(client);
           const server = servers[(client + i) % 2]!;
-          const r = await call(server.url, 'POST', `/v1/queues/${queue}/tasks`, { token: tenant.token, key: `${label}-${client}-${i}`, body: { payload: { client, i } } });
+          const r = await call(server.url, 'POST', `/v1/queues/${queue}/tasks`, {
+            token: tenant.token,
+            key: `${label}-${client}-${i}`,
+            body: { payload: { client, i } },
+          });
           if (r.status === 429) assert.equal(r.headers.get('retry-after'), '1');
           out.push({ status: r.status, code: r.body?.error?.code });
         }
@@ -140,7 +156,11 @@ describe('admission under concurrency, two server processes', () => {
     assert.equal(refused.body.error.code, 'APPLICATION_FULL');
     const receipts = await t.db.rows("SELECT 1 FROM orbit_idempotency_receipts WHERE idempotency_key = 'later'");
     assert.equal(receipts.length, 0);
-    await call(servers[0]!.url, 'POST', `/v1/tasks/${accepted.body.data.task.task_id}:cancel`, { token: first.token, key: 'free-it', body: { reason: 'make room' } });
+    await call(servers[0]!.url, 'POST', `/v1/tasks/${accepted.body.data.task.task_id}:cancel`, {
+      token: first.token,
+      key: 'free-it',
+      body: { reason: 'make room' },
+    });
     const later = await call(servers[0]!.url, 'POST', '/v1/queues/b/tasks', { token: second.token, key: 'later', body: { payload: { y: 1 } } });
     assert.equal(later.status, 200);
     assert.equal(later.body.data.deduplicated, false);
@@ -158,7 +178,7 @@ describe('admission under concurrency, two server processes', () => {
       assert.deepEqual([...new Set(responses.map((r) => r.status))], [200]);
       assert.equal(new Set(responses.map((r) => r.body.data.task.task_id)).size, 1);
       assert.equal(responses.filter((r) => r.body.data.deduplicated === false).length, 1);
-      const tasks = await t.db.rows("SELECT 1 FROM orbit_tasks WHERE idempotency_key = ?", [`burst-${round}`]);
+      const tasks = await t.db.rows('SELECT 1 FROM orbit_tasks WHERE idempotency_key = ?', [`burst-${round}`]);
       assert.equal(tasks.length, 1);
     }
     await cancelAllUnfinished();

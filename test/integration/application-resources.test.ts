@@ -35,7 +35,14 @@ describe('application resources', () => {
   }
 
   function configureBody(revision: string, overrides: Record<string, unknown> = {}) {
-    return { expected_revision: revision, reason: '调整应用资源预算', max_unfinished_tasks: 2000000, max_concurrency: 2000, rate_per_second: 5000, ...overrides };
+    return {
+      expected_revision: revision,
+      reason: '调整应用资源预算',
+      max_unfinished_tasks: 2000000,
+      max_concurrency: 2000,
+      rate_per_second: 5000,
+      ...overrides,
+    };
   }
 
   test('GET shows the defaults, decimal-string counters and the request id', async () => {
@@ -73,7 +80,11 @@ describe('application resources', () => {
     assert.deepEqual(await current(), expected);
 
     // A later change by the other namespace...
-    const later = await api.request('POST', CONFIGURE, { token: second.token, key: 'budget-002', body: configureBody(expected.revision, { max_concurrency: 3000 }) });
+    const later = await api.request('POST', CONFIGURE, {
+      token: second.token,
+      key: 'budget-002',
+      body: configureBody(expected.revision, { max_concurrency: 3000 }),
+    });
     assert.equal(later.status, 200, later.text);
     // ...does not change what the replay of the first returns.
     const replay = await api.request('POST', CONFIGURE, { token: first.token, key: 'budget-001', body: configureBody(before.revision) });
@@ -86,7 +97,11 @@ describe('application resources', () => {
     const before = await current();
     const ok = await api.request('POST', CONFIGURE, { token: first.token, key: 'budget-conflict', body: configureBody(before.revision) });
     assert.equal(ok.status, 200);
-    const conflict = await api.request('POST', CONFIGURE, { token: first.token, key: 'budget-conflict', body: configureBody(before.revision, { rate_per_second: 7 }) });
+    const conflict = await api.request('POST', CONFIGURE, {
+      token: first.token,
+      key: 'budget-conflict',
+      body: configureBody(before.revision, { rate_per_second: 7 }),
+    });
     assert.equal(conflict.status, 409);
     assert.equal(conflict.body.error.code, 'IDEMPOTENCY_CONFLICT');
     assert.deepEqual(await current(), ok.body.data.resources);
@@ -99,7 +114,11 @@ describe('application resources', () => {
     assert.equal(stale.body.error.code, 'STATE_CONFLICT');
     assert.equal(stale.body.error.details.current_revision, before.revision);
     assert.deepEqual(await current(), before);
-    const retried = await api.request('POST', CONFIGURE, { token: first.token, key: 'budget-retry', body: configureBody(before.revision, { max_concurrency: 11 }) });
+    const retried = await api.request('POST', CONFIGURE, {
+      token: first.token,
+      key: 'budget-retry',
+      body: configureBody(before.revision, { max_concurrency: 11 }),
+    });
     assert.equal(retried.status, 200);
     assert.equal(retried.body.data.deduplicated, false);
     assert.equal(retried.body.data.resources.max_concurrency, 11);
@@ -113,7 +132,11 @@ describe('application resources', () => {
     const b = await api.request('POST', CONFIGURE, { token: second.token, key: 'shared-key', body: configureBody(before.revision, { max_concurrency: 100 }) });
     assert.equal(b.status, 409);
     assert.equal(b.body.error.code, 'STATE_CONFLICT');
-    const c = await api.request('POST', CONFIGURE, { token: second.token, key: 'shared-key', body: configureBody(a.body.data.resources.revision, { max_concurrency: 200 }) });
+    const c = await api.request('POST', CONFIGURE, {
+      token: second.token,
+      key: 'shared-key',
+      body: configureBody(a.body.data.resources.revision, { max_concurrency: 200 }),
+    });
     assert.equal(c.status, 200);
     assert.equal(c.body.data.deduplicated, false);
     assert.equal(c.body.data.resources.revision, String(BigInt(before.revision) + 2n));
@@ -145,9 +168,14 @@ describe('application resources', () => {
   test('the same key sent concurrently is applied once; the rest replay it', async () => {
     const before = await current();
     const responses = await Promise.all(
-      Array.from({ length: 10 }, () => api.request('POST', CONFIGURE, { token: first.token, key: 'same-key-burst', body: configureBody(before.revision, { max_concurrency: 4242 }) })),
+      Array.from({ length: 10 }, () =>
+        api.request('POST', CONFIGURE, { token: first.token, key: 'same-key-burst', body: configureBody(before.revision, { max_concurrency: 4242 }) }),
+      ),
     );
-    assert.deepEqual(responses.map((r) => r.status), Array(10).fill(200));
+    assert.deepEqual(
+      responses.map((r) => r.status),
+      Array(10).fill(200),
+    );
     assert.equal(responses.filter((r) => r.body.data.deduplicated === false).length, 1);
     for (const r of responses) assert.deepEqual(r.body.data.resources, responses[0]?.body.data.resources);
     assert.equal((await current()).revision, String(BigInt(before.revision) + 1n));
@@ -166,7 +194,10 @@ describe('application resources', () => {
     assert.equal(record.before.revision, before.revision);
     assert.equal(record.after.revision, change.body.data.resources.revision);
     const firstAudit = await api.request('GET', '/v1/audit-events?limit=100', { token: first.token });
-    assert.equal(firstAudit.body.data.audit_events.some((e: { idempotency_key: string }) => e.idempotency_key === 'audited'), false);
+    assert.equal(
+      firstAudit.body.data.audit_events.some((e: { idempotency_key: string }) => e.idempotency_key === 'audited'),
+      false,
+    );
     const events = await api.request('GET', '/v1/events?after=0&limit=100', { token: second.token });
     const event = events.body.data.events.at(-1);
     assert.equal(event.type, 'application.resources.configured');
@@ -206,7 +237,11 @@ describe('application resources', () => {
       ['调'.repeat(1024), 409],
     ];
     for (const [reason, status] of cases) {
-      const response = await api.request('POST', CONFIGURE, { token: first.token, key: `reason-${reason.length}-${status}-${reason.codePointAt(0)}`, body: configureBody('999999', { reason }) });
+      const response = await api.request('POST', CONFIGURE, {
+        token: first.token,
+        key: `reason-${reason.length}-${status}-${reason.codePointAt(0)}`,
+        body: configureBody('999999', { reason }),
+      });
       assert.equal(response.status, status, `${JSON.stringify(reason.slice(0, 4))}×${reason.length}: ${response.text}`);
       if (status === 400) assert.equal(response.body.error.details.field, 'reason');
     }
@@ -269,13 +304,25 @@ describe('application resources', () => {
     assert.equal((await api.request('GET', GET, {})).status, 401);
 
     const expiring = await createCredential(t.db, first, ['application:resources:read']);
-    await t.db.exec('UPDATE orbit_credentials SET expires_at = NOW(6) - INTERVAL 1 SECOND WHERE credential_id = ?', [Buffer.from(expiring.slice(6, 38), 'hex')]);
+    await t.db.exec('UPDATE orbit_credentials SET expires_at = NOW(6) - INTERVAL 1 SECOND WHERE credential_id = ?', [
+      Buffer.from(expiring.slice(6, 38), 'hex'),
+    ]);
     assert.equal((await api.request('GET', GET, { token: expiring })).status, 401);
 
     const other = await createTenant(t.db, { namespace: 'elsewhere', resourceAccess: true });
     assert.equal((await api.request('GET', GET, { token: other.token })).status, 200);
     const configureOther = async (key: string) =>
-      api.request('POST', CONFIGURE, { token: other.token, key, body: configureBody((await t.db.rows<{ revision: string }>('SELECT revision FROM orbit_application_resources WHERE application_id = ?', [Buffer.from(other.applicationId, 'hex')]))[0]!.revision) });
+      api.request('POST', CONFIGURE, {
+        token: other.token,
+        key,
+        body: configureBody(
+          (
+            await t.db.rows<{ revision: string }>('SELECT revision FROM orbit_application_resources WHERE application_id = ?', [
+              Buffer.from(other.applicationId, 'hex'),
+            ])
+          )[0]!.revision,
+        ),
+      });
     await namespaceSetEnabled(t.db, Buffer.from(other.namespaceId, 'hex'), false);
     // Writes re-check the credential in their own transaction: refused at once, even though
     // this process still holds the authentication in its cache...
@@ -294,6 +341,9 @@ describe('application resources', () => {
     const disabled = await api.request('GET', GET, { token: other.token });
     assert.equal(disabled.status, 401);
     assert.equal(disabled.body.error.code, 'UNAUTHENTICATED');
-    assert.equal((await t.db.rows("SELECT 1 FROM orbit_idempotency_receipts WHERE idempotency_key IN ('after-disable', 'after-app-disable', 'x', 'y')")).length, 0);
+    assert.equal(
+      (await t.db.rows("SELECT 1 FROM orbit_idempotency_receipts WHERE idempotency_key IN ('after-disable', 'after-app-disable', 'x', 'y')")).length,
+      0,
+    );
   });
 });

@@ -29,7 +29,8 @@ describe('bulk submit, two server processes', () => {
   });
 
   const url = (n = 0) => servers[n % servers.length]!.url;
-  const batch = (queue: string, tasks: unknown[], n = 0, token = tenant.token) => call(url(n), 'POST', `/v1/queues/${queue}/tasks:batch`, { token, body: { tasks } });
+  const batch = (queue: string, tasks: unknown[], n = 0, token = tenant.token) =>
+    call(url(n), 'POST', `/v1/queues/${queue}/tasks:batch`, { token, body: { tasks } });
   const items = (prefix: string, count: number, extra: Record<string, unknown> = {}) =>
     Array.from({ length: count }, (_, i) => ({ idempotency_key: `${prefix}-${i}`, payload: { i }, ...extra }));
   async function unfinishedIn(queue: string): Promise<number> {
@@ -44,7 +45,13 @@ describe('bulk submit, two server processes', () => {
     const r = await call(url(), 'POST', '/v1/application/resources:configure', {
       token: tenant.token,
       key: `app-limit-${++runs}`,
-      body: { expected_revision: current.revision, reason: 'test', max_unfinished_tasks: max, max_concurrency: current.max_concurrency, rate_per_second: current.rate_per_second },
+      body: {
+        expected_revision: current.revision,
+        reason: 'test',
+        max_unfinished_tasks: max,
+        max_concurrency: current.max_concurrency,
+        rate_per_second: current.rate_per_second,
+      },
     });
     assert.equal(r.status, 200, JSON.stringify(r.body));
   }
@@ -55,7 +62,10 @@ describe('bulk submit, two server processes', () => {
     assert.equal(r.status, 200, JSON.stringify(r.body));
     const data = r.body.data;
     assert.deepEqual([data.accepted, data.replayed, data.refused], [5, 0, 0]);
-    assert.deepEqual(data.results.map((x: any) => [x.idempotency_key, x.status]), sent.map((s) => [s.idempotency_key, 'accepted']));
+    assert.deepEqual(
+      data.results.map((x: any) => [x.idempotency_key, x.status]),
+      sent.map((s) => [s.idempotency_key, 'accepted']),
+    );
     for (const [i, result] of data.results.entries()) {
       assert.deepEqual(result.task.payload, { i });
       assert.equal(result.task.priority, 7);
@@ -72,7 +82,10 @@ describe('bulk submit, two server processes', () => {
     const before = await unfinishedIn('plain');
     const again = await batch('plain', [...items('replay', 3).slice(0, 2), { idempotency_key: 'replay-2', payload: { changed: true } }], 1);
     assert.equal(again.status, 200);
-    assert.deepEqual(again.body.data.results.map((x: any) => x.status), ['replayed', 'replayed', 'refused']);
+    assert.deepEqual(
+      again.body.data.results.map((x: any) => x.status),
+      ['replayed', 'replayed', 'refused'],
+    );
     assert.equal(again.body.data.results[0].task.task_id, first.body.data.results[0].task.task_id);
     assert.deepEqual(again.body.data.results[0].task.payload, { i: 0 });
     assert.equal(again.body.data.results[2].error.code, 'IDEMPOTENCY_CONFLICT');
@@ -91,7 +104,10 @@ describe('bulk submit, two server processes', () => {
       { idempotency_key: 'twin', payload: { a: 1 } },
       { idempotency_key: 'twin', payload: { a: 2 } },
     ]);
-    assert.deepEqual(twins.body.data.results.map((x: any) => x.status), ['accepted', 'replayed', 'refused']);
+    assert.deepEqual(
+      twins.body.data.results.map((x: any) => x.status),
+      ['accepted', 'replayed', 'refused'],
+    );
     assert.equal(twins.body.data.results[1].task.task_id, twins.body.data.results[0].task.task_id);
     assert.equal(twins.body.data.results[2].error.code, 'IDEMPOTENCY_CONFLICT');
     assert.equal(await unfinishedIn('plain'), before + 2, 'only "solo" and "twin" were new');
@@ -103,7 +119,10 @@ describe('bulk submit, two server processes', () => {
     const sent = items('mid', 6);
     const r = await batch('full', sent, 1);
     assert.equal(r.status, 200);
-    assert.deepEqual(r.body.data.results.map((x: any) => x.status), ['accepted', 'accepted', 'accepted', 'refused', 'refused', 'refused']);
+    assert.deepEqual(
+      r.body.data.results.map((x: any) => x.status),
+      ['accepted', 'accepted', 'accepted', 'refused', 'refused', 'refused'],
+    );
     for (const refused of r.body.data.results.slice(3)) {
       assert.equal(refused.error.code, 'QUEUE_FULL');
       assert.deepEqual(refused.error.details, { level: 'queue', queue: 'full', limit: 'max_unfinished_tasks' });
@@ -114,17 +133,25 @@ describe('bulk submit, two server processes', () => {
     assert.equal(receipts[0]?.n, '3', 'no receipt for a refused item');
     await configureQueue(url(), tenant.token, 'full', { max_unfinished_tasks: 100 });
     const later = await batch('full', sent);
-    assert.deepEqual(later.body.data.results.map((x: any) => x.status), ['replayed', 'replayed', 'replayed', 'accepted', 'accepted', 'accepted']);
+    assert.deepEqual(
+      later.body.data.results.map((x: any) => x.status),
+      ['replayed', 'replayed', 'replayed', 'accepted', 'accepted', 'accepted'],
+    );
     assert.equal(await unfinishedIn('full'), 8);
   });
 
   test('the application fills mid-batch: APPLICATION_FULL for the rest, whatever queue room is left', async () => {
-    const [row] = await t.db.rows<{ n: string }>('SELECT unfinished_tasks AS n FROM orbit_application_resources WHERE application_id = ?', [Buffer.from(tenant.applicationId, 'hex')]);
+    const [row] = await t.db.rows<{ n: string }>('SELECT unfinished_tasks AS n FROM orbit_application_resources WHERE application_id = ?', [
+      Buffer.from(tenant.applicationId, 'hex'),
+    ]);
     const used = Number(row?.n);
     await setApplicationLimit(used + 2);
     try {
       const r = await batch('app', items('appfull', 4));
-      assert.deepEqual(r.body.data.results.map((x: any) => x.status), ['accepted', 'accepted', 'refused', 'refused']);
+      assert.deepEqual(
+        r.body.data.results.map((x: any) => x.status),
+        ['accepted', 'accepted', 'refused', 'refused'],
+      );
       assert.equal(r.body.data.results[2].error.code, 'APPLICATION_FULL');
       assert.deepEqual(r.body.data.results[2].error.details, { level: 'application', limit: 'max_unfinished_tasks' });
       assert.equal(await unfinishedIn('app'), 2);
@@ -144,13 +171,19 @@ describe('bulk submit, two server processes', () => {
     ]);
     assert.equal(r.status, 200, JSON.stringify(r.body));
     const results = r.body.data.results;
-    assert.deepEqual(results.map((x: any) => x.status), ['accepted', 'refused', 'refused', 'refused', 'refused', 'accepted']);
-    assert.deepEqual(results.slice(1, 5).map((x: any) => [x.idempotency_key, x.error.code, x.error.details.field]), [
-      ['bad-1', 'INVALID_ARGUMENT', 'tasks[1].priority'],
-      ['bad-2', 'INVALID_ARGUMENT', 'tasks[2].delay_seconds'],
-      ['', 'INVALID_ARGUMENT', 'tasks[3].idempotency_key'],
-      ['bad-4', 'INVALID_ARGUMENT', 'tasks[4].colour'],
-    ]);
+    assert.deepEqual(
+      results.map((x: any) => x.status),
+      ['accepted', 'refused', 'refused', 'refused', 'refused', 'accepted'],
+    );
+    assert.deepEqual(
+      results.slice(1, 5).map((x: any) => [x.idempotency_key, x.error.code, x.error.details.field]),
+      [
+        ['bad-1', 'INVALID_ARGUMENT', 'tasks[1].priority'],
+        ['bad-2', 'INVALID_ARGUMENT', 'tasks[2].delay_seconds'],
+        ['', 'INVALID_ARGUMENT', 'tasks[3].idempotency_key'],
+        ['bad-4', 'INVALID_ARGUMENT', 'tasks[4].colour'],
+      ],
+    );
     assert.equal(await unfinishedIn('bad'), 2);
   });
 
@@ -189,7 +222,9 @@ describe('bulk submit, two server processes', () => {
     await configureQueue(url(), tenant.token, 'race', { max_unfinished_tasks: limit });
     const requests = [
       ...Array.from({ length: 8 }, (_, b) => batch('race', items(`race-b${b}`, 40), b)),
-      ...Array.from({ length: 60 }, (_, i) => call(url(i), 'POST', '/v1/queues/race/tasks', { token: tenant.token, key: `race-s${i}`, body: { payload: { i } } })),
+      ...Array.from({ length: 60 }, (_, i) =>
+        call(url(i), 'POST', '/v1/queues/race/tasks', { token: tenant.token, key: `race-s${i}`, body: { payload: { i } } }),
+      ),
     ];
     const answers = await Promise.all(requests);
     let accepted = 0;
@@ -201,7 +236,11 @@ describe('bulk submit, two server processes', () => {
       // Within a batch, once the queue is full nothing after it is accepted.
       const statuses: string[] = a.body.data.results.map((x: any) => x.status);
       const firstRefused = statuses.indexOf('refused');
-      if (firstRefused !== -1) assert.ok(statuses.slice(firstRefused).every((s) => s === 'refused'), statuses.join(','));
+      if (firstRefused !== -1)
+        assert.ok(
+          statuses.slice(firstRefused).every((s) => s === 'refused'),
+          statuses.join(','),
+        );
     }
     for (const a of answers.slice(8)) {
       if (a.status === 200) accepted += 1;

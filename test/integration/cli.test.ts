@@ -64,7 +64,11 @@ describe('orbit-admin --help', () => {
   test('COMMAND --help, COMMAND -h and help COMMAND print that command usage only, for every command and subcommand', async () => {
     for (const command of commands) {
       const words = command.split(' ');
-      const forms = [[...words, '--help'], [...words, '-h'], ['help', ...words]];
+      const forms = [
+        [...words, '--help'],
+        [...words, '-h'],
+        ['help', ...words],
+      ];
       // Help wins over anything else on the line, also over what would be an error.
       forms.push([...words, '--no-such-flag', '--help']);
       const outputs = new Set<string>();
@@ -80,7 +84,11 @@ describe('orbit-admin --help', () => {
   });
 
   test('a command group with --help lists its subcommands', async () => {
-    for (const [group, subs] of [['credential', ['create', 'revoke']], ['application', ['enable', 'disable']], ['namespace', ['enable', 'disable']]] as const) {
+    for (const [group, subs] of [
+      ['credential', ['create', 'revoke']],
+      ['application', ['enable', 'disable']],
+      ['namespace', ['enable', 'disable']],
+    ] as const) {
       const result = await admin([group, '--help'], env);
       assert.equal(result.code, 0);
       assert.equal(result.stderr, '');
@@ -105,10 +113,19 @@ describe('orbit-admin wrong arguments', () => {
     [['migrate', '-x'], "unknown option '-x' (see orbit-admin migrate --help)"],
     [['migrate', 'now'], "unexpected argument 'now' (see orbit-admin migrate --help)"],
     [['bootstrap', '--colour'], "unknown option '--colour' (see orbit-admin bootstrap --help)"],
-    [['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'development', '--queue', 'q'], '--output is required (see orbit-admin bootstrap --help)'],
+    [
+      ['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'development', '--queue', 'q'],
+      '--output is required (see orbit-admin bootstrap --help)',
+    ],
     [['bootstrap', '--application', 'a', '--namespace', 'n', '--queue', 'q', '--output', 'f'], '--environment is required (see orbit-admin bootstrap --help)'],
-    [['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'dev', '--queue', 'q', '--output', 'f'], '--environment must be one of development, staging, production (see orbit-admin bootstrap --help)'],
-    [['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'development', '--output', 'f'], '--queue is required (see orbit-admin bootstrap --help)'],
+    [
+      ['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'dev', '--queue', 'q', '--output', 'f'],
+      '--environment must be one of development, staging, production (see orbit-admin bootstrap --help)',
+    ],
+    [
+      ['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'development', '--output', 'f'],
+      '--queue is required (see orbit-admin bootstrap --help)',
+    ],
     [['bootstrap', '--namespace', 'n'], 'give exactly one of --application NAME or --application-id ID (see orbit-admin bootstrap --help)'],
     [['bootstrap', '--resource-access=yes'], "option '--resource-access' takes no value (see orbit-admin bootstrap --help)"],
     [['bootstrap', '--application', 'a', '--application', 'b'], "option '--application' is given more than once (see orbit-admin bootstrap --help)"],
@@ -123,7 +140,10 @@ describe('orbit-admin wrong arguments', () => {
     [['credential', 'create', '--namespace-id', HEX, '--output', 'f', '--bogus'], "unknown option '--bogus' (see orbit-admin credential create --help)"],
     [['credential', 'create', '--namespace-id', HEX], '--output is required (see orbit-admin credential create --help)'],
     [['credential', 'create', '--namespace-id', HEX, '--output', '--queue', 'q'], "option '--output' needs a value (see orbit-admin credential create --help)"],
-    [['credential', 'create', '--namespace-id', HEX, '--output', 'f', '--action', 'tasks:fly'], '--action tasks:fly: unknown action (see orbit-admin credential create --help)'],
+    [
+      ['credential', 'create', '--namespace-id', HEX, '--output', 'f', '--action', 'tasks:fly'],
+      '--action tasks:fly: unknown action (see orbit-admin credential create --help)',
+    ],
     [['credential', 'revoke'], '--credential-id is required (see orbit-admin credential revoke --help)'],
     [['credential', 'revoke', '--credential-id'], "option '--credential-id' needs a value (see orbit-admin credential revoke --help)"],
     [['credential', 'revoke', '--credential-id', HEX, 'extra'], "unexpected argument 'extra' (see orbit-admin credential revoke --help)"],
@@ -143,7 +163,12 @@ describe('orbit-admin wrong arguments', () => {
   });
 
   test('a bad ORBIT_DATABASE_URL is one line naming it, its password redacted, exit 2', async () => {
-    for (const url of ['mysql://admin:hunter2@db.example:3306/', 'postgres://admin:hunter2@db.example/orbit', 'admin:hunter2@db.example/orbit', 'mysql://admin:hunter2@db.example/orbit-prod']) {
+    for (const url of [
+      'mysql://admin:hunter2@db.example:3306/',
+      'postgres://admin:hunter2@db.example/orbit',
+      'admin:hunter2@db.example/orbit',
+      'mysql://admin:hunter2@db.example/orbit-prod',
+    ]) {
       const result = await admin(['credential', 'revoke', '--credential-id', HEX], { ORBIT_DATABASE_URL: url });
       assert.doesNotMatch(result.stdout + result.stderr, /hunter2/);
       assertUsageFailure(
@@ -194,8 +219,16 @@ describe('orbit-server arguments and environment', () => {
       ['ORBIT_LISTEN', ':8080', 'must be host:port with a port from 0 to 65535, got ":8080"'],
       ['ORBIT_LISTEN', '[not-ipv6]:8080', 'must be host:port with a port from 0 to 65535, got "[not-ipv6]:8080"'],
       ['ORBIT_LISTEN', '127.0.0.1:80x', 'must be host:port with a port from 0 to 65535, got "127.0.0.1:80x"'],
-      ['ORBIT_DATABASE_URL', 'mysql://orbit:hunter2@db:3306/', 'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:3306/"'],
-      ['ORBIT_DATABASE_URL', 'mysql://orbit:hunter2@db:0/orbit', 'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:0/orbit"'],
+      [
+        'ORBIT_DATABASE_URL',
+        'mysql://orbit:hunter2@db:3306/',
+        'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:3306/"',
+      ],
+      [
+        'ORBIT_DATABASE_URL',
+        'mysql://orbit:hunter2@db:0/orbit',
+        'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:0/orbit"',
+      ],
     ];
     for (const [name, value, problem] of cases) {
       const env = { ORBIT_DATABASE_URL: `mysql://root@127.0.0.1:${port}/orbit`, ORBIT_LISTEN: '127.0.0.1:0', [name]: value };
@@ -210,7 +243,9 @@ describe('orbit-server arguments and environment', () => {
       readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((entry) =>
         entry.isDirectory() ? files(join(dir, entry.name)) : /\.(ts|mjs|js)$/.test(entry.name) ? [join(dir, entry.name)] : [],
       );
-    const readers = [...files('server'), ...files('bin')].filter((file) => file !== join('server', 'config.ts') && /\bprocess\.env\b|process\[['"]env['"]\]/.test(readFileSync(join(ROOT, file), 'utf8')));
+    const readers = [...files('server'), ...files('bin')].filter(
+      (file) => file !== join('server', 'config.ts') && /\bprocess\.env\b|process\[['"]env['"]\]/.test(readFileSync(join(ROOT, file), 'utf8')),
+    );
     assert.deepEqual(readers, []);
   });
 
@@ -221,10 +256,18 @@ describe('orbit-server arguments and environment', () => {
       section
         .split('\n')
         .filter((line) => /^\| `ORBIT_/.test(line))
-        .map((line) => line.split('|').slice(1, -1).map((cell) => cell.trim().replaceAll('`', '')))
+        .map((line) =>
+          line
+            .split('|')
+            .slice(1, -1)
+            .map((cell) => cell.trim().replaceAll('`', '')),
+        )
         .map(([name, byDefault, range]) => [name, { byDefault, range }]),
     );
-    assert.deepEqual([...rows.keys()], SETTINGS.map((s) => s.name));
+    assert.deepEqual(
+      [...rows.keys()],
+      SETTINGS.map((s) => s.name),
+    );
     for (const setting of SETTINGS) assert.deepEqual(rows.get(setting.name), { byDefault: setting.default, range: setting.range }, setting.name);
   });
 });

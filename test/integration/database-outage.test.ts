@@ -120,7 +120,10 @@ describe('database outage: killed and paused, two servers, submitters and worker
         signal: AbortSignal.timeout(ANSWER_BOUND_MS + 5000),
       });
       const body = (await response.json()) as any;
-      const envelope = typeof body?.request_id === 'string' && body.request_id === response.headers.get('x-request-id') && (body.data !== undefined || typeof body.error?.code === 'string');
+      const envelope =
+        typeof body?.request_id === 'string' &&
+        body.request_id === response.headers.get('x-request-id') &&
+        (body.data !== undefined || typeof body.error?.code === 'string');
       return { key, phase: at, status: response.status, code: body?.error?.code, taskId: body?.data?.task?.task_id, ms: Date.now() - started, envelope };
     } catch {
       return { key, phase: at, status: 0, ms: Date.now() - started, envelope: false };
@@ -245,10 +248,16 @@ describe('database outage: killed and paused, two servers, submitters and worker
     assert.deepEqual(slow, [], `every request answered within ${ANSWER_BOUND_MS} ms`);
     for (const o of outcomes.filter((x) => x.status === 503)) assert.equal(o.code, 'UNAVAILABLE');
     for (const p of ['killed', 'stopped'] as const) {
-      assert.ok(outcomes.some((o) => o.phase === p && o.status === 503), `some submissions saw the database ${p}`);
+      assert.ok(
+        outcomes.some((o) => o.phase === p && o.status === 503),
+        `some submissions saw the database ${p}`,
+      );
     }
     for (const p of ['normal', 'restarted', 'resumed'] as const) {
-      assert.ok(outcomes.some((o) => o.phase === p && o.status === 200), `submissions were accepted while ${p}`);
+      assert.ok(
+        outcomes.some((o) => o.phase === p && o.status === 200),
+        `submissions were accepted while ${p}`,
+      );
     }
     const summary = (['normal', 'killed', 'restarted', 'stopped', 'resumed'] as const).map((p) => {
       const mine = outcomes.filter((o) => o.phase === p);
@@ -291,7 +300,10 @@ describe('database outage: killed and paused, two servers, submitters and worker
       const started = list.filter((a) => a.started_at !== null);
       for (let i = 0; i + 1 < started.length; i++) {
         assert.equal(started[i]!.state, 'EXPIRED', `task ${taskId}: an earlier run ended ${started[i]!.state}, not by expiry`);
-        assert.ok(sqlToMillis(started[i]!.lease_expires_at) <= sqlToMillis(started[i + 1]!.started_at!), `task ${taskId}: ran again before the earlier lease expired`);
+        assert.ok(
+          sqlToMillis(started[i]!.lease_expires_at) <= sqlToMillis(started[i + 1]!.started_at!),
+          `task ${taskId}: ran again before the earlier lease expired`,
+        );
       }
     }
     context.diagnostic(`${ids.length} tasks, ${reruns} reruns after an expired attempt, ${attempts.length} attempts`);

@@ -99,13 +99,19 @@ describe('refusals name what is wrong, and no more', () => {
       assert.equal(wrong.status, 401);
       assert.equal(wrong.body.error.message, 'the bearer token is not valid');
     }
-    const [{ n }] = (await t.db.rows<{ n: string }>("SELECT COUNT(*) AS n FROM orbit_tasks t JOIN orbit_namespaces s ON s.namespace_id = t.namespace_id WHERE s.name LIKE 'revoked-%'")) as [{ n: string }];
+    const [{ n }] = (await t.db.rows<{ n: string }>(
+      "SELECT COUNT(*) AS n FROM orbit_tasks t JOIN orbit_namespaces s ON s.namespace_id = t.namespace_id WHERE s.name LIKE 'revoked-%'",
+    )) as [{ n: string }];
     assert.equal(n, '0', 'no refused write left a task');
   });
 
   test('a refused worker upgrade is an HTTP response in the error envelope with its request id', async () => {
     const tenant = await createTenant(t.db, { namespace: 'upgrade', queues: ['q'] });
-    const noConsume = await createCredential(t.db, tenant, NAMESPACE_ACTIONS.filter((a) => a !== 'workers:consume'));
+    const noConsume = await createCredential(
+      t.db,
+      tenant,
+      NAMESPACE_ACTIONS.filter((a) => a !== 'workers:consume'),
+    );
     const cases: Array<{ headers: Record<string, string>; status: number; code: string }> = [
       { headers: {}, status: 401, code: 'UNAUTHENTICATED' },
       { headers: { Authorization: 'Bearer orbit_nonsense' }, status: 401, code: 'UNAUTHENTICATED' },
@@ -145,7 +151,9 @@ describe('refusals name what is wrong, and no more', () => {
       req.on('response', (res) => {
         let text = '';
         res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined, requestId: res.headers['x-request-id'] as string | undefined }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined, requestId: res.headers['x-request-id'] as string | undefined }),
+        );
       });
       req.on('upgrade', () => reject(new Error('upgraded')));
       req.on('error', reject);
@@ -171,7 +179,10 @@ describe('refusals name what is wrong, and no more', () => {
     const notUpgrade = await raw('GET', '/v1/workers/connect', { ...auth, Upgrade: 'websocket', ...key });
     assert.equal(notUpgrade.status, 400);
     assert.equal(notUpgrade.body.error.details.field, 'Connection');
-    for (const [name, value] of [['Sec-WebSocket-Version', '12'], ['Sec-WebSocket-Key', 'short']] as const) {
+    for (const [name, value] of [
+      ['Sec-WebSocket-Version', '12'],
+      ['Sec-WebSocket-Key', 'short'],
+    ] as const) {
       const bad = await raw('GET', '/v1/workers/connect', { ...auth, Connection: 'Upgrade', Upgrade: 'websocket', ...key, [name]: value });
       assert.equal(bad.status, 400, name);
       assert.equal(bad.body.error.details.field, name);
@@ -183,7 +194,9 @@ describe('refusals name what is wrong, and no more', () => {
       assert.equal(r.status, 400, name);
       assert.equal(r.body.error.details.location, 'query');
     }
-    const [{ n }] = (await t.db.rows<{ n: string }>("SELECT COUNT(*) AS n FROM orbit_worker_sessions s JOIN orbit_namespaces ns ON ns.namespace_id = s.namespace_id WHERE ns.name = 'upgrade-only'")) as [{ n: string }];
+    const [{ n }] = (await t.db.rows<{ n: string }>(
+      "SELECT COUNT(*) AS n FROM orbit_worker_sessions s JOIN orbit_namespaces ns ON ns.namespace_id = s.namespace_id WHERE ns.name = 'upgrade-only'",
+    )) as [{ n: string }];
     assert.equal(n, '0', 'no refused upgrade opened a session');
   });
 });

@@ -38,7 +38,15 @@ describe('pages in headless Chromium', () => {
     server = await startServerProcess(t.url, { ORBIT_LEASE_SECONDS: '1', ORBIT_RECOVERY_INTERVAL_MS: '100' });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
   });
   after(async () => {

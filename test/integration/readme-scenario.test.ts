@@ -44,14 +44,15 @@ describe('the README scenario', () => {
 
   test('prints exactly the expected lines, and again on a second run', async () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const script = blockAfter(readme, '<!-- scenario:')
-      .replaceAll('.local', join(dir, '.local'))
-      .replaceAll('http://127.0.0.1:8080', server.url);
+    const script = blockAfter(readme, '<!-- scenario:').replaceAll('.local', join(dir, '.local')).replaceAll('http://127.0.0.1:8080', server.url);
     const expected = blockAfter(readme, '<!-- scenario-output -->');
     for (let run = 1; run <= 2; run++) {
       const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
-        execFile('bash', ['-euo', 'pipefail', '-c', script], { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 120_000 }, (error, stdout, stderr) =>
-          error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr }),
+        execFile(
+          'bash',
+          ['-euo', 'pipefail', '-c', script],
+          { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 120_000 },
+          (error, stdout, stderr) => (error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr })),
         );
       });
       assert.equal(stdout, expected, `run ${run}; stderr:\n${stderr}`);
@@ -69,19 +70,29 @@ describe('the README scenario', () => {
 
   test("the README's worker block processes the tasks it submits", async () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const script = blockAfter(readme, '<!-- worker-scenario:')
-      .replaceAll('.local', join(dir, '.local'))
-      .replaceAll('http://127.0.0.1:8080', server.url);
+    const script = blockAfter(readme, '<!-- worker-scenario:').replaceAll('.local', join(dir, '.local')).replaceAll('http://127.0.0.1:8080', server.url);
     const { stdout } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
-      execFile('bash', ['-euo', 'pipefail', '-c', script], { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 60_000 }, (error, stdout, stderr) =>
-        error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr }),
+      execFile(
+        'bash',
+        ['-euo', 'pipefail', '-c', script],
+        { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 60_000 },
+        (error, stdout, stderr) => (error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr })),
       );
     });
-    const lines = stdout.trim().split('\n').map((line) => JSON.parse(line) as { task_id: string; attempt: number; queue: string; payload: { n: number } });
+    const lines = stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { task_id: string; attempt: number; queue: string; payload: { n: number } });
     assert.deepEqual(lines.map((l) => l.payload.n).sort(), [1, 2, 3]);
     assert.ok(lines.every((l) => l.queue === 'first' && l.attempt === 1));
-    const states = await t.db.rows<{ state: string }>(`SELECT state FROM orbit_tasks WHERE task_id IN (${lines.map(() => '?').join(', ')})`, lines.map((l) => Buffer.from(l.task_id, 'hex')));
-    assert.deepEqual(states.map((r) => r.state), ['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED']);
+    const states = await t.db.rows<{ state: string }>(
+      `SELECT state FROM orbit_tasks WHERE task_id IN (${lines.map(() => '?').join(', ')})`,
+      lines.map((l) => Buffer.from(l.task_id, 'hex')),
+    );
+    assert.deepEqual(
+      states.map((r) => r.state),
+      ['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED'],
+    );
   });
 
   /** Runs the example with a pause after it lowered the limit; `during` runs in the pause, then SIGINT. */
@@ -128,7 +139,7 @@ describe('the README scenario', () => {
     assert.equal(after.revision, String(BigInt(before.revision) + 2n));
   });
 
-  test("a change by someone else meanwhile is reported, not overwritten", async () => {
+  test('a change by someone else meanwhile is reported, not overwritten', async () => {
     const token = JSON.parse(readFileSync(join(dir, '.local', 'app-second.credentials.json'), 'utf8')).token as string;
     const run = await interrupted(async () => {
       const current = await limits();

@@ -44,12 +44,22 @@ describe('schedules, two server processes', () => {
     const r = await call(url(), 'POST', '/v1/application/resources:configure', {
       token: tenant.token,
       key: key('limit'),
-      body: { expected_revision: current.revision, reason: 'test', max_unfinished_tasks: max, max_concurrency: current.max_concurrency, rate_per_second: current.rate_per_second },
+      body: {
+        expected_revision: current.revision,
+        reason: 'test',
+        max_unfinished_tasks: max,
+        max_concurrency: current.max_concurrency,
+        rate_per_second: current.rate_per_second,
+      },
     });
     assert.equal(r.status, 200, JSON.stringify(r.body));
   }
   async function create(tenant: TestTenant, body: Record<string, unknown>, queue = 'sched') {
-    const r = await call(url(), 'POST', `/v1/queues/${queue}/schedules`, { token: tenant.token, key: key('create'), body: { reason: 'test', payload: { from: 'schedule' }, ...body } });
+    const r = await call(url(), 'POST', `/v1/queues/${queue}/schedules`, {
+      token: tenant.token,
+      key: key('create'),
+      body: { reason: 'test', payload: { from: 'schedule' }, ...body },
+    });
     assert.equal(r.status, 200, JSON.stringify(r.body));
     return r.body.data.schedule;
   }
@@ -88,7 +98,10 @@ describe('schedules, two server processes', () => {
     assert.equal(full.fired, '2');
     assert.equal(full.skipped_misfire, '0', 'a full quota is never a misfire');
     assert.ok(Number(full.deferred_full) >= 2, `deferred_full grows while full (${full.deferred_full})`);
-    assert.deepEqual(tasks.map((x) => x.scheduled_for - created), [1000, 2000]);
+    assert.deepEqual(
+      tasks.map((x) => x.scheduled_for - created),
+      [1000, 2000],
+    );
     const firstDeferred = Date.parse(full.next_fire_at);
     assert.equal(firstDeferred, created + 3000, 'the head stays at the first refused point');
     assert.equal(Date.parse(full.last_fire_at), created + 2000);
@@ -101,7 +114,10 @@ describe('schedules, two server processes', () => {
     assert.equal(Date.parse(task.scheduled_for), created + 1000);
     assert.deepEqual(task.payload, { from: 'schedule' });
 
-    await cancelAll(tenant, tasks.map((x) => x.task_id));
+    await cancelAll(
+      tenant,
+      tasks.map((x) => x.task_id),
+    );
     const resumed = await waitFor(async () => {
       const now = await tasksOf(s.schedule_id);
       return now.length >= 4 ? now : null;
@@ -171,7 +187,10 @@ describe('schedules, two server processes', () => {
       } else {
         assert.equal(skipped, 0, 'fire_all drops nothing');
         assert.ok(overdueFired.length >= 2, 'every overdue point fired');
-        assert.deepEqual(tasks.map((x) => (x.scheduled_for - anchor) / 1000), tasks.map((_, i) => i));
+        assert.deepEqual(
+          tasks.map((x) => (x.scheduled_for - anchor) / 1000),
+          tasks.map((_, i) => i),
+        );
       }
     });
   }
@@ -197,17 +216,29 @@ describe('schedules, two server processes', () => {
       return now.length >= atPause + 3 ? now : null;
     });
     const seconds = tasks.map((x) => x.scheduled_for / 1000);
-    assert.deepEqual(seconds, seconds.map((_, i) => (seconds[0] as number) + i), 'consecutive seconds, none missing');
+    assert.deepEqual(
+      seconds,
+      seconds.map((_, i) => (seconds[0] as number) + i),
+      'consecutive seconds, none missing',
+    );
     await pause(tenant, s.schedule_id);
     const events = (await call(url(), 'GET', '/v1/events?limit=100', { token: tenant.token })).body.data.events.filter((e: any) => e.subject === s.schedule_id);
-    assert.deepEqual(events.map((e: any) => e.type), ['schedule.created', 'schedule.paused', 'schedule.resumed', 'schedule.paused']);
-    const audit = (await call(url(), 'GET', '/v1/audit-events?limit=100', { token: tenant.token })).body.data.audit_events.filter((a: any) => a.resource === s.schedule_id);
-    assert.deepEqual(audit.map((a: any) => [a.action, a.resource_type]), [
-      ['schedule.create', 'schedule'],
-      ['schedule.pause', 'schedule'],
-      ['schedule.resume', 'schedule'],
-      ['schedule.pause', 'schedule'],
-    ]);
+    assert.deepEqual(
+      events.map((e: any) => e.type),
+      ['schedule.created', 'schedule.paused', 'schedule.resumed', 'schedule.paused'],
+    );
+    const audit = (await call(url(), 'GET', '/v1/audit-events?limit=100', { token: tenant.token })).body.data.audit_events.filter(
+      (a: any) => a.resource === s.schedule_id,
+    );
+    assert.deepEqual(
+      audit.map((a: any) => [a.action, a.resource_type]),
+      [
+        ['schedule.create', 'schedule'],
+        ['schedule.pause', 'schedule'],
+        ['schedule.resume', 'schedule'],
+        ['schedule.pause', 'schedule'],
+      ],
+    );
     const metrics = await (await fetch(`${url()}/metrics`)).text();
     assert.match(metrics, /orbit_schedule_trigger_points_total\{outcome="fired"\} [1-9]/);
   });
@@ -226,7 +257,10 @@ describe('schedules, two server processes', () => {
     const tasks = await tasksOf(s.schedule_id);
     assert.ok(tasks.length >= atDisable + 3, 'the points of the disabled time fired afterwards');
     const seconds = tasks.map((x) => x.scheduled_for / 1000);
-    assert.deepEqual(seconds, seconds.map((_, i) => (seconds[0] as number) + i));
+    assert.deepEqual(
+      seconds,
+      seconds.map((_, i) => (seconds[0] as number) + i),
+    );
     await pause(tenant, s.schedule_id);
   });
 
@@ -249,7 +283,11 @@ describe('schedules, two server processes', () => {
       assert.equal(s.skipped_misfire, '0');
       assert.equal(tasks.length, Number(s.fired));
       assert.ok(tasks.length >= 3, `${id} fired ${tasks.length}`);
-      assert.deepEqual(tasks.map((x) => (x.scheduled_for - anchor) / 1000), tasks.map((_, i) => i), 'every point once, in order');
+      assert.deepEqual(
+        tasks.map((x) => (x.scheduled_for - anchor) / 1000),
+        tasks.map((_, i) => i),
+        'every point once, in order',
+      );
       assert.equal(Date.parse(s.next_fire_at), anchor + tasks.length * 1000, 'the head is right after the last fired point');
     }
   });
@@ -264,8 +302,27 @@ describe('schedules, two server processes', () => {
     const schedule = first.body.data.schedule;
     assert.deepEqual(
       Object.keys(schedule).sort(),
-      ['schedule_id', 'queue', 'namespace', 'name', 'cron', 'timezone', 'payload', 'priority', 'max_attempts', 'deadline_seconds', 'on_unknown_outcome',
-        'misfire_policy', 'misfire_window_seconds', 'state', 'next_fire_at', 'fired', 'skipped_misfire', 'deferred_full', 'created_at'].sort(),
+      [
+        'schedule_id',
+        'queue',
+        'namespace',
+        'name',
+        'cron',
+        'timezone',
+        'payload',
+        'priority',
+        'max_attempts',
+        'deadline_seconds',
+        'on_unknown_outcome',
+        'misfire_policy',
+        'misfire_window_seconds',
+        'state',
+        'next_fire_at',
+        'fired',
+        'skipped_misfire',
+        'deferred_full',
+        'created_at',
+      ].sort(),
     );
     assert.equal(schedule.misfire_policy, 'skip');
     assert.equal(schedule.misfire_window_seconds, 60);
@@ -307,7 +364,10 @@ describe('schedules, two server processes', () => {
     // Out of scope: another namespace, a credential without the queue, a credential without the action.
     const stranger = await createTenant(t.db, { namespace: 'stranger', queues: ['sched'] });
     assert.equal((await call(url(), 'GET', `/v1/schedules/${schedule.schedule_id}`, { token: stranger.token })).status, 404);
-    assert.equal((await call(url(), 'POST', `/v1/schedules/${schedule.schedule_id}:pause`, { token: stranger.token, key: key('p'), body: { reason: 'x' } })).status, 404);
+    assert.equal(
+      (await call(url(), 'POST', `/v1/schedules/${schedule.schedule_id}:pause`, { token: stranger.token, key: key('p'), body: { reason: 'x' } })).status,
+      404,
+    );
     const otherOnly = await createCredential(t.db, tenant, ['schedules:manage'], ['other']);
     assert.equal((await call(url(), 'GET', `/v1/schedules/${schedule.schedule_id}`, { token: otherOnly })).status, 404);
     assert.equal((await call(url(), 'GET', '/v1/queues/sched/schedules', { token: otherOnly })).status, 404);
@@ -316,11 +376,18 @@ describe('schedules, two server processes', () => {
     assert.equal((await call(url(), 'GET', `/v1/schedules/${schedule.schedule_id}`, { token: noAction })).status, 403);
 
     // Listing by name with a cursor.
-    for (const name of ['b', 'c', 'a']) await call(url(), 'POST', '/v1/queues/sched/schedules', { token: tenant.token, key: key('l'), body: { ...body, name } });
+    for (const name of ['b', 'c', 'a'])
+      await call(url(), 'POST', '/v1/queues/sched/schedules', { token: tenant.token, key: key('l'), body: { ...body, name } });
     const page1 = (await call(url(), 'GET', '/v1/queues/sched/schedules?limit=2', { token: tenant.token })).body.data;
-    assert.deepEqual(page1.schedules.map((x: any) => x.name), ['a', 'b']);
+    assert.deepEqual(
+      page1.schedules.map((x: any) => x.name),
+      ['a', 'b'],
+    );
     const page2 = (await call(url(), 'GET', `/v1/queues/sched/schedules?limit=2&cursor=${page1.next_cursor}`, { token: tenant.token })).body.data;
-    assert.deepEqual(page2.schedules.map((x: any) => x.name), ['c', 'daily']);
+    assert.deepEqual(
+      page2.schedules.map((x: any) => x.name),
+      ['c', 'daily'],
+    );
     assert.equal(page2.next_cursor, undefined);
   });
 });

@@ -250,7 +250,8 @@ describe('schema drift: migrations vs server/store/database/schema.ts', () => {
       const actualNames = actual.map((c) => c.COLUMN_NAME);
       const expectedNames = expected.map((c) => c.name);
       for (const name of actualNames.filter((n) => !expectedNames.includes(n))) problems.push(`${tableName}.${name}: in the database, missing from schema.ts`);
-      for (const name of expectedNames.filter((n) => !actualNames.includes(n))) problems.push(`${tableName}.${name}: in schema.ts, no such column in the database`);
+      for (const name of expectedNames.filter((n) => !actualNames.includes(n)))
+        problems.push(`${tableName}.${name}: in schema.ts, no such column in the database`);
       const common = actualNames.filter((n) => expectedNames.includes(n));
       const expectedOrder = expectedNames.filter((n) => actualNames.includes(n));
       if (common.join(',') !== expectedOrder.join(',')) {
@@ -262,9 +263,11 @@ describe('schema drift: migrations vs server/store/database/schema.ts', () => {
         const where = `${tableName}.${column.name}`;
         const dbType = dbColumnType(db, info.TABLE_COLLATION);
         const drizzleType = drizzleColumnType(column);
-        if (dbType !== drizzleType) problems.push(`${where}: type is ${dbType} (COLUMN_TYPE ${db.COLUMN_TYPE}) in the database but ${drizzleType} in schema.ts`);
+        if (dbType !== drizzleType)
+          problems.push(`${where}: type is ${dbType} (COLUMN_TYPE ${db.COLUMN_TYPE}) in the database but ${drizzleType} in schema.ts`);
         const dbNullable = db.IS_NULLABLE === 'YES';
-        if (dbNullable === column.notNull) problems.push(`${where}: ${dbNullable ? 'NULL' : 'NOT NULL'} in the database but ${column.notNull ? 'NOT NULL' : 'NULL'} in schema.ts`);
+        if (dbNullable === column.notNull)
+          problems.push(`${where}: ${dbNullable ? 'NULL' : 'NOT NULL'} in the database but ${column.notNull ? 'NOT NULL' : 'NULL'} in schema.ts`);
         const dbDefaultValue = dbDefault(db);
         const drizzleDefaultValue = drizzleDefault(column);
         if (dbDefaultValue !== drizzleDefaultValue) {
@@ -304,7 +307,8 @@ describe('schema drift: migrations vs server/store/database/schema.ts', () => {
     for (const [name, info] of dbTables) {
       if (info.ENGINE !== 'InnoDB') problems.push(`${name}: engine ${info.ENGINE}, expected InnoDB`);
       if (info.TABLE_COLLATION !== 'utf8mb4_bin') problems.push(`${name}: collation ${info.TABLE_COLLATION}, expected utf8mb4_bin`);
-      if (!info.TABLE_COMMENT.trim() || !CJK.test(info.TABLE_COMMENT)) problems.push(`${name}: table COMMENT ${JSON.stringify(info.TABLE_COMMENT)} is not a Chinese comment`);
+      if (!info.TABLE_COMMENT.trim() || !CJK.test(info.TABLE_COMMENT))
+        problems.push(`${name}: table COMMENT ${JSON.stringify(info.TABLE_COMMENT)} is not a Chinese comment`);
       if (!name.startsWith('orbit_')) problems.push(`${name}: table names must start with orbit_`);
     }
     assertNoProblems(problems, 'table storage rules (docs/storage.md)');

@@ -79,13 +79,27 @@ describe('the SDK package, installed from its tarball into an empty project', ()
 
   test('pack, install, type-check and run a client', async () => {
     // npm pack runs the package's prepack (the build) and writes the tarball.
-    const packed = JSON.parse(npm(['pack', '--workspace', 'sdk', '--json', '--pack-destination', work], ROOT)) as Array<{ filename: string; files: Array<{ path: string }> }>;
+    const packed = JSON.parse(npm(['pack', '--workspace', 'sdk', '--json', '--pack-destination', work], ROOT)) as Array<{
+      filename: string;
+      files: Array<{ path: string }>;
+    }>;
     const tarball = path.join(work, path.basename(packed[0]!.filename));
     const files = packed[0]!.files.map((f) => f.path).sort();
-    assert.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('dist/worker.js') && files.includes('dist/worker.d.ts'), files.join(', '));
+    assert.ok(
+      files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('dist/worker.js') && files.includes('dist/worker.d.ts'),
+      files.join(', '),
+    );
     assert.ok(files.includes('package.json') && files.includes('README.md'));
-    assert.deepEqual(files.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md'].includes(f)), [], 'nothing but the build, the manifest and the README');
-    assert.deepEqual(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts')), [], 'no TypeScript sources');
+    assert.deepEqual(
+      files.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md'].includes(f)),
+      [],
+      'nothing but the build, the manifest and the README',
+    );
+    assert.deepEqual(
+      files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts')),
+      [],
+      'no TypeScript sources',
+    );
 
     const app = path.join(work, 'client-app');
     fs.mkdirSync(app);
@@ -115,7 +129,10 @@ describe('the SDK package, installed from its tarball into an empty project', ()
       timeout: 30_000,
     });
     assert.equal(run.status, 0, `client: ${run.stdout}${run.stderr}`);
-    const lines = run.stdout.trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+    const lines = run.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
     assert.deepEqual(lines[0], { missing: 'NOT_FOUND' });
     assert.deepEqual(lines[1], { max_unfinished_tasks: 1_000_000, unfinished: '0', state: 'SUCCEEDED', payload: { hello: 'from a packaged client' } });
   });

@@ -12,7 +12,7 @@ import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
-import { createOrbitClient, isOrbitError, OrbitError, type OrbitClient } from '../../sdk/index.ts';
+import { createOrbitClient, isOrbitError, type OrbitError, type OrbitClient } from '../../sdk/index.ts';
 
 const REQUEST_ID = /^[0-9a-f]{32}$/;
 
@@ -45,10 +45,7 @@ describe('HTTP SDK', () => {
 
   before(async () => {
     t = await freshDatabase('sdk');
-    server = await startServer(
-      { ...testConfig(), databaseUrl: t.url, listenPort: 0, databasePoolSize: 8, logLevel: 'silent' },
-      { log: silentLogger() },
-    );
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, databasePoolSize: 8, logLevel: 'silent' }, { log: silentLogger() });
     tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['default'], resourceAccess: true });
     // Every action on every queue, so the test can create queues the bootstrap credential does not cover.
     const token = await createCredential(t.db, tenant, [...NAMESPACE_ACTIONS, 'application:resources:read', 'application:resources:manage'], ['*']);
@@ -62,10 +59,17 @@ describe('HTTP SDK', () => {
   test('options are validated up front', () => {
     const token = tenant.token;
     for (const baseUrl of ['not a url', 'ftp://127.0.0.1/', 'http://user:pw@127.0.0.1/', 'http://127.0.0.1/?x=1']) {
-      assert.throws(() => createOrbitClient({ baseUrl, token }), (e) => isOrbitError(e) && e.code === 'INVALID_ARGUMENT' && e.details?.field === 'baseUrl', baseUrl);
+      assert.throws(
+        () => createOrbitClient({ baseUrl, token }),
+        (e) => isOrbitError(e) && e.code === 'INVALID_ARGUMENT' && e.details?.field === 'baseUrl',
+        baseUrl,
+      );
     }
     for (const bad of ['', 'has space', 'line\nbreak']) {
-      assert.throws(() => createOrbitClient({ baseUrl: server.url, token: bad }), (e) => isOrbitError(e) && e.details?.field === 'token');
+      assert.throws(
+        () => createOrbitClient({ baseUrl: server.url, token: bad }),
+        (e) => isOrbitError(e) && e.details?.field === 'token',
+      );
     }
     assert.doesNotThrow(() => createOrbitClient({ baseUrl: 'https://orbit.example/prefix/', token }));
   });
@@ -96,11 +100,17 @@ describe('HTTP SDK', () => {
     assert.equal(created.queue.revision, 1n);
     assert.equal(created.queue.unfinished_tasks, 0n);
     assert.equal(created.queue.max_concurrency, 7);
-    assert.deepEqual(await orbit.createQueue('sdk-queue-1', { name: 'sdk-jobs', reason: 'sdk test', max_concurrency: 7 }), { queue: created.queue, deduplicated: true });
+    assert.deepEqual(await orbit.createQueue('sdk-queue-1', { name: 'sdk-jobs', reason: 'sdk test', max_concurrency: 7 }), {
+      queue: created.queue,
+      deduplicated: true,
+    });
 
     assert.deepEqual(await orbit.getQueue('sdk-jobs'), created.queue);
     const page = await orbit.listQueues({ limit: 100 });
-    assert.deepEqual(page.queues.map((q) => q.queue), ['default', 'sdk-jobs']);
+    assert.deepEqual(
+      page.queues.map((q) => q.queue),
+      ['default', 'sdk-jobs'],
+    );
     assert.equal(typeof page.queues[0]?.active_attempts, 'bigint');
 
     const { queue: q } = created;
@@ -141,7 +151,11 @@ describe('HTTP SDK', () => {
     // Only a worker's lost lease makes NEEDS_REVIEW; with no attempt involved, the state alone is enough (counters are unchanged: both states are unfinished).
     const review = (await orbit.submitTask('sdk-task-2', 'sdk-jobs', { payload: {}, on_unknown_outcome: 'review' })).task;
     await t.db.exec(`UPDATE orbit_tasks SET state = 'NEEDS_REVIEW' WHERE task_id = UNHEX(?)`, [review.task_id]);
-    const resolved = await orbit.resolveTask('sdk-resolve-1', review.task_id, { outcome: 'succeeded', reason: 'checked by hand', result: { ok: true, list: [1, null] } });
+    const resolved = await orbit.resolveTask('sdk-resolve-1', review.task_id, {
+      outcome: 'succeeded',
+      reason: 'checked by hand',
+      result: { ok: true, list: [1, null] },
+    });
     assert.equal(resolved.task.state, 'SUCCEEDED');
     assert.deepEqual(resolved.task.result, { ok: true, list: [1, null] });
     assert.equal((await orbit.getQueue('sdk-jobs')).unfinished_tasks, 0n);
@@ -149,7 +163,10 @@ describe('HTTP SDK', () => {
 
   test('audit events and the event feed', async () => {
     const audit = await orbit.listAuditEvents({ limit: 100 });
-    assert.deepEqual(audit.audit_events.map((a) => a.action), ['application.resources.configure', 'queue.create', 'queue.configure', 'task.cancel', 'task.resolve']);
+    assert.deepEqual(
+      audit.audit_events.map((a) => a.action),
+      ['application.resources.configure', 'queue.create', 'queue.configure', 'task.cancel', 'task.resolve'],
+    );
     assert.equal(audit.audit_events[0]?.idempotency_key, 'sdk-app-1');
 
     const feed = await orbit.listEvents({ after: 0n, limit: 100 });
@@ -171,7 +188,10 @@ describe('HTTP SDK', () => {
       { idempotency_key: 'sdk-bulk-1', payload: { n: 1 }, priority: 2 },
     ]);
     assert.deepEqual([result.accepted, result.replayed, result.refused], [1, 1, 1]);
-    assert.deepEqual(result.results.map((r) => r.status), ['accepted', 'refused', 'replayed']);
+    assert.deepEqual(
+      result.results.map((r) => r.status),
+      ['accepted', 'refused', 'replayed'],
+    );
     assert.equal(result.results[1]?.error?.details?.field, 'tasks[1].max_attempts');
     const task = result.results[0]?.task;
     assert.ok(task);
@@ -222,7 +242,12 @@ describe('HTTP SDK', () => {
 
   test('429 APPLICATION_FULL with Retry-After; a replay of the accepted submission still succeeds', async () => {
     const current = await orbit.getApplicationResources();
-    const full = { reason: 'sdk test: room for one more', max_unfinished_tasks: Number(current.unfinished_tasks) + 1, max_concurrency: 50, rate_per_second: 5000 };
+    const full = {
+      reason: 'sdk test: room for one more',
+      max_unfinished_tasks: Number(current.unfinished_tasks) + 1,
+      max_concurrency: 50,
+      rate_per_second: 5000,
+    };
     const narrowed = await orbit.configureApplicationResources('sdk-narrow', { ...full, expected_revision: current.revision });
 
     const accepted = await orbit.submitTask('sdk-full-1', 'default', { payload: { n: 1 } });
@@ -267,7 +292,9 @@ describe('HTTP SDK', () => {
   test('a response that is not an Orbit envelope is UNAVAILABLE with its status', async () => {
     const proxied = (response: () => Response) => createOrbitClient({ baseUrl: server.url, token: tenant.token, fetch: async () => response() });
     const html = await orbitError(() =>
-      proxied(() => new Response('<html>502 Bad Gateway</html>', { status: 502, headers: { 'content-type': 'text/html', 'retry-after': '30' } })).getTask('0'.repeat(32)),
+      proxied(() => new Response('<html>502 Bad Gateway</html>', { status: 502, headers: { 'content-type': 'text/html', 'retry-after': '30' } })).getTask(
+        '0'.repeat(32),
+      ),
     );
     assert.deepEqual([html.code, html.status, html.retryAfter, html.requestId], ['UNAVAILABLE', 502, 30, undefined]);
     assert.match(html.message, /outcome is unknown/);

@@ -20,7 +20,10 @@ import { ROOT, admin, lines, occupiedPort, runProgram, server, unusedPort } from
 
 const FUTURE = { version: 9003, name: 'from_the_future' };
 /** The migrations of this build, oldest first, and the newest (`0003_schedules`). */
-const MIGRATIONS = readdirSync(new URL('../../migrations/', import.meta.url)).filter((f) => /^\d{4}_.*\.sql$/.test(f)).sort().map((f) => f.replace(/\.sql$/, ''));
+const MIGRATIONS = readdirSync(new URL('../../migrations/', import.meta.url))
+  .filter((f) => /^\d{4}_.*\.sql$/.test(f))
+  .sort()
+  .map((f) => f.replace(/\.sql$/, ''));
 const NEWEST = MIGRATIONS.at(-1) as string;
 
 async function onServer<T>(fn: (conn: mysql.Connection) => Promise<T>): Promise<T> {
@@ -60,7 +63,10 @@ describe('an unreachable database', () => {
     assert.equal(first, 'using database mysql://root@127.0.0.1:3306/orbit');
     // Whatever is (or is not) at the default address: an answer about that database, exit 1.
     assert.equal(a.code, 1, a.stderr);
-    assert.match(second ?? '', /^orbit-admin: (application [0-9a-f]{32} does not exist|cannot reach the database at mysql:\/\/root@127\.0\.0\.1:3306\/orbit \(\w+\); set ORBIT_DATABASE_URL|the database at mysql:\/\/root@127\.0\.0\.1:3306\/orbit (does not exist|has no Orbit schema|refused the login).*)$/);
+    assert.match(
+      second ?? '',
+      /^orbit-admin: (application [0-9a-f]{32} does not exist|cannot reach the database at mysql:\/\/root@127\.0\.0\.1:3306\/orbit \(\w+\); set ORBIT_DATABASE_URL|the database at mysql:\/\/root@127\.0\.0\.1:3306\/orbit (does not exist|has no Orbit schema|refused the login).*)$/,
+    );
     assert.deepEqual(more, []);
     assert.doesNotMatch(a.stderr, /private MariaDB|mariadb/i);
   });
@@ -101,7 +107,10 @@ describe('a database user with a password', () => {
     const dir = mkdtempSync(join(tmpdir(), 'orbit-cli-'));
     try {
       const output = join(dir, 'creds.json');
-      const boot = await admin(['bootstrap', '--application', 'pw-app', '--namespace', 'pw', '--environment', 'development', '--queue', 'q', '--output', output], { ORBIT_DATABASE_URL: url });
+      const boot = await admin(
+        ['bootstrap', '--application', 'pw-app', '--namespace', 'pw', '--environment', 'development', '--queue', 'q', '--output', output],
+        { ORBIT_DATABASE_URL: url },
+      );
       assert.equal(boot.code, 0, boot.stderr);
       assert.doesNotMatch(boot.stdout + boot.stderr + readFileSync(output, 'utf8'), new RegExp(password));
     } finally {
@@ -112,13 +121,24 @@ describe('a database user with a password', () => {
     await running.stop();
     const logs = JSON.stringify(running.logs);
     assert.doesNotMatch(logs, new RegExp(password));
-    assert.ok(running.logs.some((entry) => entry.msg === 'starting' && entry.database === shown), logs);
+    assert.ok(
+      running.logs.some((entry) => entry.msg === 'starting' && entry.database === shown),
+      logs,
+    );
 
     const wrong = url.replace(password, 'not-the-password');
-    for (const result of [await admin(['migrate'], { ORBIT_DATABASE_URL: wrong }), await server([], { ORBIT_DATABASE_URL: wrong, ORBIT_LISTEN: '127.0.0.1:0' })]) {
+    for (const result of [
+      await admin(['migrate'], { ORBIT_DATABASE_URL: wrong }),
+      await server([], { ORBIT_DATABASE_URL: wrong, ORBIT_LISTEN: '127.0.0.1:0' }),
+    ]) {
       assert.equal(result.code, 1);
       assert.doesNotMatch(result.stdout + result.stderr, /not-the-password/);
-      assert.match(result.stderr, new RegExp(`: the database at ${shown.replace(/[.*?]/g, '\\$&')} refused the login \\(ER_ACCESS_DENIED_ERROR\\); check the user and password in ORBIT_DATABASE_URL\n$`));
+      assert.match(
+        result.stderr,
+        new RegExp(
+          `: the database at ${shown.replace(/[.*?]/g, '\\$&')} refused the login \\(ER_ACCESS_DENIED_ERROR\\); check the user and password in ORBIT_DATABASE_URL\n$`,
+        ),
+      );
     }
   });
 });
@@ -146,9 +166,15 @@ describe('a busy port', () => {
   test("npm start's script ends the same way, without a stack trace", async () => {
     const busy = await occupiedPort();
     try {
-      const result = await runProgram(join(ROOT, 'scripts', 'start.mjs'), [], { env: { ORBIT_DATABASE_URL: t.url, ORBIT_LISTEN: `127.0.0.1:${busy.port}` }, timeoutMs: 60_000 });
+      const result = await runProgram(join(ROOT, 'scripts', 'start.mjs'), [], {
+        env: { ORBIT_DATABASE_URL: t.url, ORBIT_LISTEN: `127.0.0.1:${busy.port}` },
+        timeoutMs: 60_000,
+      });
       assert.equal(result.code, 1, result.stderr);
-      assert.ok(lines(result.stderr).includes(`orbit-server: 127.0.0.1:${busy.port} is already in use; set ORBIT_LISTEN=host:port to listen elsewhere`), result.stderr);
+      assert.ok(
+        lines(result.stderr).includes(`orbit-server: 127.0.0.1:${busy.port} is already in use; set ORBIT_LISTEN=host:port to listen elsewhere`),
+        result.stderr,
+      );
       assert.doesNotMatch(result.stderr, /^\s+at /m, 'no stack trace');
     } finally {
       await busy.close();
@@ -160,7 +186,8 @@ describe('a busy port', () => {
     try {
       await assert.rejects(
         startServer({ ...testConfig(), databaseUrl: t.url, listenPort: busy.port }, { log: silentLogger() }),
-        (error: unknown) => error instanceof StartupError && error.message === `127.0.0.1:${busy.port} is already in use; set ORBIT_LISTEN=host:port to listen elsewhere`,
+        (error: unknown) =>
+          error instanceof StartupError && error.message === `127.0.0.1:${busy.port} is already in use; set ORBIT_LISTEN=host:port to listen elsewhere`,
       );
     } finally {
       await busy.close();
@@ -181,7 +208,11 @@ describe('a database from a newer build', () => {
     `the database has migration ${FUTURE.version}_${FUTURE.name} that this build does not know (this build knows up to ${NEWEST}); run a newer ${program}`;
 
   async function addFuture(): Promise<void> {
-    await t.db.exec('INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))', [FUTURE.version, FUTURE.name, '0'.repeat(64)]);
+    await t.db.exec('INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))', [
+      FUTURE.version,
+      FUTURE.name,
+      '0'.repeat(64),
+    ]);
   }
   async function removeFuture(): Promise<void> {
     await t.db.exec('DELETE FROM orbit_schema_migrations WHERE version = ?', [FUTURE.version]);
@@ -222,7 +253,10 @@ describe('a database from a newer build', () => {
     try {
       const s = await server([], { ORBIT_DATABASE_URL: t.url, ORBIT_LISTEN: '127.0.0.1:0' });
       assert.equal(s.code, 1);
-      assert.match(s.stderr, /^orbit-server: the database's migration 0002_tasks_and_workers differs from this build's 0002_tasks_and_workers \(checksum\); .*\n$/);
+      assert.match(
+        s.stderr,
+        /^orbit-server: the database's migration 0002_tasks_and_workers differs from this build's 0002_tasks_and_workers \(checksum\); .*\n$/,
+      );
       const m = await admin(['migrate'], { ORBIT_DATABASE_URL: t.url });
       assert.equal(m.code, 1);
       assert.match(m.stderr, /\norbit-admin: the database's migration 0002_tasks_and_workers differs/);
@@ -259,7 +293,10 @@ describe('orbit-admin credential revoke', () => {
   test('revokes once; again says when it was revoked (exit 0); an unknown id is exit 1', async () => {
     const env = { ORBIT_DATABASE_URL: t.url };
     const output = join(dir, 'creds.json');
-    const boot = await admin(['bootstrap', '--application', 'revoke-app', '--namespace', 'r', '--environment', 'staging', '--queue', 'q', '--output', output], env);
+    const boot = await admin(
+      ['bootstrap', '--application', 'revoke-app', '--namespace', 'r', '--environment', 'staging', '--queue', 'q', '--output', output],
+      env,
+    );
     assert.equal(boot.code, 0, boot.stderr);
     const id = (JSON.parse(readFileSync(output, 'utf8')) as { credential_id: string }).credential_id;
 

@@ -67,7 +67,10 @@ describe('orbit-admin verify', () => {
   }
 
   async function queueId(tenant: TestTenant, name: string): Promise<Buffer> {
-    const [row] = await t.db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [Buffer.from(tenant.namespaceId, 'hex'), name]);
+    const [row] = await t.db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [
+      Buffer.from(tenant.namespaceId, 'hex'),
+      name,
+    ]);
     assert.ok(row, `queue ${name}`);
     return row.queue_id;
   }
@@ -189,7 +192,9 @@ describe('orbit-admin verify', () => {
       assert.equal(claimed.type, 'claimed', JSON.stringify(claimed));
       assert.equal(claimed.attempts.length, 2);
 
-      const [resources] = await t.db.rows<{ unfinished_tasks: string }>('SELECT unfinished_tasks FROM orbit_application_resources WHERE application_id = ?', [appId]);
+      const [resources] = await t.db.rows<{ unfinished_tasks: string }>('SELECT unfinished_tasks FROM orbit_application_resources WHERE application_id = ?', [
+        appId,
+      ]);
       const [queueRow] = await t.db.rows<{ active_attempts: string }>('SELECT active_attempts FROM orbit_queues WHERE queue_id = ?', [firstQueue]);
       const unfinished = BigInt(resources!.unfinished_tasks);
       const active = BigInt(queueRow!.active_attempts);
@@ -233,8 +238,17 @@ describe('orbit-admin verify', () => {
 
       // The rows hold the recount again.
       await assertCountersMatchRecount(t.db);
-      const held = await t.db.rows<{ resource_key: string; holders: number }>('SELECT resource_key, holders FROM orbit_key_permits WHERE queue_id = ? ORDER BY resource_key', [keyedQueue]);
-      assert.deepEqual(held.filter((p) => p.resource_key === 'k1' || p.resource_key === 'k2').map((p) => [p.resource_key, p.holders]), [['k1', 1], ['k2', 1]]);
+      const held = await t.db.rows<{ resource_key: string; holders: number }>(
+        'SELECT resource_key, holders FROM orbit_key_permits WHERE queue_id = ? ORDER BY resource_key',
+        [keyedQueue],
+      );
+      assert.deepEqual(
+        held.filter((p) => p.resource_key === 'k1' || p.resource_key === 'k2').map((p) => [p.resource_key, p.holders]),
+        [
+          ['k1', 1],
+          ['k2', 1],
+        ],
+      );
 
       // One audit record, in the application's first namespace, visible to its audit:read credential.
       const audit = await api.request('GET', '/v1/audit-events?limit=100', { token: first.token });
@@ -254,9 +268,24 @@ describe('orbit-admin verify', () => {
         record.before.queues.map((q: any) => [q.queue, q.active_attempts]),
         [['first/first', String(active + 2n)]],
       );
-      assert.deepEqual(record.after.queues.map((q: any) => [q.queue, q.active_attempts]), [['first/first', String(active)]]);
-      assert.deepEqual(record.before.permits.map((p: any) => [p.resource_key, p.holders]), [['k1', '0'], ['k2', null]]);
-      assert.deepEqual(record.after.permits.map((p: any) => [p.resource_key, p.holders]), [['k1', '1'], ['k2', '1']]);
+      assert.deepEqual(
+        record.after.queues.map((q: any) => [q.queue, q.active_attempts]),
+        [['first/first', String(active)]],
+      );
+      assert.deepEqual(
+        record.before.permits.map((p: any) => [p.resource_key, p.holders]),
+        [
+          ['k1', '0'],
+          ['k2', null],
+        ],
+      );
+      assert.deepEqual(
+        record.after.permits.map((p: any) => [p.resource_key, p.holders]),
+        [
+          ['k1', '1'],
+          ['k2', '1'],
+        ],
+      );
       // Nothing for the application that was fine.
       const otherAudit = await api.request('GET', '/v1/audit-events?limit=100', { token: other.token });
       assert.equal(otherAudit.body.data.audit_events.filter((e: any) => e.action === 'application.counters.repaired').length, 0);
@@ -284,7 +313,10 @@ describe('orbit-admin verify', () => {
     const load = traffic();
     try {
       await waitFor(async () => load.submitted >= 20);
-      await t.db.exec('UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + 5, pending_starts = pending_starts + 1 WHERE application_id = ?', [appId]);
+      await t.db.exec(
+        'UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + 5, pending_starts = pending_starts + 1 WHERE application_id = ?',
+        [appId],
+      );
       const repair = await verify('--repair');
       assert.equal(repair.code, 0, repair.stdout + repair.stderr);
       assert.match(repair.stdout, new RegExp(`^repaired application ${first.applicationId} unfinished_tasks: `, 'm'));

@@ -59,7 +59,13 @@ describe('limits under load and failure, two servers and several workers', () =>
     const app = await call(url(0), 'POST', '/v1/application/resources:configure', {
       token: first.token,
       key: `app-${r.body.data.revision}`,
-      body: { expected_revision: r.body.data.revision, reason: 'load test', max_unfinished_tasks: 100000, max_concurrency: limits.app[0], rate_per_second: limits.app[1] },
+      body: {
+        expected_revision: r.body.data.revision,
+        reason: 'load test',
+        max_unfinished_tasks: 100000,
+        max_concurrency: limits.app[0],
+        rate_per_second: limits.app[1],
+      },
     });
     assert.equal(app.status, 200);
     for (const [tenant, queue, concurrency, rate] of limits.queues) {
@@ -67,20 +73,36 @@ describe('limits under load and failure, two servers and several workers', () =>
       const res = await call(url(1), 'POST', `/v1/queues/${queue}:configure`, {
         token: tenant.token,
         key: `q-${queue}-${q.body.data.revision}`,
-        body: { expected_revision: q.body.data.revision, reason: 'load test', max_unfinished_tasks: 100000, max_concurrency: concurrency, rate_per_second: rate, key_concurrency: 1, paused: false },
+        body: {
+          expected_revision: q.body.data.revision,
+          reason: 'load test',
+          max_unfinished_tasks: 100000,
+          max_concurrency: concurrency,
+          rate_per_second: rate,
+          key_concurrency: 1,
+          paused: false,
+        },
       });
       assert.equal(res.status, 200);
     }
   }
 
   async function submitMany(label: string, count: number, body: Record<string, unknown> = {}) {
-    const targets: Array<[TestTenant, string]> = [[first, 'fast'], [first, 'slow'], [second, 'fast']];
+    const targets: Array<[TestTenant, string]> = [
+      [first, 'fast'],
+      [first, 'slow'],
+      [second, 'fast'],
+    ];
     for (let i = 0; i < count; i += 25) {
       await Promise.all(
         Array.from({ length: Math.min(25, count - i) }, (_, j) => {
           const n = i + j;
           const [tenant, queue] = targets[n % 3]!;
-          return call(url(n % 2), 'POST', `/v1/queues/${queue}/tasks`, { token: tenant.token, key: `${label}-${n}`, body: { payload: { n }, max_attempts: 10, ...body } }).then((r) => assert.equal(r.status, 200));
+          return call(url(n % 2), 'POST', `/v1/queues/${queue}/tasks`, {
+            token: tenant.token,
+            key: `${label}-${n}`,
+            body: { payload: { n }, max_attempts: 10, ...body },
+          }).then((r) => assert.equal(r.status, 200));
         }),
       );
     }
@@ -95,7 +117,9 @@ describe('limits under load and failure, two servers and several workers', () =>
     const deadline = Date.now() + timeoutMs;
     while ((await unfinished()) > 0) {
       if (Date.now() > deadline) {
-        const states = await t.db.rows("SELECT t.state, a.state AS attempt_state, a.lease_expires_at, NOW(6) AS now, COUNT(*) AS n FROM orbit_tasks t LEFT JOIN orbit_attempts a ON a.attempt_id = t.current_attempt_id WHERE t.state IN ('WAITING','LEASED','RUNNING','NEEDS_REVIEW') GROUP BY 1, 2, 3, 4");
+        const states = await t.db.rows(
+          "SELECT t.state, a.state AS attempt_state, a.lease_expires_at, NOW(6) AS now, COUNT(*) AS n FROM orbit_tasks t LEFT JOIN orbit_attempts a ON a.attempt_id = t.current_attempt_id WHERE t.state IN ('WAITING','LEASED','RUNNING','NEEDS_REVIEW') GROUP BY 1, 2, 3, 4",
+        );
         throw new Error(`tasks still unfinished after ${timeoutMs} ms: ${JSON.stringify(states)}`);
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -120,7 +144,14 @@ describe('limits under load and failure, two servers and several workers', () =>
   }
 
   test('concurrency and start rate hold at both levels while four workers drain 360 tasks', async () => {
-    await configure({ app: [12, 40], queues: [[first, 'fast', 8, 25], [first, 'slow', 5, 1000], [second, 'fast', 6, 1000]] });
+    await configure({
+      app: [12, 40],
+      queues: [
+        [first, 'fast', 8, 25],
+        [first, 'slow', 5, 1000],
+        [second, 'fast', 6, 1000],
+      ],
+    });
     await submitMany('load', 360);
     let samples = 0;
     let worst = { app: 0, fastFirst: 0, slow: 0, fastSecond: 0 };
@@ -132,7 +163,8 @@ describe('limits under load and failure, two servers and several workers', () =>
         );
         const queues = await t.db.rows<{ queue_id: Buffer; name: string; namespace_id: Buffer }>('SELECT queue_id, name, namespace_id FROM orbit_queues');
         const byQueue = new Map(rows.map((r) => [r.queue_id.toString('hex'), Number(r.n)]));
-        const count = (tenant: TestTenant, name: string) => byQueue.get(queues.find((q) => q.name === name && q.namespace_id.toString('hex') === tenant.namespaceId)!.queue_id.toString('hex')) ?? 0;
+        const count = (tenant: TestTenant, name: string) =>
+          byQueue.get(queues.find((q) => q.name === name && q.namespace_id.toString('hex') === tenant.namespaceId)!.queue_id.toString('hex')) ?? 0;
         const app = rows.reduce((sum, r) => sum + Number(r.n), 0);
         worst = {
           app: Math.max(worst.app, app),
@@ -146,7 +178,16 @@ describe('limits under load and failure, two servers and several workers', () =>
     })();
     for (let i = 0; i < 4; i++) {
       const tenant = i % 2 === 0 ? first : second;
-      workers.push(startWorkerProcess({ url: url(i % 2), token: tenant.token, queues: tenant === first ? ['fast', 'slow'] : ['fast'], capacity: 6, node: `node-${i}`, workMs: [5, 40] }));
+      workers.push(
+        startWorkerProcess({
+          url: url(i % 2),
+          token: tenant.token,
+          queues: tenant === first ? ['fast', 'slow'] : ['fast'],
+          capacity: 6,
+          node: `node-${i}`,
+          workMs: [5, 40],
+        }),
+      );
     }
     await waitUntilDone(90_000);
     sampling = false;
@@ -161,7 +202,12 @@ describe('limits under load and failure, two servers and several workers', () =>
 
     const started = await t.db.rows<{ queue_id: Buffer; started_at: string }>('SELECT queue_id, started_at FROM orbit_attempts WHERE started_at IS NOT NULL');
     assert.ok(maxStartsPerWindow(started.map((r) => sqlToMillis(r.started_at))) <= 40, 'application start rate');
-    const fastFirst = (await t.db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [Buffer.from(first.namespaceId, 'hex'), 'fast']))[0]!.queue_id;
+    const fastFirst = (
+      await t.db.rows<{ queue_id: Buffer }>('SELECT queue_id FROM orbit_queues WHERE namespace_id = ? AND name = ?', [
+        Buffer.from(first.namespaceId, 'hex'),
+        'fast',
+      ])
+    )[0]!.queue_id;
     const fastStarts = started.filter((r) => r.queue_id.equals(fastFirst)).map((r) => sqlToMillis(r.started_at));
     assert.ok(maxStartsPerWindow(fastStarts) <= 25, `first/fast start rate: ${maxStartsPerWindow(fastStarts)}`);
     assert.equal(maxStartsPerWindow(started.map((r) => sqlToMillis(r.started_at))), 40, 'the rate limit was actually reached');
@@ -172,7 +218,14 @@ describe('limits under load and failure, two servers and several workers', () =>
   });
 
   test('a worker killed mid-task and a server killed and restarted: every task ends once, counters equal a recount', async () => {
-    await configure({ app: [20, 10000], queues: [[first, 'fast', 1000, 10000], [first, 'slow', 1000, 10000], [second, 'fast', 1000, 10000]] });
+    await configure({
+      app: [20, 10000],
+      queues: [
+        [first, 'fast', 1000, 10000],
+        [first, 'slow', 1000, 10000],
+        [second, 'fast', 1000, 10000],
+      ],
+    });
     await t.db.exec('DELETE FROM orbit_attempts');
     await t.db.exec('DELETE FROM orbit_tasks');
     await t.db.exec('UPDATE orbit_application_resources SET unfinished_tasks = 0');
@@ -180,7 +233,16 @@ describe('limits under load and failure, two servers and several workers', () =>
     await submitMany('crash', 150);
     for (let i = 0; i < 4; i++) {
       const tenant = i % 2 === 0 ? first : second;
-      workers.push(startWorkerProcess({ url: url(i % 2), token: tenant.token, queues: tenant === first ? ['fast', 'slow'] : ['fast'], capacity: 4, node: `crash-${i}`, workMs: [150, 300] }));
+      workers.push(
+        startWorkerProcess({
+          url: url(i % 2),
+          token: tenant.token,
+          queues: tenant === first ? ['fast', 'slow'] : ['fast'],
+          capacity: 4,
+          node: `crash-${i}`,
+          workMs: [150, 300],
+        }),
+      );
     }
     // Let work begin, then kill a worker in the middle of its tasks.
     await waitForLine(workers[0]!, 'run');
@@ -194,7 +256,10 @@ describe('limits under load and failure, two servers and several workers', () =>
     await waitUntilDone(90_000);
 
     const states = await t.db.rows<{ state: string; n: string }>('SELECT state, COUNT(*) AS n FROM orbit_tasks GROUP BY state');
-    assert.deepEqual(states.map((s) => [s.state, s.n]), [['SUCCEEDED', '150']]);
+    assert.deepEqual(
+      states.map((s) => [s.state, s.n]),
+      [['SUCCEEDED', '150']],
+    );
     // Exactly one successful attempt per task; a task ran again only after its earlier attempt expired.
     const attempts = await t.db.rows<{ task_id: Buffer; state: string; started_at: string | null; lease_expires_at: string; finished_at: string | null }>(
       'SELECT task_id, state, started_at, lease_expires_at, finished_at FROM orbit_attempts ORDER BY task_id, claimed_at',

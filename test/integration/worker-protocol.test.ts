@@ -23,8 +23,15 @@ describe('worker protocol', () => {
 
   before(async () => {
     t = await freshDatabase('worker');
-    tenant = await createTenant(t.db, { namespace: 'w', queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio', 'shared', 'shared-keyed', 'started'], resourceAccess: true });
-    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
+    tenant = await createTenant(t.db, {
+      namespace: 'w',
+      queues: ['jobs', 'other', 'keyed', 'paused', 'rated', 'prio', 'shared', 'shared-keyed', 'started'],
+      resourceAccess: true,
+    });
+    server = await startServer(
+      { ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 },
+      { log: silentLogger() },
+    );
   });
   after(async () => {
     await server.close();
@@ -247,16 +254,23 @@ describe('worker protocol', () => {
     await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'stop it' });
     assert.equal((await s.next((f) => f.type === 'cancel_requested')).attempt_id, attempt.attempt_id);
     // The worker goes silent: no renew, no result.
-    const review = await waitFor(async () => {
-      const current = await task(submitted.task_id);
-      return current.state === 'NEEDS_REVIEW' ? current : null;
-    }, (LEASE_SECONDS + 3) * 1000);
+    const review = await waitFor(
+      async () => {
+        const current = await task(submitted.task_id);
+        return current.state === 'NEEDS_REVIEW' ? current : null;
+      },
+      (LEASE_SECONDS + 3) * 1000,
+    );
     assert.equal(review.cancel_requested, true);
     const r = await resources();
     assert.deepEqual([r.unfinished_tasks, r.active_attempts], ['1', '0'], 'review keeps its unfinished slot; the attempt is released');
     const late = await s.request({ type: 'complete', attempt_id: attempt.attempt_id, outcome: 'succeeded' });
     assert.equal(late.code, 'LEASE_LOST');
-    const resolved = await http('POST', `/v1/tasks/${submitted.task_id}:resolve`, { outcome: 'succeeded', reason: 'checked by hand', result: { verified: true } });
+    const resolved = await http('POST', `/v1/tasks/${submitted.task_id}:resolve`, {
+      outcome: 'succeeded',
+      reason: 'checked by hand',
+      result: { verified: true },
+    });
     assert.equal(resolved.status, 200, JSON.stringify(resolved.body));
     assert.equal(resolved.body.data.task.state, 'SUCCEEDED');
     assert.equal((await resources()).unfinished_tasks, '0');
@@ -275,10 +289,13 @@ describe('worker protocol', () => {
     const [second] = await claim(s, 1);
     assert.equal(second.attempt_number, 1);
     await s.request({ type: 'start', attempt_id: second.attempt_id });
-    const retried = await waitFor(async () => {
-      const current = await task(submitted.task_id);
-      return current.state === 'WAITING' ? current : null;
-    }, (LEASE_SECONDS + 3) * 1000);
+    const retried = await waitFor(
+      async () => {
+        const current = await task(submitted.task_id);
+        return current.state === 'WAITING' ? current : null;
+      },
+      (LEASE_SECONDS + 3) * 1000,
+    );
     assert.equal(retried.attempts, 1);
     assert.equal(retried.error.code, 'LEASE_EXPIRED');
     await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'cleanup' });
@@ -328,7 +345,11 @@ describe('worker protocol', () => {
     const s = await open(['prio'], 2);
     const firstTwo = await claim(s, 10);
     assert.equal(firstTwo.length, 2, 'session capacity');
-    assert.deepEqual(firstTwo.map((a) => a.priority), [9, 6], 'highest priority first');
+    assert.deepEqual(
+      firstTwo.map((a) => a.priority),
+      [9, 6],
+      'highest priority first',
+    );
     assert.deepEqual(await claim(s, 10), [], 'capacity used up');
     for (const a of firstTwo) await s.request({ type: 'release', attempt_id: a.attempt_id });
 
@@ -374,7 +395,10 @@ describe('worker protocol', () => {
     // takes ceil(6 / 3) = 2 and together they take exactly the room.
     await configureQueue('shared', { max_concurrency: 7 });
     const granted = await Promise.all(sessions.map((s) => claim(s, 10)));
-    assert.deepEqual(granted.map((g) => g.length), [2, 2, 2]);
+    assert.deepEqual(
+      granted.map((g) => g.length),
+      [2, 2, 2],
+    );
     assert.equal(new Set(granted.flat().map((a) => a.task_id)).size, 6, 'no task reserved twice');
     assert.equal((await queue('shared')).active_attempts, '7');
     // Released, the reservations are room again.
@@ -502,4 +526,3 @@ describe('worker protocol', () => {
     for (const w of leftovers.body.data.tasks) await http('POST', `/v1/tasks/${w.task_id}:cancel`, { reason: 'cleanup' });
   });
 });
-

@@ -27,7 +27,10 @@ describe('worker SDK', () => {
   before(async () => {
     t = await freshDatabase('sdkworker');
     tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['results', 'cancel', 'long', 'rated', 'stop', 'disabled'], resourceAccess: true });
-    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 }, { log: silentLogger() });
+    server = await startServer(
+      { ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 },
+      { log: silentLogger() },
+    );
   });
   after(async () => {
     await server.close();
@@ -35,11 +38,22 @@ describe('worker SDK', () => {
     await t.drop();
   });
 
-  const http = (method: string, path: string, body?: unknown) => call(server.url, method, path, { token: tenant.token, key: method === 'POST' ? `k${++keys}` : undefined, body });
+  const http = (method: string, path: string, body?: unknown) =>
+    call(server.url, method, path, { token: tenant.token, key: method === 'POST' ? `k${++keys}` : undefined, body });
   const submit = async (queue: string, body: Record<string, unknown>) => (await http('POST', `/v1/queues/${queue}/tasks`, body)).body.data.task;
   const task = async (id: string) => (await http('GET', `/v1/tasks/${id}`)).body.data;
   function worker(queue: string, handler: (task: TaskContext) => Promise<unknown>, events: WorkerEvent[] = [], capacity = 4, startOnClaim = true) {
-    return new OrbitWorker({ baseUrl: server.url, token: tenant.token, nodeId: `sdk-${queue}`, queues: [queue], capacity, handler, maxPollIntervalMs: 50, onEvent: (e) => events.push(e), startOnClaim });
+    return new OrbitWorker({
+      baseUrl: server.url,
+      token: tenant.token,
+      nodeId: `sdk-${queue}`,
+      queues: [queue],
+      capacity,
+      handler,
+      maxPollIntervalMs: 50,
+      onEvent: (e) => events.push(e),
+      startOnClaim,
+    });
   }
   const configureQueue = (name: string, patch: Record<string, unknown>) => configureQueueVia(server.url, tenant.token, name, patch);
 
@@ -58,7 +72,14 @@ describe('worker SDK', () => {
       return states.every((s) => ['SUCCEEDED', 'FAILED'].includes(s.state)) ? states : null;
     });
     await w.stop();
-    assert.deepEqual(done.map((s) => [s.state, s.attempts]), [['SUCCEEDED', 1], ['SUCCEEDED', 2], ['FAILED', 1]]);
+    assert.deepEqual(
+      done.map((s) => [s.state, s.attempts]),
+      [
+        ['SUCCEEDED', 1],
+        ['SUCCEEDED', 2],
+        ['FAILED', 1],
+      ],
+    );
     assert.deepEqual(done[1].result, { attempt: 2 });
     assert.equal(done[2].error.message, 'broken input');
   });
@@ -113,7 +134,17 @@ describe('worker SDK', () => {
     // reservations it holds, so the second Start meets a full window every time.
     const gate = await frameGate(server.url, 'start');
     // Reserve first, start after (a claim that starts its attempts itself is never RATE_LIMITED).
-    const w = new OrbitWorker({ baseUrl: gate.url, token: tenant.token, nodeId: 'sdk-rated', queues: ['rated'], capacity: 4, handler: async () => null, maxPollIntervalMs: 50, onEvent: (e) => events.push(e), startOnClaim: false });
+    const w = new OrbitWorker({
+      baseUrl: gate.url,
+      token: tenant.token,
+      nodeId: 'sdk-rated',
+      queues: ['rated'],
+      capacity: 4,
+      handler: async () => null,
+      maxPollIntervalMs: 50,
+      onEvent: (e) => events.push(e),
+      startOnClaim: false,
+    });
     await w.start();
     await gate.held(2);
     await configureQueue('rated', { rate_per_second: 1 });
@@ -124,13 +155,18 @@ describe('worker SDK', () => {
     }, 15_000);
     await w.stop();
     await gate.close();
-    const attempts = await t.db.rows<{ n: string }>("SELECT COUNT(*) AS n FROM orbit_attempts a JOIN orbit_queues q ON q.queue_id = a.queue_id WHERE q.name = 'rated' AND a.state = 'SUCCEEDED'");
+    const attempts = await t.db.rows<{ n: string }>(
+      "SELECT COUNT(*) AS n FROM orbit_attempts a JOIN orbit_queues q ON q.queue_id = a.queue_id WHERE q.name = 'rated' AND a.state = 'SUCCEEDED'",
+    );
     assert.equal(attempts[0]?.n, '4', 'each task succeeded with exactly one attempt');
     const limited = events.filter((e) => e.type === 'rate_limited');
     assert.ok(limited.length > 0, 'at least one Start was rate limited and retried');
     // The retried Start used the attempt it was refused for: that attempt is among the four that succeeded.
     const succeeded = new Set(events.filter((e) => e.type === 'completed').map((e) => e.attemptId));
-    assert.ok(limited.every((e) => succeeded.has(e.attemptId)), 'a rate-limited attempt was started again, not replaced');
+    assert.ok(
+      limited.every((e) => succeeded.has(e.attemptId)),
+      'a rate-limited attempt was started again, not replaced',
+    );
     assert.ok(!events.some((e) => e.type === 'attempt_dropped'), JSON.stringify(events.filter((e) => e.type === 'attempt_dropped')));
   });
 
@@ -138,10 +174,16 @@ describe('worker SDK', () => {
     await configureQueue('stop', { rate_per_second: 1 });
     const tasks = await Promise.all(Array.from({ length: 3 }, (_, i) => submit('stop', { payload: { i } })));
     let finished = 0;
-    const w = worker('stop', async () => {
-      await new Promise((r) => setTimeout(r, 300));
-      finished += 1;
-    }, [], 3, false);
+    const w = worker(
+      'stop',
+      async () => {
+        await new Promise((r) => setTimeout(r, 300));
+        finished += 1;
+      },
+      [],
+      3,
+      false,
+    );
     await w.start();
     // One start per second: after the first starts, the other reservations wait on RATE_LIMITED.
     await waitFor(async () => (await t.db.rows("SELECT 1 FROM orbit_attempts WHERE state = 'RUNNING'")).length > 0);
@@ -149,7 +191,10 @@ describe('worker SDK', () => {
     assert.ok(finished >= 1, 'the running handler finished');
     const states = await Promise.all(tasks.map((x) => task(x.task_id)));
     assert.equal(states.filter((s) => s.state === 'SUCCEEDED').length, finished);
-    assert.ok(states.every((s) => s.state === 'SUCCEEDED' || s.state === 'WAITING'), JSON.stringify(states.map((s) => s.state)));
+    assert.ok(
+      states.every((s) => s.state === 'SUCCEEDED' || s.state === 'WAITING'),
+      JSON.stringify(states.map((s) => s.state)),
+    );
     const q = (await http('GET', '/v1/queues/stop')).body.data;
     assert.deepEqual([q.active_attempts, q.pending_starts], ['0', '0'], 'nothing left reserved');
     for (const s of states) if (s.state === 'WAITING') await http('POST', `/v1/tasks/${s.task_id}:cancel`, { reason: 'cleanup' });
@@ -163,11 +208,16 @@ describe('worker SDK', () => {
     await applicationSetEnabled(t.db, Buffer.from(tenant.applicationId, 'hex'), false);
     // The handler never returns and renewals stop with the session: the lease runs out and recovery releases it.
     await claimedOnly.stop({ timeoutMs: 100 });
-    await waitFor(async () => {
-      const [row] = await t.db.rows<{ state: string }>('SELECT state FROM orbit_tasks WHERE task_id = ?', [Buffer.from(submitted.task_id, 'hex')]);
-      return row?.state === 'WAITING';
-    }, (LEASE_SECONDS + 5) * 1000);
-    const [usage] = await t.db.rows<{ active_attempts: string }>('SELECT active_attempts FROM orbit_application_resources WHERE application_id = ?', [Buffer.from(tenant.applicationId, 'hex')]);
+    await waitFor(
+      async () => {
+        const [row] = await t.db.rows<{ state: string }>('SELECT state FROM orbit_tasks WHERE task_id = ?', [Buffer.from(submitted.task_id, 'hex')]);
+        return row?.state === 'WAITING';
+      },
+      (LEASE_SECONDS + 5) * 1000,
+    );
+    const [usage] = await t.db.rows<{ active_attempts: string }>('SELECT active_attempts FROM orbit_application_resources WHERE application_id = ?', [
+      Buffer.from(tenant.applicationId, 'hex'),
+    ]);
     assert.equal(usage?.active_attempts, '0');
     await applicationSetEnabled(t.db, Buffer.from(tenant.applicationId, 'hex'), true);
     await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'cleanup' });

@@ -62,7 +62,10 @@ test('an idle key runs a request at once, alone; requests arriving meanwhile go 
   r.release();
   assert.equal(await first, 'app:1');
   assert.deepEqual(await Promise.all(rest), ['app:2', 'refused -3', 'app:4', 'app:5']);
-  assert.deepEqual(r.calls.map((c) => c.items), [[1], [2, -3, 4, 5]]);
+  assert.deepEqual(
+    r.calls.map((c) => c.items),
+    [[1], [2, -3, 4, 5]],
+  );
   assert.equal(await liveKeys(b), 0);
 });
 
@@ -72,8 +75,14 @@ test('maxBatch: a backlog goes in batches of at most maxBatch, in order', async 
   r.hold();
   const all = Array.from({ length: 9 }, (_, i) => b.submit('app', i));
   r.release();
-  assert.deepEqual(await Promise.all(all), all.map((_, i) => `app:${i}`));
-  assert.deepEqual(r.calls.map((c) => c.items), [[0], [1, 2, 3], [4, 5, 6], [7, 8]]);
+  assert.deepEqual(
+    await Promise.all(all),
+    all.map((_, i) => `app:${i}`),
+  );
+  assert.deepEqual(
+    r.calls.map((c) => c.items),
+    [[0], [1, 2, 3], [4, 5, 6], [7, 8]],
+  );
 });
 
 test('maxInFlight: at most that many batches of one key run at once', async () => {
@@ -94,18 +103,26 @@ test('maxInFlight: at most that many batches of one key run at once', async () =
     all.push(b.submit('app', i));
     if (i % 3 === 0) await tick();
   }
-  assert.deepEqual(await Promise.all(all), Array.from({ length: 20 }, (_, i) => i));
+  assert.deepEqual(
+    await Promise.all(all),
+    Array.from({ length: 20 }, (_, i) => i),
+  );
   assert.equal(most, 2);
 });
 
 test('keys are independent: a busy or failing key neither holds nor fails another, and batches never mix keys', async () => {
-  const r = recorder({ error: (items) => (items.includes(666) ? Object.assign(new Error('connection lost'), { code: 'PROTOCOL_CONNECTION_LOST', fatal: true }) : undefined) });
+  const r = recorder({
+    error: (items) => (items.includes(666) ? Object.assign(new Error('connection lost'), { code: 'PROTOCOL_CONNECTION_LOST', fatal: true }) : undefined),
+  });
   const b = new KeyedBatcher(r.run, { maxBatch: 10, maxInFlight: 1 });
   r.hold();
   const a1 = b.submit('a', 1);
   const b1 = b.submit('b', 1);
   // Key b did not wait for key a's batch to be in flight: both started.
-  assert.deepEqual(r.calls, [{ key: 'a', items: [1] }, { key: 'b', items: [1] }]);
+  assert.deepEqual(r.calls, [
+    { key: 'a', items: [1] },
+    { key: 'b', items: [1] },
+  ]);
   const a2 = b.submit('a', 666);
   const b2 = b.submit('b', 2);
   r.release();
@@ -130,7 +147,10 @@ test('one bad item fails alone: a batch that throws is run again in halves, the 
     else assert.deepEqual(s, { status: 'fulfilled', value: `app:${i}` });
   });
   // The group, then halves down to the bad item, each half after the one before (in order).
-  assert.deepEqual(r.calls.map((c) => c.items), [[100], [0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3], [4, 5, 6, 7], [4, 5], [4], [5], [6, 7]]);
+  assert.deepEqual(
+    r.calls.map((c) => c.items),
+    [[100], [0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3], [4, 5, 6, 7], [4, 5], [4], [5], [6, 7]],
+  );
   assert.equal(await liveKeys(b), 0);
 });
 
@@ -154,7 +174,10 @@ test('isolation stays in the batch slot: requests submitted meanwhile wait, maxI
   await tick();
   const later = [10, 11].map((i) => b.submit('app', i));
   const results = await Promise.allSettled([...first, ...later]);
-  assert.deepEqual(results.map((s) => s.status), ['fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+  assert.deepEqual(
+    results.map((s) => s.status),
+    ['fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled'],
+  );
   assert.equal(most, 1);
   // The later requests ran after the isolation of the failed batch, not in between.
   assert.deepEqual(seen, [[0], [1, 2, 3], [1, 2], [3], [10, 11]]);
@@ -185,7 +208,12 @@ test('an error that says the database failed fails every request of the group at
 });
 
 test('a caller may decide what is isolated; a predicate that throws shares the error', async () => {
-  for (const isolate of [() => false, () => { throw new Error('predicate failed'); }]) {
+  for (const isolate of [
+    () => false,
+    () => {
+      throw new Error('predicate failed');
+    },
+  ]) {
     const bad = new TypeError('bad');
     const r = recorder({ error: (items) => (items.includes(2) ? bad : undefined) });
     const b = new KeyedBatcher(r.run, { maxBatch: 8, maxInFlight: 1, isolate });
@@ -215,7 +243,7 @@ test('a batch function that throws synchronously fails its requests and does not
   assert.equal(await liveKeys(b), 0);
 });
 
-test('which errors may be one item\'s fault', () => {
+test("which errors may be one item's fault", () => {
   const cases: Array<[string, unknown, boolean]> = [
     ['a TypeError of the code', new TypeError('x is undefined'), true],
     ['a plain Error without a code', new Error('queue row missing'), true],
@@ -248,7 +276,15 @@ test('property: every request gets its own answer, or its own error only if it i
     fc.asyncProperty(
       fc.integer({ min: 1, max: 5 }),
       fc.integer({ min: 1, max: 3 }),
-      fc.array(fc.record({ key: fc.constantFrom('a', 'b', 'c'), bad: fc.integer({ min: 0, max: 6 }).map((n) => n === 0), wait: fc.integer({ min: 0, max: 2 }), work: fc.integer({ min: 0, max: 2 }) }), { maxLength: 40 }),
+      fc.array(
+        fc.record({
+          key: fc.constantFrom('a', 'b', 'c'),
+          bad: fc.integer({ min: 0, max: 6 }).map((n) => n === 0),
+          wait: fc.integer({ min: 0, max: 2 }),
+          work: fc.integer({ min: 0, max: 2 }),
+        }),
+        { maxLength: 40 },
+      ),
       async (maxBatch, maxInFlight, ops) => {
         const running = new Map<string, number>();
         const firstSeen = new Map<string, number[]>();
@@ -288,7 +324,10 @@ test('property: every request gets its own answer, or its own error only if it i
         for (const run of runs) for (const i of run.items) assert.equal((ops[i] as { key: string }).key, run.key, 'batches never mix keys');
         // Each key's requests reach the batch function in the order they were submitted.
         for (const [key, seen] of firstSeen) {
-          assert.deepEqual(seen, ops.flatMap((op, i) => (op.key === key ? [i] : [])));
+          assert.deepEqual(
+            seen,
+            ops.flatMap((op, i) => (op.key === key ? [i] : [])),
+          );
         }
         assert.equal(await liveKeys(b), 0);
       },

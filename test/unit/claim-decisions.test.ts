@@ -33,7 +33,11 @@ test('room at one level: concurrency left and start-window room left, whichever 
     ['the rate is the smaller limit', { ...idle, maxConcurrency: 1000, ratePerSecond: 4 }, 4],
     ['pending starts hold window room', { ...idle, maxConcurrency: 1000, ratePerSecond: 10, activeAttempts: 3, pendingStarts: 3 }, 7],
     ['starts in the open window count', { ...idle, maxConcurrency: 1000, ratePerSecond: 10, window: { startedAt: NOW - 500, starts: 6 } }, 4],
-    ['window starts + pending starts together', { ...idle, maxConcurrency: 1000, ratePerSecond: 10, pendingStarts: 3, activeAttempts: 3, window: { startedAt: NOW - 1, starts: 6 } }, 1],
+    [
+      'window starts + pending starts together',
+      { ...idle, maxConcurrency: 1000, ratePerSecond: 10, pendingStarts: 3, activeAttempts: 3, window: { startedAt: NOW - 1, starts: 6 } },
+      1,
+    ],
     ['an ended window counts nothing', { ...idle, maxConcurrency: 1000, ratePerSecond: 10, window: { startedAt: NOW - 1000, starts: 10 } }, 10],
     ['the window ends exactly 1000 ms after it opened', { ...idle, maxConcurrency: 1000, ratePerSecond: 10, window: { startedAt: NOW - 999, starts: 10 } }, 0],
     ['full concurrency', { ...idle, activeAttempts: 10 }, 0],
@@ -167,7 +171,10 @@ test('property: claims of several nodes, one after another on the same room, nev
           else waiting.delete(node);
         }
         assert.ok(left >= 0);
-        assert.equal(got.reduce((a, b) => a + b, 0), room - left);
+        assert.equal(
+          got.reduce((a, b) => a + b, 0),
+          room - left,
+        );
       },
     ),
     RUNS,
@@ -226,7 +233,11 @@ test('keyed permits: at most key_concurrency per (queue, key), counting holders 
   const result = pickCandidates(cs, {
     left: 10,
     queues: allowances({ q: { room: 10, keyConcurrency: 2 }, r: { room: 10, keyConcurrency: 1 } }),
-    holders: new Map([[permitKey('q', 'held'), 2], [permitKey('q', 'hot'), 0], [permitKey('q', 'cold'), 1]]),
+    holders: new Map([
+      [permitKey('q', 'held'), 2],
+      [permitKey('q', 'hot'), 0],
+      [permitKey('q', 'cold'), 1],
+    ]),
   });
   // hot: 2 of 3; cold: 1 held + 1; held: already full; the same key in another queue is another permit.
   assert.deepEqual(ids(result.picked), [1, 2, 4, 5, 7]);
@@ -238,7 +249,9 @@ test('keyed permits: at most key_concurrency per (queue, key), counting holders 
   assert.equal(result.queues.get('q')?.room, 6);
   // key_concurrency lowered below the holders: nothing more for that key, never negative.
   const lowered = pickCandidates([candidate('q', 1, { resourceKey: 'k' })], {
-    left: 5, queues: allowances({ q: { room: 5, keyConcurrency: 1 } }), holders: new Map([[permitKey('q', 'k'), 3]]),
+    left: 5,
+    queues: allowances({ q: { room: 5, keyConcurrency: 1 } }),
+    holders: new Map([[permitKey('q', 'k'), 3]]),
   });
   assert.deepEqual(lowered.picked, []);
   assert.equal(lowered.holders.get(permitKey('q', 'k')), 3);
@@ -294,7 +307,9 @@ const pickInput = fc.record({
       }),
       { selector: (c) => c.id, maxLength: 30 },
     )
-    .map((cs) => cs.map((c) => candidate(c.queue, c.id, { priority: c.priority, resourceKey: c.resourceKey, availableAt: `2024-01-01 00:00:0${c.second}.000000` }))),
+    .map((cs) =>
+      cs.map((c) => candidate(c.queue, c.id, { priority: c.priority, resourceKey: c.resourceKey, availableAt: `2024-01-01 00:00:0${c.second}.000000` })),
+    ),
 });
 
 test('property: the pick respects the budget, every queue room and every permit, in claim order, and always has a reason to pass over', () => {
@@ -309,7 +324,11 @@ test('property: the pick respects the budget, every queue room and every permit,
 
       const order = [...input.candidates].sort(claimOrder);
       const picked = new Set(result.picked);
-      assert.deepEqual(result.picked, order.filter((c) => picked.has(c)), 'picked in claim order');
+      assert.deepEqual(
+        result.picked,
+        order.filter((c) => picked.has(c)),
+        'picked in claim order',
+      );
       assert.ok(result.picked.length <= input.left, 'budget');
 
       const perQueue = new Map<string, number>();
@@ -387,7 +406,8 @@ test('property: the whole decision never grants more than the smallest limit of 
           }),
         );
         const { picked } = budget > 0 ? pickCandidates(picking.candidates, { left: budget, queues, holders: new Map() }) : { picked: [] };
-        const limit = (l: QuotaLevel) => Math.min(l.maxConcurrency - Number(l.activeAttempts), l.ratePerSecond - startsInCurrentWindow(l.window, NOW) - Number(l.pendingStarts));
+        const limit = (l: QuotaLevel) =>
+          Math.min(l.maxConcurrency - Number(l.activeAttempts), l.ratePerSecond - startsInCurrentWindow(l.window, NOW) - Number(l.pendingStarts));
         assert.ok(picked.length <= Math.max(0, Math.min(wanted, session.max, session.sessionRoom, limit(app))));
         QUEUES.forEach((q, i) => {
           const [l, paused] = queueLevels[i] as [QuotaLevel, boolean];

@@ -105,7 +105,9 @@ function violations(edges: readonly Edge[], exists: (path: string) => boolean = 
     }
     if (to !== null && !exists(to)) broken('no such file');
     if (under(from, 'server/domain') && ['server/store', 'server/http', 'server/worker'].some((dir) => under(to, dir))) {
-      broken('server/domain holds pure rules and imports nothing from server/store, server/http or server/worker (move the pure part into domain, or the impure part out)');
+      broken(
+        'server/domain holds pure rules and imports nothing from server/store, server/http or server/worker (move the pure part into domain, or the impure part out)',
+      );
     }
     if (under(from, 'server/worker') && under(to, 'server/http')) {
       broken(`server/worker must not import server/http; share through ${NEUTRAL_HINT}`);
@@ -113,7 +115,13 @@ function violations(edges: readonly Edge[], exists: (path: string) => boolean = 
     if (under(from, 'server/http') && under(to, 'server/worker')) {
       broken(`server/http must not import server/worker; share through ${NEUTRAL_HINT} (the app sees workers only as AppDeps.workers)`);
     }
-    if (under(from, 'server') && !under(from, 'server/http') && !under(from, 'server/worker') && !ENTRY_POINTS.has(from) && (under(to, 'server/http') || under(to, 'server/worker'))) {
+    if (
+      under(from, 'server') &&
+      !under(from, 'server/http') &&
+      !under(from, 'server/worker') &&
+      !ENTRY_POINTS.has(from) &&
+      (under(to, 'server/http') || under(to, 'server/worker'))
+    ) {
       broken(`what server/http and server/worker share must depend on neither (only ${[...ENTRY_POINTS].join(', ')} wire them together)`);
     }
     if (under(from, 'server') && under(to, 'sdk')) {
@@ -217,9 +225,15 @@ test('server/ and sdk/ keep their layers (docs/architecture.md)', () => {
   const { files, edges } = projectEdges();
   // A moved folder must not turn this test into one that checks nothing.
   for (const dir of ['server/domain', 'server/store', 'server/http', 'server/worker', 'server/input', 'server/generated', 'sdk']) {
-    assert.ok(files.some((file) => under(file, dir)), `no source files found under ${dir}/`);
+    assert.ok(
+      files.some((file) => under(file, dir)),
+      `no source files found under ${dir}/`,
+    );
   }
-  assert.ok(edges.some((e) => under(e.from, 'server/worker') && under(e.to, 'server/input')), 'expected server/worker to import server/input (is the parser reading the files?)');
+  assert.ok(
+    edges.some((e) => under(e.from, 'server/worker') && under(e.to, 'server/input')),
+    'expected server/worker to import server/input (is the parser reading the files?)',
+  );
   const problems = violations(edges);
   assert.equal(problems.length, 0, `${problems.length} import(s) break the layers of the code:\n${problems.map((p) => `  - ${p}`).join('\n')}\n`);
 });

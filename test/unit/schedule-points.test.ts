@@ -119,7 +119,11 @@ describe('one round of a schedule', () => {
   test('points within the window all fire, in order, whatever the policy', () => {
     for (const policy of ['skip', 'fire_once', 'fire_all'] as const) {
       const result = apply(planRound({ ...base, policy, nowMs: t0 + 3_500 }), 100);
-      assert.deepEqual(result.fired.map((p) => p - t0), [0, 1000, 2000, 3000], policy);
+      assert.deepEqual(
+        result.fired.map((p) => p - t0),
+        [0, 1000, 2000, 3000],
+        policy,
+      );
       assert.equal(result.skipped, 0);
       assert.equal(result.head, t0 + 4000);
     }
@@ -137,7 +141,10 @@ describe('one round of a schedule', () => {
 
   test('a refusal keeps the refused point as the head; nothing after it is skipped or fired', () => {
     const result = apply(planRound({ ...base, policy: 'skip', nowMs: t0 + 3_500 }), 2);
-    assert.deepEqual(result.fired.map((p) => p - t0), [0, 1000]);
+    assert.deepEqual(
+      result.fired.map((p) => p - t0),
+      [0, 1000],
+    );
     assert.equal(result.refusedAt, t0 + 2000);
     assert.equal(result.head, t0 + 2000);
   });
@@ -174,11 +181,18 @@ describe('one round of a schedule', () => {
           }
           const due = Math.floor(overdueSeconds / seconds) + 1;
           assert.equal(seen.length + skipped, due, 'every due point is fired or skipped once');
-          assert.deepEqual(seen, [...seen].sort((a, b) => a - b));
+          assert.deepEqual(
+            seen,
+            [...seen].sort((a, b) => a - b),
+          );
           assert.equal(new Set(seen).size, seen.length);
           const cutoff = nowMs - windowSeconds * 1000;
           const recent = seen.filter((p) => p >= cutoff).length;
-          assert.equal(recent, Array.from({ length: due }, (_, k) => t0 + k * seconds * 1000).filter((p) => p >= cutoff).length, 'points within the window all fire');
+          assert.equal(
+            recent,
+            Array.from({ length: due }, (_, k) => t0 + k * seconds * 1000).filter((p) => p >= cutoff).length,
+            'points within the window all fire',
+          );
           if (policy === 'fire_all') assert.equal(skipped, 0);
           if (policy === 'skip') assert.equal(seen.length, recent);
           if (policy === 'fire_once') assert.ok(seen.length - recent <= Math.max(1, Math.ceil(due / maxPoints)), 'overdue points fire at most once per run');

@@ -1,9 +1,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ROUTABLE_KEY_COLUMNS, ROUTING_COLUMNS, SCATTER_EXCEPTIONS, ShardRoutingViolation, assertRoutable, routeOf } from '../../server/store/database/shard-routing.ts';
+import {
+  ROUTABLE_KEY_COLUMNS,
+  ROUTING_COLUMNS,
+  SCATTER_EXCEPTIONS,
+  ShardRoutingViolation,
+  assertRoutable,
+  routeOf,
+} from '../../server/store/database/shard-routing.ts';
 
 test('application_id and the lookup-vindex columns are the routable key columns', () => {
-  for (const c of ['application_id', 'task_id', 'attempt_id', 'queue_id', 'session_id', 'credential_id', 'namespace_id']) assert.ok(ROUTABLE_KEY_COLUMNS.includes(c), c);
+  for (const c of ['application_id', 'task_id', 'attempt_id', 'queue_id', 'session_id', 'credential_id', 'namespace_id'])
+    assert.ok(ROUTABLE_KEY_COLUMNS.includes(c), c);
   for (const columns of Object.values(ROUTING_COLUMNS)) assert.equal(columns[0], 'application_id');
 });
 

@@ -67,7 +67,10 @@ test('a rate lowered below the starts of the open window refuses until it ends; 
 
 test('the window of a quota row is read in database time (DATETIME(6) text, UTC)', () => {
   assert.deepEqual(windowOfRow({ window_started_at: null, window_starts: 0 }), { startedAt: null, starts: 0 });
-  assert.deepEqual(windowOfRow({ window_started_at: '2024-03-01 12:00:00.123456', window_starts: 7 }), { startedAt: Date.UTC(2024, 2, 1, 12, 0, 0, 123), starts: 7 });
+  assert.deepEqual(windowOfRow({ window_started_at: '2024-03-01 12:00:00.123456', window_starts: 7 }), {
+    startedAt: Date.UTC(2024, 2, 1, 12, 0, 0, 123),
+    starts: 7,
+  });
 });
 
 test('property: never more than the rate per window, at most twice the rate over any one-second span; a refusal says when to retry', () => {

@@ -6,7 +6,12 @@ import { statementText } from '../../server/store/database/database.ts';
 test('an sql template carries each value where it appears; text plus parameters passes through', () => {
   const ids = [Buffer.from('aa', 'hex'), Buffer.from('bb', 'hex')];
   assert.deepEqual(
-    statementText(sql`SELECT a FROM orbit_tasks WHERE task_id IN (${sql.join(ids.map((id) => sql`${id}`), sql`, `)}) AND state = ${'WAITING'} LIMIT ${5}`),
+    statementText(
+      sql`SELECT a FROM orbit_tasks WHERE task_id IN (${sql.join(
+        ids.map((id) => sql`${id}`),
+        sql`, `,
+      )}) AND state = ${'WAITING'} LIMIT ${5}`,
+    ),
     ['SELECT a FROM orbit_tasks WHERE task_id IN (?, ?) AND state = ? LIMIT ?', [...ids, 'WAITING', 5]],
   );
   assert.deepEqual(statementText(sql.join([sql`UPDATE orbit_queues SET a = ${1}`, sql`UPDATE orbit_tasks SET b = ${2}`], sql`;\n`)), [

@@ -65,7 +65,7 @@ test('valid documents of all shapes equal JSON.parse', () => {
 
 test('__proto__ key is kept exactly as JSON.parse keeps it', () => {
   const value = expectOk('{"__proto__":1,"a":{"__proto__":{"x":2}}}') as Record<string, unknown>;
-  assert.ok(Object.prototype.hasOwnProperty.call(value, '__proto__'));
+  assert.ok(Object.hasOwn(value, '__proto__'));
   assert.equal(Object.getOwnPropertyDescriptor(value, '__proto__')?.value, 1);
   assert.equal(Object.getPrototypeOf(value), Object.prototype);
   expectDuplicate('{"__proto__":1,"__proto__":2}', '__proto__', '__proto__');
@@ -174,18 +174,9 @@ test('invalid JSON is reported on field "body" with an offset', () => {
 
 test('invalid JSON descriptions are short and precise', () => {
   assert.equal(expectInvalid(''), 'is not valid JSON: unexpected end of input at offset 0');
-  assert.equal(
-    expectInvalid('{} x'),
-    "is not valid JSON: unexpected character 'x' at offset 3 (expected end of input)",
-  );
-  assert.equal(
-    expectInvalid('{"a":1,}'),
-    "is not valid JSON: unexpected character '}' at offset 7 (expected property name)",
-  );
-  assert.equal(
-    expectInvalid('"a\nb"'),
-    'is not valid JSON: control character U+000A in string at offset 2',
-  );
+  assert.equal(expectInvalid('{} x'), "is not valid JSON: unexpected character 'x' at offset 3 (expected end of input)");
+  assert.equal(expectInvalid('{"a":1,}'), "is not valid JSON: unexpected character '}' at offset 7 (expected property name)");
+  assert.equal(expectInvalid('"a\nb"'), 'is not valid JSON: control character U+000A in string at offset 2');
   // The description never echoes large parts of the body.
   const big = `{"a":"${'x'.repeat(10_000)}"} trailing`;
   assert.ok(expectInvalid(big).length < 120);
@@ -273,7 +264,8 @@ function randomString(rnd: () => number): string {
     if (r < 0.6) s += String.fromCharCode(0x20 + Math.floor(rnd() * 95));
     else if (r < 0.7) s += String.fromCharCode(Math.floor(rnd() * 0x20));
     else if (r < 0.8) s += String.fromCharCode(0x80 + Math.floor(rnd() * 0x780));
-    else if (r < 0.9) s += String.fromCharCode(0xd800 + Math.floor(rnd() * 0x800)); // lone surrogates
+    else if (r < 0.9)
+      s += String.fromCharCode(0xd800 + Math.floor(rnd() * 0x800)); // lone surrogates
     else s += '"\\/\u2028';
   }
   return s;
@@ -318,7 +310,7 @@ function randomValue(rnd: () => number, depth: number): unknown {
 }
 
 function randomWhitespace(rnd: () => number): string {
-  return rnd() < 0.7 ? '' : [' ', '\t', '\n', '\r\n  '][Math.floor(rnd() * 4)] ?? '';
+  return rnd() < 0.7 ? '' : ([' ', '\t', '\n', '\r\n  '][Math.floor(rnd() * 4)] ?? '');
 }
 
 test('2,000 random JSON documents parse exactly like JSON.parse', () => {
@@ -408,5 +400,8 @@ test('numbers beyond the double range are refused, not turned into null', () => 
   }
   const tiny = parseStrictJson('{"payload":{"m":5e-400}}');
   assert.deepEqual(tiny, { ok: false, field: 'payload.m', reason: 'is a number too small to represent (it would become 0)' });
-  assert.deepEqual(parseStrictJson('{"n":1.7976931348623157e308,"z":0.000e-999,"m":-0,"d":5e-324}'), { ok: true, value: { n: 1.7976931348623157e308, z: 0, m: -0, d: 5e-324 } });
+  assert.deepEqual(parseStrictJson('{"n":1.7976931348623157e308,"z":0.000e-999,"m":-0,"d":5e-324}'), {
+    ok: true,
+    value: { n: 1.7976931348623157e308, z: 0, m: -0, d: 5e-324 },
+  });
 });

@@ -32,14 +32,21 @@ test('every table of the migrations is in the VSchema, per-application tables wi
   }
 });
 
-test('the VSchema and shard-routing.ts agree on every table\'s routing columns and on the lookup vindexes', () => {
+test("the VSchema and shard-routing.ts agree on every table's routing columns and on the lookup vindexes", () => {
   for (const table of migrationTables) {
-    assert.deepEqual(vschema.tables[table]?.column_vindexes?.map((v) => v.column), ROUTING_COLUMNS[table], table);
+    assert.deepEqual(
+      vschema.tables[table]?.column_vindexes?.map((v) => v.column),
+      ROUTING_COLUMNS[table],
+      table,
+    );
     for (const cv of vschema.tables[table]?.column_vindexes ?? []) assert.ok(vschema.vindexes[cv.name], `${table}.${cv.column}: vindex ${cv.name}`);
   }
   assert.deepEqual(Object.keys(ROUTING_COLUMNS).sort(), [...migrationTables].sort());
   const lookupSql = fs.readFileSync(path.join(root, 'deploy/vitess/lookup-tables.sql'), 'utf8');
-  const lookupKeyspace = JSON.parse(fs.readFileSync(path.join(root, 'deploy/vitess/vschema-lookup.json'), 'utf8')) as { sharded: boolean; tables: Record<string, unknown> };
+  const lookupKeyspace = JSON.parse(fs.readFileSync(path.join(root, 'deploy/vitess/vschema-lookup.json'), 'utf8')) as {
+    sharded: boolean;
+    tables: Record<string, unknown>;
+  };
   for (const [name, { owner, column }] of Object.entries(LOOKUP_VINDEXES)) {
     const vindex = vschema.vindexes[name];
     assert.equal(vindex?.type, 'consistent_lookup_unique', name);

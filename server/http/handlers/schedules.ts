@@ -22,10 +22,14 @@ type CreateScheduleBody = components['schemas']['CreateScheduleRequest'];
 function definitionOf(body: CreateScheduleBody): { definition: ScheduleDefinition; normalized: Record<string, unknown> } {
   const { reason: _reason, ...rest } = body;
   if ((body.cron === undefined) === (body.interval_seconds === undefined)) {
-    throw invalidArgument('cron', body.cron === undefined ? 'give exactly one of cron and interval_seconds (neither was given)' : 'give exactly one of cron and interval_seconds, not both');
+    throw invalidArgument(
+      'cron',
+      body.cron === undefined ? 'give exactly one of cron and interval_seconds (neither was given)' : 'give exactly one of cron and interval_seconds, not both',
+    );
   }
   const timezone = body.timezone ?? SCHEDULE_DEFAULTS.timezone;
-  const trigger: Trigger = body.cron !== undefined ? { kind: 'cron', expression: body.cron, timezone } : { kind: 'interval', seconds: body.interval_seconds as number };
+  const trigger: Trigger =
+    body.cron !== undefined ? { kind: 'cron', expression: body.cron, timezone } : { kind: 'interval', seconds: body.interval_seconds as number };
   // The zone is checked for interval schedules too: a typo should not wait for a switch to cron.
   const problem = triggerProblem(trigger.kind === 'interval' ? { kind: 'cron', expression: '* * * * *', timezone } : trigger);
   if (problem) throw invalidArgument(problem.field, problem.message);

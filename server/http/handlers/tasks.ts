@@ -111,7 +111,10 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       });
       const done = results as ItemResult[];
       const count = (status: ItemResult['status']) => done.filter((r) => r.status === status).length;
-      for (const r of done) deps.metrics.submissions.inc({ result: r.status === 'refused' ? (r.error?.code ?? 'invalid_argument').toLowerCase() : r.status === 'replayed' ? 'deduplicated' : 'accepted' });
+      for (const r of done)
+        deps.metrics.submissions.inc({
+          result: r.status === 'refused' ? (r.error?.code ?? 'invalid_argument').toLowerCase() : r.status === 'replayed' ? 'deduplicated' : 'accepted',
+        });
       return { results: done, accepted: count('accepted'), replayed: count('replayed'), refused: count('refused') };
     },
     async listTasks(input, ctx) {

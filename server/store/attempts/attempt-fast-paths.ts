@@ -25,7 +25,6 @@ export interface KnownAttempt extends AttemptRef {
   deadlineAtMs: number;
 }
 
-
 /** How many items per key; items whose key is null are not counted. */
 export function countBy<T>(items: T[], key: (item: T) => string | null): Map<string, number> {
   const counts = new Map<string, number>();
@@ -72,13 +71,19 @@ export async function attemptStartFast(db: Database, params: { applicationId: Id
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   s.push(
     sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now
-      WHERE (task_id, current_attempt_id) IN (${sql.join(byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`), sql`, `)}) AND state = 'LEASED'`,
+      WHERE (task_id, current_attempt_id) IN (${sql.join(
+        byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`),
+        sql`, `,
+      )}) AND state = 'LEASED'`,
     guard(items.length, applicationId),
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
   s.push(
     sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
-      WHERE (attempt_id, session_id) IN (${sql.join(byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`), sql`, `)}) AND state = 'RESERVED' AND lease_expires_at > @now`,
+      WHERE (attempt_id, session_id) IN (${sql.join(
+        byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`),
+        sql`, `,
+      )}) AND state = 'RESERVED' AND lease_expires_at > @now`,
     guard(items.length, applicationId),
   );
   try {
@@ -112,28 +117,45 @@ export async function attemptFinishFast(db: Database, params: { applicationId: I
   ];
   const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
   for (const [queueHex, n] of perQueue) {
-    s.push(sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks - ${n}, active_attempts = active_attempts - ${n} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
+    s.push(
+      sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks - ${n}, active_attempts = active_attempts - ${n} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`,
+    );
   }
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   /** `CASE task_id WHEN ? THEN ? … END`: each task's own value. */
-  const perTask = (value: (i: KnownResult) => unknown) => sql`CASE task_id ${sql.join(byTask.map((i) => sql`WHEN ${i.taskId} THEN ${value(i)}`), sql` `)} END`;
+  const perTask = (value: (i: KnownResult) => unknown) =>
+    sql`CASE task_id ${sql.join(
+      byTask.map((i) => sql`WHEN ${i.taskId} THEN ${value(i)}`),
+      sql` `,
+    )} END`;
   s.push(
     sql`UPDATE orbit_tasks
         SET state = ${perTask((i) => i.taskState)}, current_attempt_id = NULL, finished_at = @now, updated_at = @now,
             result = COALESCE(${perTask((i) => jsonOrNull(i.result))}, result), error = COALESCE(${perTask((i) => jsonOrNull(i.error))}, error)
-      WHERE (task_id, current_attempt_id) IN (${sql.join(byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`), sql`, `)}) AND state = 'RUNNING'`,
+      WHERE (task_id, current_attempt_id) IN (${sql.join(
+        byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`),
+        sql`, `,
+      )}) AND state = 'RUNNING'`,
     guard(items.length, applicationId),
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
   s.push(
-    sql`UPDATE orbit_attempts SET state = CASE attempt_id ${sql.join(byAttempt.map((i) => sql`WHEN ${i.attemptId} THEN ${i.attemptState}`), sql` `)} END, finished_at = @now
-      WHERE (attempt_id, session_id) IN (${sql.join(byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`), sql`, `)}) AND state = 'RUNNING' AND lease_expires_at > @now`,
+    sql`UPDATE orbit_attempts SET state = CASE attempt_id ${sql.join(
+      byAttempt.map((i) => sql`WHEN ${i.attemptId} THEN ${i.attemptState}`),
+      sql` `,
+    )} END, finished_at = @now
+      WHERE (attempt_id, session_id) IN (${sql.join(
+        byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`),
+        sql`, `,
+      )}) AND state = 'RUNNING' AND lease_expires_at > @now`,
     guard(items.length, applicationId),
   );
   const perKey = [...countBy(items, (i) => (i.resourceKey === null ? null : `${hex(i.queueId)}/${i.resourceKey}`))].sort(([a], [b]) => a.localeCompare(b));
   for (const [key, n] of perKey) {
     const slash = key.indexOf('/');
-    s.push(sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = @now WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`);
+    s.push(
+      sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = @now WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
+    );
   }
   try {
     await db.oneShot(sql.join(s, sql`;\n`), undefined, { retries: 2 });

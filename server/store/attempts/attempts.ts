@@ -66,7 +66,12 @@ const ascending = (ids: Buffer[]) => [...new Map(ids.map((id) => [hex(id), id]))
  * The locking reads, in lock order, in one round trip. With `skipLockedApplication`, a busy
  * application row is passed over (recovery comes back later) and null is returned.
  */
-async function lockForAttempts(tx: Transaction, applicationId: IdBytes, refs: AttemptRef[], options: { skipLockedApplication?: boolean } = {}): Promise<Locked | null> {
+async function lockForAttempts(
+  tx: Transaction,
+  applicationId: IdBytes,
+  refs: AttemptRef[],
+  options: { skipLockedApplication?: boolean } = {},
+): Promise<Locked | null> {
   const queueIds = ascending(refs.map((r) => r.queueId));
   const taskIds = ascending(refs.map((r) => r.taskId));
   const attemptIds = ascending(refs.map((r) => r.attemptId));
@@ -236,7 +241,6 @@ export type StartAnswer =
 export interface StartItem extends AttemptRef {
   sessionId: IdBytes;
 }
-
 
 /**
  * Grants Starts in order while both windows have room. A Start of an attempt already running

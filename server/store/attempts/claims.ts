@@ -22,8 +22,15 @@ import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
 import { windowIsOpen, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import {
-  claimBudget, levelRoom, permitKey as permitOf, pickCandidates, queueRoom, sessionRoom,
-  type ClaimCandidate, type QueueAllowance, type QuotaLevel,
+  claimBudget,
+  levelRoom,
+  permitKey as permitOf,
+  pickCandidates,
+  queueRoom,
+  sessionRoom,
+  type ClaimCandidate,
+  type QueueAllowance,
+  type QuotaLevel,
 } from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
@@ -62,7 +69,6 @@ const MAX_CANDIDATES_PER_QUEUE = 1000;
 /** Re-picks when keyed tasks were passed over because their key was full. */
 const MAX_PICK_ROUNDS = 3;
 
-
 /** One quota row as the claim decisions (server/domain/claim-decisions.ts) take it. */
 function levelOf(row: QuotaRow): QuotaLevel {
   return {
@@ -73,7 +79,6 @@ function levelOf(row: QuotaRow): QuotaLevel {
     window: windowOfRow(row),
   };
 }
-
 
 function permitKey(queueId: Buffer, resourceKey: string): string {
   return permitOf(hex(queueId), resourceKey);
@@ -171,7 +176,9 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
     const otherWaitingNodes = Number(waitingNodes[0]?.nodes ?? 0) + nodeIds.length - 1;
     let granted = 0;
     const shared: PickState = {
-      queues: new Map(queueRows.map((q) => [hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency }])),
+      queues: new Map(
+        queueRows.map((q) => [hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency }]),
+      ),
       taken: new Set<string>(),
       fullKeys: new Set<string>(),
       holders: new Map<string, number>(),
@@ -237,7 +244,6 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
   });
 }
 
-
 /** One queue's claimable tasks in claim order, at most `limit`, without the excluded keys and tasks, locked with SKIP LOCKED. */
 function candidateSql(options: { queueId: IdBytes; excludedKeys: string[]; excludedTasks: IdBytes[]; limit: number }): SQL {
   const { excludedKeys, excludedTasks } = options;
@@ -296,7 +302,9 @@ async function pick(
       );
       // One statement alone comes back as plain rows, several as a list of row sets.
       candidates =
-        statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as SQL) : ((await tx.batch(sql.join(statements, sql`;\n`))) as CandidateRow[][]).flat();
+        statements.length === 1
+          ? await tx.rows<CandidateRow>(statements[0] as SQL)
+          : ((await tx.batch(sql.join(statements, sql`;\n`))) as CandidateRow[][]).flat();
       // Rows read here are locked by this transaction and may be picked by the next claims too.
       ctx.pool.push(...candidates);
     }
@@ -309,7 +317,12 @@ async function pick(
     // Claim order, budget, queue room and keyed permits: claim-decisions.ts.
     const picked = pickCandidates(
       candidates.map((row): ClaimCandidate & { row: CandidateRow } => ({
-        queue: hex(row.queue_id), taskId: hex(row.task_id), priority: row.priority, availableAt: row.available_at, resourceKey: row.resource_key, row,
+        queue: hex(row.queue_id),
+        taskId: hex(row.task_id),
+        priority: row.priority,
+        availableAt: row.available_at,
+        resourceKey: row.resource_key,
+        row,
       })),
       { left: ctx.budget - ctx.chosen.length, queues: state.queues, holders: state.holders },
     );
@@ -334,9 +347,15 @@ async function lockPermits(tx: Transaction, applicationId: IdBytes, keys: string
     sql.join(
       [
         sql`INSERT IGNORE INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at)
-       VALUES ${sql.join(pairs.map(([q, k]) => sql`(${q}, ${k}, ${applicationId}, 0, NOW(6))`), sql`, `)}`,
+       VALUES ${sql.join(
+         pairs.map(([q, k]) => sql`(${q}, ${k}, ${applicationId}, 0, NOW(6))`),
+         sql`, `,
+       )}`,
         sql`SELECT queue_id, resource_key, holders FROM orbit_key_permits
-      WHERE (queue_id, resource_key) IN (${sql.join(pairs.map(([q, k]) => sql`(${q}, ${k})`), sql`, `)})
+      WHERE (queue_id, resource_key) IN (${sql.join(
+        pairs.map(([q, k]) => sql`(${q}, ${k})`),
+        sql`, `,
+      )})
       ORDER BY queue_id, resource_key ${lockRows('permit')}`,
       ],
       sql`;\n`,
@@ -383,7 +402,10 @@ async function writeClaims(
       if (tasks.length === 0) continue;
       statements.push(
         sql`UPDATE orbit_tasks SET ${started ? sql`state = 'RUNNING', attempts = attempts + 1` : sql`state = 'LEASED'`}, updated_at = ${now},
-                current_attempt_id = CASE task_id ${sql.join(tasks.map(({ c }) => sql`WHEN ${c.taskId} THEN ${c.attemptId}`), sql` `)} END
+                current_attempt_id = CASE task_id ${sql.join(
+                  tasks.map(({ c }) => sql`WHEN ${c.taskId} THEN ${c.attemptId}`),
+                  sql` `,
+                )} END
           WHERE task_id IN (${valueList(tasks.map(({ c }) => c.taskId))})`,
       );
     }
@@ -395,12 +417,18 @@ async function writeClaims(
     const counters = (n: number, startedHere: number, window: WindowState) => {
       const set = [sql`active_attempts = active_attempts + ${n}`, sql`pending_starts = pending_starts + ${n - startedHere}`];
       if (startedHere > 0) {
-        set.push(windowIsOpen(window, params.nowMs) ? sql`window_starts = window_starts + ${startedHere}` : sql`window_started_at = ${now}, window_starts = ${startedHere}`);
+        set.push(
+          windowIsOpen(window, params.nowMs)
+            ? sql`window_starts = window_starts + ${startedHere}`
+            : sql`window_started_at = ${now}, window_starts = ${startedHere}`,
+        );
       }
       return sql.join(set, sql`, `);
     };
     const startedTotal = all.filter(({ c }) => c.started).length;
-    statements.push(sql`UPDATE orbit_application_resources SET ${counters(all.length, startedTotal, params.windows.application)} WHERE application_id = ${applicationId}`);
+    statements.push(
+      sql`UPDATE orbit_application_resources SET ${counters(all.length, startedTotal, params.windows.application)} WHERE application_id = ${applicationId}`,
+    );
     const perQueue = countBy(all, ({ c }) => hex(c.queueId));
     const startedPerQueue = countBy(all, ({ c }) => (c.started ? hex(c.queueId) : null));
     const perKey = countBy(all, ({ c }) => (c.resourceKey === null ? null : permitKey(c.queueId, c.resourceKey)));

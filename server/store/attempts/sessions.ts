@@ -26,10 +26,7 @@ export interface SessionInfo {
 }
 
 /** Opens a session for queues that exist in the caller's namespace and scope (others: NOT_FOUND naming the entry). */
-export async function sessionOpen(
-  db: Database,
-  params: { principal: Principal; nodeId: string; queues: string[]; capacity: number },
-): Promise<SessionInfo> {
+export async function sessionOpen(db: Database, params: { principal: Principal; nodeId: string; queues: string[]; capacity: number }): Promise<SessionInfo> {
   const { principal } = params;
   const rows = await db.rows<Pick<QueueRow, 'queue_id' | 'name'>>(
     sql`SELECT queue_id, name FROM orbit_queues WHERE namespace_id = ${principal.namespaceId} AND name IN (${valueList(params.queues)})`,
@@ -56,7 +53,9 @@ export async function sessionHeartbeat(db: Queryable, sessionIds: IdBytes[]): Pr
 }
 
 export async function sessionMarkClosed(tx: Queryable, sessionId: IdBytes): Promise<void> {
-  await tx.exec(sql`UPDATE orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL WHERE session_id = ${sessionId} AND state = 'OPEN'`);
+  await tx.exec(
+    sql`UPDATE orbit_worker_sessions SET state = 'CLOSED', closed_at = NOW(6), waiting_since = NULL WHERE session_id = ${sessionId} AND state = 'OPEN'`,
+  );
 }
 
 /** Sessions whose server stopped heartbeating (it died): closed, so fairness stops counting them. Their attempts expire by lease. */

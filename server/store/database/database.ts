@@ -113,8 +113,19 @@ function connectionIsBroken(error: unknown): boolean {
 
 /** Errors that mean "the database did not answer" - the outcome of a write is unknown. */
 const UNREACHABLE_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
-  'PROTOCOL_CONNECTION_LOST', 'PROTOCOL_SEQUENCE_TIMEOUT', 'POOL_CLOSED', 'ER_CON_COUNT_ERROR', 'ORBIT_POOL_TIMEOUT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'PROTOCOL_CONNECTION_LOST',
+  'PROTOCOL_SEQUENCE_TIMEOUT',
+  'POOL_CLOSED',
+  'ER_CON_COUNT_ERROR',
+  'ORBIT_POOL_TIMEOUT',
 ]);
 /** Server errors of a server that is going away or refusing work: shutdown in progress, connection killed, too many connections, read-only. */
 const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031]);
@@ -150,7 +161,12 @@ function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
  * A transaction's queryable. `START TRANSACTION` is not sent on its own: it rides in front of
  * the transaction's first statement, which saves one round trip per transaction.
  */
-function transactionQueryable(conn: PoolConnection, timeoutMs: number, lockOrder: LockOrderCheck | null, shardRouting: boolean): Transaction & { readonly finished: boolean } {
+function transactionQueryable(
+  conn: PoolConnection,
+  timeoutMs: number,
+  lockOrder: LockOrderCheck | null,
+  shardRouting: boolean,
+): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
   const query = sender(conn, timeoutMs);
@@ -284,7 +300,10 @@ export function createDatabase(options: DatabaseOptions): Database {
       return await Promise.race([pending, timeout]);
     } catch (error) {
       // A connection that arrives after the deadline goes straight back.
-      pending.then((conn) => conn.release(), () => {});
+      pending.then(
+        (conn) => conn.release(),
+        () => {},
+      );
       throw error;
     } finally {
       clearTimeout(timer);

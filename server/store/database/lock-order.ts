@@ -174,7 +174,13 @@ export function lockedTables(statement: string): string[] {
  * values there, and only while it holds that schedule's row: two transactions never insert the
  * same trigger point at once, so a task INSERT still never waits for another transaction.
  */
-export const NEW_ROWS_ONLY_ON_INSERT: ReadonlySet<string> = new Set(['orbit_tasks', 'orbit_attempts', 'orbit_worker_sessions', 'orbit_audit_events', 'orbit_events']);
+export const NEW_ROWS_ONLY_ON_INSERT: ReadonlySet<string> = new Set([
+  'orbit_tasks',
+  'orbit_attempts',
+  'orbit_worker_sessions',
+  'orbit_audit_events',
+  'orbit_events',
+]);
 
 /** The single-column primary keys of the tables whose rows are locked by key (permits: queue_id + resource_key). */
 const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
@@ -240,7 +246,9 @@ export class LockOrderCheck {
     for (const [index, statement] of splitStatements(sql).entries()) {
       const own = params.slice(offset);
       offset += placeholderCount(statement);
-      const tables = lockedTables(statement).sort((a, b) => LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[a] as LockLevel) - LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[b] as LockLevel));
+      const tables = lockedTables(statement).sort(
+        (a, b) => LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[a] as LockLevel) - LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[b] as LockLevel),
+      );
       if (isLockingRead(statement)) {
         // Every locking read goes through lockRows(), naming the one level it takes.
         const declared = declaredLevel(statement);

@@ -76,9 +76,7 @@ const asciiVarchar = customType<{ data: string; driverData: string; config: { le
 /** `orbit_schema_migrations`: the ledger `migrate.ts` creates itself (not in a migration file). */
 export const schemaMigrations = mysqlTable('orbit_schema_migrations', {
   version: uint32('version').primaryKey(),
-  application_id: id('application_id')
-    .notNull()
-    .default(sql`x'00000000000000000000000000000000'`),
+  application_id: id('application_id').notNull().default(sql`x'00000000000000000000000000000000'`),
   name: varchar('name', { length: 128 }).notNull(),
   checksum: char('checksum', { length: 64 }).notNull(),
   applied_at: time('applied_at').notNull(),

@@ -65,16 +65,17 @@ export const ROUTABLE_KEY_COLUMNS: readonly string[] = [SHARDING_COLUMN, ...Obje
 export const SCATTER_EXCEPTIONS: Readonly<Record<string, string>> = {
   'recovery-expired-leases':
     'the recovery loop looks for attempts whose lease ran out in every application; each application found is then recovered in its own routed transaction',
-  'recovery-deadlines': 'the recovery loop looks for WAITING tasks past their deadline in every application; each application found is then expired in its own routed transaction',
+  'recovery-deadlines':
+    'the recovery loop looks for WAITING tasks past their deadline in every application; each application found is then expired in its own routed transaction',
   'recovery-stale-sessions':
     'the recovery loop closes OPEN worker sessions of every application whose server stopped heartbeating; one UPDATE of session rows that holds no other lock',
-  'schedules-due':
-    'the schedule loop looks for due trigger points in every application; each application found is then fired in its own routed transaction',
+  'schedules-due': 'the schedule loop looks for due trigger points in every application; each application found is then fired in its own routed transaction',
   'metrics-usage':
     "the gauges of /metrics read every application's and the busiest queues' limits and usage (and open sessions, the oldest WAITING task) on a scrape; plain reads, no lock",
   'verify-recount': 'orbit-admin verify (and the tests after every scenario) recount the counters of every application at once when no application is named',
   'verify-schedule-fired': "a consistency count of every schedule's fired counter against the tasks it made (the test helper), not on a request path",
-  'verify-task-attempt-agreement': 'a consistency count over all tasks and attempts (orbit-admin verify, the test helper), not a counter and not on a request path',
+  'verify-task-attempt-agreement':
+    'a consistency count over all tasks and attempts (orbit-admin verify, the test helper), not a counter and not on a request path',
 };
 
 /**
@@ -98,7 +99,33 @@ export interface Route {
   problem?: string;
 }
 
-const KEYWORDS = new Set(['WHERE', 'SET', 'JOIN', 'LEFT', 'RIGHT', 'INNER', 'OUTER', 'CROSS', 'STRAIGHT_JOIN', 'ON', 'USING', 'FORCE', 'USE', 'IGNORE', 'ORDER', 'GROUP', 'LIMIT', 'FOR', 'LOCK', 'HAVING', 'VALUES', 'SELECT', 'UNION', 'AS', 'PARTITION']);
+const KEYWORDS = new Set([
+  'WHERE',
+  'SET',
+  'JOIN',
+  'LEFT',
+  'RIGHT',
+  'INNER',
+  'OUTER',
+  'CROSS',
+  'STRAIGHT_JOIN',
+  'ON',
+  'USING',
+  'FORCE',
+  'USE',
+  'IGNORE',
+  'ORDER',
+  'GROUP',
+  'LIMIT',
+  'FOR',
+  'LOCK',
+  'HAVING',
+  'VALUES',
+  'SELECT',
+  'UNION',
+  'AS',
+  'PARTITION',
+]);
 const TABLE_REF = /\b(FROM|JOIN|UPDATE|INTO)\s+(orbit_[a-z_]+)\b(?:\s+(?:AS\s+)?([a-z_][a-z0-9_]*))?/gi;
 const VALUE = String.raw`(?:\?|@\w+|'(?:[^'\\]|\\.)*'|x'[0-9a-f]*'|0x[0-9a-f]+|-?\d+|UNHEX\(\s*\?\s*\))`;
 const COLUMN = String.raw`(?:\b([a-z_][a-z0-9_]*)\.)?\b([a-z_][a-z0-9_]*)`;
@@ -110,7 +137,10 @@ const MARKER = /\/\*\s*scatter:\s*([a-z0-9-]+)\s*\*\//i;
 /** How one statement routes (see the module comment). */
 export function routeOf(statement: string): Route {
   const marker = MARKER.exec(statement)?.[1];
-  const text = statement.replace(/\/\*[\s\S]*?\*\//g, ' ').replace(/\s+/g, ' ').trim();
+  const text = statement
+    .replace(/\/\*[\s\S]*?\*\//g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
   const verb = /^(\w+)/.exec(text)?.[1]?.toUpperCase();
   const aliases = new Map<string, string>();
   const tables: string[] = [];

@@ -21,7 +21,10 @@ export type ApplicationResources = components['schemas']['ApplicationResources']
  * transaction that writes the application's events, or admits tasks, takes first after the
  * identity, session and schedule levels.
  */
-export async function applicationRowLock(tx: Transaction, applicationId: IdBytes): Promise<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>> {
+export async function applicationRowLock(
+  tx: Transaction,
+  applicationId: IdBytes,
+): Promise<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>> {
   const [row] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
     sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
   );
@@ -86,7 +89,9 @@ export async function applicationResourcesConfigure(
   const { principal } = params;
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
     // Lock order: application resources row first (it is also what orders the event feed).
-    const [row] = await tx.rows<ResourcesRow>(sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${principal.applicationId} ${lockRows('application')}`);
+    const [row] = await tx.rows<ResourcesRow>(
+      sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${principal.applicationId} ${lockRows('application')}`,
+    );
     if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
     if (row.revision !== params.expectedRevision) {
       throw new OrbitError('STATE_CONFLICT', `expected_revision is ${params.expectedRevision} but the current revision is ${row.revision}`, {

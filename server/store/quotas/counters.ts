@@ -29,7 +29,11 @@ export function counterAdjustStatements(applicationId: IdBytes, queues: QueueDel
   const set = (d: CounterDelta) =>
     sql`SET unfinished_tasks = unfinished_tasks + ${d.unfinished ?? 0}, active_attempts = active_attempts + ${d.active ?? 0}, pending_starts = pending_starts + ${d.pending ?? 0}`;
   const total = queues.reduce<Required<CounterDelta>>(
-    (sum, q) => ({ unfinished: sum.unfinished + (q.delta.unfinished ?? 0), active: sum.active + (q.delta.active ?? 0), pending: sum.pending + (q.delta.pending ?? 0) }),
+    (sum, q) => ({
+      unfinished: sum.unfinished + (q.delta.unfinished ?? 0),
+      active: sum.active + (q.delta.active ?? 0),
+      pending: sum.pending + (q.delta.pending ?? 0),
+    }),
     { unfinished: 0, active: 0, pending: 0 },
   );
   const sorted = [...queues].sort((x, y) => Buffer.compare(x.queueId, y.queueId));

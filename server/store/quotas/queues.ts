@@ -30,8 +30,21 @@ export interface QueueLimits {
 /** A queue as this module reads it: every column but the start window. */
 export type StoredQueue = Pick<
   QueueRow,
-  | 'queue_id' | 'application_id' | 'namespace_id' | 'name' | 'revision' | 'max_unfinished_tasks' | 'unfinished_tasks'
-  | 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second' | 'key_concurrency' | 'paused' | 'created_at' | 'updated_at'
+  | 'queue_id'
+  | 'application_id'
+  | 'namespace_id'
+  | 'name'
+  | 'revision'
+  | 'max_unfinished_tasks'
+  | 'unfinished_tasks'
+  | 'max_concurrency'
+  | 'active_attempts'
+  | 'pending_starts'
+  | 'rate_per_second'
+  | 'key_concurrency'
+  | 'paused'
+  | 'created_at'
+  | 'updated_at'
 >;
 
 /** The columns of StoredQueue (constant SQL text). */
@@ -127,7 +140,13 @@ export async function queueCreate(
       before: null,
       after: limitsOf(queue),
     });
-    await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: 'queue.created', subject: queue.queue, data: limitsOf(queue) });
+    await eventInsert(tx, {
+      applicationId: principal.applicationId,
+      namespaceId: principal.namespaceId,
+      type: 'queue.created',
+      subject: queue.queue,
+      data: limitsOf(queue),
+    });
     return { response: queue, resourceId: row.queue_id };
   });
   return { queue: response, deduplicated };
@@ -170,20 +189,29 @@ export async function queueConfigure(
       before: limitsOf(before),
       after: limitsOf(after),
     });
-    await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: 'queue.configured', subject: after.queue, data: limitsOf(after) });
+    await eventInsert(tx, {
+      applicationId: principal.applicationId,
+      namespaceId: principal.namespaceId,
+      type: 'queue.configured',
+      subject: after.queue,
+      data: limitsOf(after),
+    });
     return { response: after, resourceId: row.queue_id };
   });
   return { queue: response, deduplicated };
 }
 
 /** Queues by name within the credential's scope; `after` is the last name of the previous page. */
-export async function queueList(
-  db: Queryable,
-  params: { principal: Principal; after: string; limit: number },
-): Promise<{ queues: Queue[]; more: boolean }> {
+export async function queueList(db: Queryable, params: { principal: Principal; after: string; limit: number }): Promise<{ queues: Queue[]; more: boolean }> {
   const { principal } = params;
   if (principal.queues !== '*' && principal.queues.size === 0) return { queues: [], more: false };
-  const scope = principal.queues === '*' ? sql`` : sql` AND name IN (${sql.join([...principal.queues].map((name) => sql`${name}`), sql`, `)})`;
+  const scope =
+    principal.queues === '*'
+      ? sql``
+      : sql` AND name IN (${sql.join(
+          [...principal.queues].map((name) => sql`${name}`),
+          sql`, `,
+        )})`;
   const rows = await db.rows<StoredQueue>(
     sql`SELECT ${QUEUE_COLUMNS} FROM orbit_queues WHERE namespace_id = ${principal.namespaceId} AND name > ${params.after}${scope} ORDER BY name LIMIT ${params.limit + 1}`,
   );

@@ -13,7 +13,14 @@ import { sqlToMillis } from '../../time.ts';
 
 type Usage = Pick<
   ApplicationResourcesRow,
-  'max_unfinished_tasks' | 'unfinished_tasks' | 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second' | 'window_started_at' | 'window_starts'
+  | 'max_unfinished_tasks'
+  | 'unfinished_tasks'
+  | 'max_concurrency'
+  | 'active_attempts'
+  | 'pending_starts'
+  | 'rate_per_second'
+  | 'window_started_at'
+  | 'window_starts'
 >;
 
 export interface UsageFigures {
@@ -73,7 +80,11 @@ export async function usageSnapshot(db: Queryable, maxQueues: number): Promise<{
      ORDER BY q.unfinished_tasks DESC, a.name, n.name, q.name
      LIMIT ${maxQueues}`);
   return {
-    applications: applications.map((row) => ({ application: row.application, open_sessions: Number(row.open_sessions), ...figures(row, sqlToMillis(row.now)) })),
+    applications: applications.map((row) => ({
+      application: row.application,
+      open_sessions: Number(row.open_sessions),
+      ...figures(row, sqlToMillis(row.now)),
+    })),
     queues: queues.map((row) => {
       const nowMs = sqlToMillis(row.now);
       return {

@@ -160,7 +160,12 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   const queueIds = labels.map((r) => r.queue_id).sort(byIdAscending);
   // Scoped reads name the application's queues; an unscoped check reads whole tables.
   const scoped = applicationId !== null;
-  const inQueues = scoped ? sql` AND queue_id IN (${sql.join(queueIds.map((id) => sql`${id}`), sql`, `)})` : sql``;
+  const inQueues = scoped
+    ? sql` AND queue_id IN (${sql.join(
+        queueIds.map((id) => sql`${id}`),
+        sql`, `,
+      )})`
+    : sql``;
   const noQueues = scoped && queueIds.length === 0;
   const queueRows = noQueues
     ? []
@@ -266,14 +271,29 @@ export function differencesOf(c: ApplicationCheck): CounterDifference[] {
   const out: CounterDifference[] = [];
   for (const counter of COUNTER_NAMES) {
     if (c.stored[counter] !== c.recount[counter]) {
-      out.push({ level: 'application', applicationId: app, subject: `application ${app}`, counter, stored: c.stored[counter], recount: c.recount[counter], missingRow: false });
+      out.push({
+        level: 'application',
+        applicationId: app,
+        subject: `application ${app}`,
+        counter,
+        stored: c.stored[counter],
+        recount: c.recount[counter],
+        missingRow: false,
+      });
     }
   }
   for (const q of c.queues) {
     for (const counter of COUNTER_NAMES) {
       if (q.stored[counter] !== q.recount[counter]) {
         out.push({
-          level: 'queue', applicationId: app, subject: `queue ${app}/${q.label}`, counter, stored: q.stored[counter], recount: q.recount[counter], missingRow: false, queueId: q.queueId,
+          level: 'queue',
+          applicationId: app,
+          subject: `queue ${app}/${q.label}`,
+          counter,
+          stored: q.stored[counter],
+          recount: q.recount[counter],
+          missingRow: false,
+          queueId: q.queueId,
         });
       }
     }
@@ -383,7 +403,8 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
 
     // In the lock order of the check's locking reads: application row, queue rows, permits.
     const statements: SQL[] = [];
-    const set = (r: Counters) => sql`SET unfinished_tasks = ${r.unfinished_tasks}, active_attempts = ${r.active_attempts}, pending_starts = ${r.pending_starts}`;
+    const set = (r: Counters) =>
+      sql`SET unfinished_tasks = ${r.unfinished_tasks}, active_attempts = ${r.active_attempts}, pending_starts = ${r.pending_starts}`;
     if (differences.some((d) => d.level === 'application')) {
       statements.push(sql`UPDATE orbit_application_resources ${set(c.recount)} WHERE application_id = ${applicationId}`);
     }
@@ -413,7 +434,12 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
     const side = (pick: 'stored' | 'recount') => ({
       ...(pick === 'stored' ? c.stored : c.recount),
       queues: queues.map((q) => ({ queue_id: hex(q.queueId), queue: q.label, ...q[pick] })),
-      permits: permits.map((p) => ({ queue_id: hex(p.queueId), queue: p.queue, resource_key: p.resourceKey, holders: pick === 'stored' ? p.stored : p.recount })),
+      permits: permits.map((p) => ({
+        queue_id: hex(p.queueId),
+        queue: p.queue,
+        resource_key: p.resourceKey,
+        holders: pick === 'stored' ? p.stored : p.recount,
+      })),
     });
     await auditInsert(tx, {
       principal,

@@ -35,7 +35,18 @@ export async function auditInsert(tx: Queryable, record: AuditRecord): Promise<v
 /** The columns auditList reads. */
 type AuditListRow = Pick<
   AuditEventRow,
-  'sequence' | 'audit_id' | 'credential_id' | 'action' | 'resource_type' | 'resource' | 'reason' | 'request_id' | 'idempotency_key' | 'before_state' | 'after_state' | 'created_at'
+  | 'sequence'
+  | 'audit_id'
+  | 'credential_id'
+  | 'action'
+  | 'resource_type'
+  | 'resource'
+  | 'reason'
+  | 'request_id'
+  | 'idempotency_key'
+  | 'before_state'
+  | 'after_state'
+  | 'created_at'
 >;
 
 export async function auditList(

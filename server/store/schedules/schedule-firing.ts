@@ -60,9 +60,25 @@ export async function schedulesDue(db: Database, limit: number): Promise<Array<P
 
 type LockedSchedule = Pick<
   ScheduleRow,
-  | 'schedule_id' | 'namespace_id' | 'queue_id' | 'cron_expression' | 'interval_seconds' | 'timezone' | 'payload' | 'priority' | 'resource_key'
-  | 'max_attempts' | 'deadline_seconds' | 'on_unknown_outcome' | 'misfire_policy' | 'misfire_window_seconds' | 'start_at' | 'next_fire_at'
-  | 'last_fire_at' | 'deferred_through' | 'created_at'
+  | 'schedule_id'
+  | 'namespace_id'
+  | 'queue_id'
+  | 'cron_expression'
+  | 'interval_seconds'
+  | 'timezone'
+  | 'payload'
+  | 'priority'
+  | 'resource_key'
+  | 'max_attempts'
+  | 'deadline_seconds'
+  | 'on_unknown_outcome'
+  | 'misfire_policy'
+  | 'misfire_window_seconds'
+  | 'start_at'
+  | 'next_fire_at'
+  | 'last_fire_at'
+  | 'deferred_through'
+  | 'created_at'
 > & { now: string };
 
 interface Change {

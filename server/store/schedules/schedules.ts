@@ -124,7 +124,15 @@ export interface ScheduleDefinition {
 
 export async function scheduleCreate(
   db: Database,
-  params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; queueName: string; reason: string; nowMs: number; definition: ScheduleDefinition },
+  params: {
+    principal: Principal;
+    requestId: string;
+    receipt: ReceiptIdentity;
+    queueName: string;
+    reason: string;
+    nowMs: number;
+    definition: ScheduleDefinition;
+  },
 ): Promise<{ schedule: Schedule; deduplicated: boolean }> {
   const { principal, definition: d } = params;
   if (!canAccessQueue(principal, params.queueName)) throw notFound(`queue "${params.queueName}"`);
@@ -169,7 +177,13 @@ export async function scheduleCreate(
       before: null,
       after: describe(schedule),
     });
-    await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: 'schedule.created', subject: schedule.schedule_id, data: describe(schedule) });
+    await eventInsert(tx, {
+      applicationId: principal.applicationId,
+      namespaceId: principal.namespaceId,
+      type: 'schedule.created',
+      subject: schedule.schedule_id,
+      data: describe(schedule),
+    });
     return { response: schedule, resourceId: scheduleId };
   });
   return { schedule: response, deduplicated };

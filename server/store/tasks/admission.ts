@@ -207,21 +207,37 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
 /** A receipt found by the careful path: what a replay needs, and which request and task it is for. */
 type FoundReceipt = ReceiptRow & Pick<IdempotencyReceiptRow, 'namespace_id' | 'idempotency_key' | 'resource_id'>;
 
-async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[], perQueue: Array<{ queueId: IdBytes; count: number }>): Promise<SubmitOutcome[]> {
+async function careful(
+  db: Database,
+  applicationId: IdBytes,
+  prepared: Prepared[],
+  perQueue: Array<{ queueId: IdBytes; count: number }>,
+): Promise<SubmitOutcome[]> {
   const replayedTaskIds: IdBytes[] = [];
   const outcomes = await db.transaction(async (tx) => {
     // Lock order: identity rows (shared), application row, then queue rows by ascending id.
-    const valid = await credentialsStillValid(tx, prepared.map((p) => p.item.receipt.credentialId));
+    const valid = await credentialsStillValid(
+      tx,
+      prepared.map((p) => p.item.receipt.credentialId),
+    );
     const app = await applicationRowLock(tx, applicationId);
     const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
       SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
-        WHERE queue_id IN (${sql.join(perQueue.map((q) => sql`${q.queueId}`), sql`, `)}) ORDER BY queue_id ${lockRows('queue')}`);
+        WHERE queue_id IN (${sql.join(
+          perQueue.map((q) => sql`${q.queueId}`),
+          sql`, `,
+        )}) ORDER BY queue_id ${lockRows('queue')}`);
     const receipts = await tx.rows<FoundReceipt>(sql`
       SELECT namespace_id, idempotency_key, operation, request_sha256, resource_id, response FROM orbit_idempotency_receipts
-        WHERE (namespace_id, idempotency_key) IN (${sql.join(prepared.map((p) => sql`(${p.item.receipt.namespaceId}, ${p.item.receipt.key})`), sql`, `)})`);
+        WHERE (namespace_id, idempotency_key) IN (${sql.join(
+          prepared.map((p) => sql`(${p.item.receipt.namespaceId}, ${p.item.receipt.key})`),
+          sql`, `,
+        )})`);
     const receiptOf = new Map(receipts.map((r) => [`${r.namespace_id.toString('hex')}/${r.idempotency_key}`, r]));
     let appUnfinished = BigInt(app.unfinished_tasks);
-    const queueRoom = new Map(queueRows.map((q) => [q.queue_id.toString('hex'), { unfinished: BigInt(q.unfinished_tasks), max: BigInt(q.max_unfinished_tasks) }]));
+    const queueRoom = new Map(
+      queueRows.map((q) => [q.queue_id.toString('hex'), { unfinished: BigInt(q.unfinished_tasks), max: BigInt(q.max_unfinished_tasks) }]),
+    );
     const acceptedInBatch = new Map<string, Prepared>();
     const accepted: Prepared[] = [];
     const result: SubmitOutcome[] = prepared.map((p) => {
@@ -272,7 +288,10 @@ async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[
 async function attachReplayedPayloads(db: Queryable, outcomes: SubmitOutcome[], taskIds: IdBytes[]): Promise<SubmitOutcome[]> {
   if (taskIds.length === 0) return outcomes;
   const rows = await db.rows<Pick<TaskRow, 'task_id' | 'payload'>>(
-    sql`SELECT task_id, payload FROM orbit_tasks WHERE task_id IN (${sql.join(taskIds.map((id) => sql`${id}`), sql`, `)})`,
+    sql`SELECT task_id, payload FROM orbit_tasks WHERE task_id IN (${sql.join(
+      taskIds.map((id) => sql`${id}`),
+      sql`, `,
+    )})`,
   );
   const payloads = new Map(rows.map((r) => [idToHex(r.task_id), JSON.parse(r.payload) as Record<string, unknown>]));
   return outcomes.map((o) => {

@@ -41,7 +41,13 @@ async function snapshot(tx: Queryable, principal: Principal, taskId: IdBytes): P
 async function record(
   tx: Queryable,
   params: TaskDecisionParams,
-  what: { action: string; eventType: string; before: LockedTask['state']; after: (task: Task) => Record<string, unknown>; data: (task: Task) => Record<string, unknown> },
+  what: {
+    action: string;
+    eventType: string;
+    before: LockedTask['state'];
+    after: (task: Task) => Record<string, unknown>;
+    data: (task: Task) => Record<string, unknown>;
+  },
 ): Promise<Task> {
   const { principal } = params;
   const task = await snapshot(tx, principal, params.taskId);
@@ -56,7 +62,13 @@ async function record(
     before: { state: what.before },
     after: what.after(task),
   });
-  await eventInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, type: what.eventType, subject: task.task_id, data: what.data(task) });
+  await eventInsert(tx, {
+    applicationId: principal.applicationId,
+    namespaceId: principal.namespaceId,
+    type: what.eventType,
+    subject: task.task_id,
+    data: what.data(task),
+  });
   return task;
 }
 
@@ -85,7 +97,9 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       // Writes in the lock order (lock-order.ts): counters (application, queue), task, attempt, permit.
       case 'NEEDS_REVIEW':
         await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
-        await tx.exec(sql`UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ${error}, updated_at = NOW(6) WHERE task_id = ${found.task_id}`);
+        await tx.exec(
+          sql`UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ${error}, updated_at = NOW(6) WHERE task_id = ${found.task_id}`,
+        );
         break;
       case 'LEASED': {
         const attemptId = locked.current_attempt_id;
@@ -94,7 +108,9 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
         await tx.exec(sql`
           UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ${error}, updated_at = NOW(6)
            WHERE task_id = ${found.task_id}`);
-        const released = await tx.exec(sql`UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ${attemptId} AND state = 'RESERVED'`);
+        const released = await tx.exec(
+          sql`UPDATE orbit_attempts SET state = 'RELEASED', finished_at = NOW(6) WHERE attempt_id = ${attemptId} AND state = 'RESERVED'`,
+        );
         // Rolls the whole transaction back, counters included.
         if (released.affectedRows !== 1) throw new OrbitError('INTERNAL', 'a LEASED task whose attempt is not reserved');
         await permitRelease(tx, found.queue_id, locked.resource_key);

@@ -17,9 +17,27 @@ export type TaskState = components['schemas']['TaskState'];
 /** A task as reads show it: the columns of TASK_COLUMNS, with its queue's name. */
 export type TaskWithQueue = Pick<
   TaskRow,
-  | 'task_id' | 'application_id' | 'namespace_id' | 'queue_id' | 'state' | 'priority' | 'resource_key' | 'payload' | 'attempts' | 'max_attempts'
-  | 'on_unknown_outcome' | 'cancel_requested' | 'current_attempt_id' | 'created_at' | 'available_at' | 'deadline_at' | 'finished_at' | 'result' | 'error'
-  | 'schedule_id' | 'scheduled_for'
+  | 'task_id'
+  | 'application_id'
+  | 'namespace_id'
+  | 'queue_id'
+  | 'state'
+  | 'priority'
+  | 'resource_key'
+  | 'payload'
+  | 'attempts'
+  | 'max_attempts'
+  | 'on_unknown_outcome'
+  | 'cancel_requested'
+  | 'current_attempt_id'
+  | 'created_at'
+  | 'available_at'
+  | 'deadline_at'
+  | 'finished_at'
+  | 'result'
+  | 'error'
+  | 'schedule_id'
+  | 'scheduled_for'
 > & { queue_name: QueueRow['name'] };
 
 /** Columns of `orbit_tasks t JOIN orbit_queues q` (constant SQL text). */

@@ -139,7 +139,10 @@ export async function credentialsStillValid(tx: Transaction, credentialIds: IdBy
   if (unique.length === 0) return new Set();
   const rows = await tx.rows<Pick<CredentialRow, 'credential_id'>>(sql`
     SELECT c.credential_id FROM ${sql.raw(CREDENTIAL_JOINS)}
-     WHERE c.credential_id IN (${sql.join(unique.map((id) => sql`${id}`), sql`, `)}) AND ${sql.raw(CREDENTIAL_VALID)}
+     WHERE c.credential_id IN (${sql.join(
+       unique.map((id) => sql`${id}`),
+       sql`, `,
+     )}) AND ${sql.raw(CREDENTIAL_VALID)}
      ${lockRows('identity', 'share')}`);
   return new Set(rows.map((r) => idToHex(r.credential_id)));
 }

@@ -27,7 +27,9 @@ export async function applicationFindById(db: Queryable, applicationId: IdBytes)
 /** A new application and its resources row with the default limits, revision 1. */
 export async function applicationCreate(tx: Queryable, name: string): Promise<Application> {
   const applicationId = newId();
-  await tx.exec(sql`INSERT INTO orbit_applications (application_id, name, enabled, created_at, updated_at) VALUES (${applicationId}, ${name}, 1, NOW(6), NOW(6))`);
+  await tx.exec(
+    sql`INSERT INTO orbit_applications (application_id, name, enabled, created_at, updated_at) VALUES (${applicationId}, ${name}, 1, NOW(6), NOW(6))`,
+  );
   await applicationResourcesInsert(tx, applicationId);
   return { application_id: applicationId, name, enabled: 1 };
 }

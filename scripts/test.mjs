@@ -87,6 +87,7 @@ step('building the SDK package (sdk/dist)', [path.join(root, 'sdk', 'build.mjs')
 step('building the console (console/dist)', [path.join(root, 'console', 'build.mjs')]);
 step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);
 step('type-checking the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]);
+step('linting (npm run lint: Biome, openapi.yaml, asyncapi.yaml)', [path.join(root, 'scripts', 'lint.mjs')]);
 
 // (e) Run them.
 const runner = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...flags, ...files], {

@@ -206,7 +206,8 @@ function orbitFetch(baseFetch: (request: Request) => Promise<Response>) {
 /** orbitFetch has already thrown for anything but a success envelope, so `data` is present. */
 async function unwrap<T>(pending: Promise<{ data?: { data: T } }>): Promise<T> {
   const { data } = await pending;
-  return data!.data;
+  if (data === undefined) throw new OrbitError('INTERNAL', 'the server answered without data', { status: 0 });
+  return data.data;
 }
 
 // Conversions of exactly the schema fields that are uint64 strings; user data is left alone.

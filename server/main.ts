@@ -50,7 +50,7 @@ export async function main(argv: string[] = []): Promise<number> {
     process.stdout.write(usage());
     return 0;
   }
-  let config;
+  let config: ReturnType<typeof loadConfig>;
   try {
     parseFlags(argv, {});
     config = loadConfig();
@@ -67,7 +67,7 @@ export async function main(argv: string[] = []): Promise<number> {
     },
     'starting',
   );
-  let running;
+  let running: Awaited<ReturnType<typeof startServer>>;
   try {
     running = await startServer(config, { log });
   } catch (error) {

@@ -139,6 +139,6 @@ export class KeyedBatcher<I, O> {
       }
       return;
     }
-    batch.forEach((p, i) => p.resolve(outputs[i] as O));
+    for (const [i, p] of batch.entries()) p.resolve(outputs[i] as O);
   }
 }

@@ -284,7 +284,7 @@ function scanString(text: string, i: number): number {
   for (;;) {
     // Skip the run of ordinary characters: a plain loop is fastest for short
     // runs, the sticky regex (native code) for long ones.
-    const shortEnd = i + 16 < len ? i + 16 : len;
+    const shortEnd = Math.min(i + 16, len);
     let c = -1;
     while (i < shortEnd) {
       c = text.charCodeAt(i);

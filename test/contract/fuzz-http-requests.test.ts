@@ -288,10 +288,10 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const op = opById(id);
         const value = realValue(name);
         const i = at % value.length;
-        let escape = `%${value.charCodeAt(i).toString(16).padStart(2, '0')}`;
-        if (upper) escape = escape.toUpperCase();
-        for (let k = 1; k < times; k++) escape = escape.replace(/%/g, '%25');
-        const encoded = value.slice(0, i) + escape + value.slice(i + 1);
+        let percent = `%${value.charCodeAt(i).toString(16).padStart(2, '0')}`;
+        if (upper) percent = percent.toUpperCase();
+        for (let k = 1; k < times; k++) percent = percent.replace(/%/g, '%25');
+        const encoded = value.slice(0, i) + percent + value.slice(i + 1);
         const { path, headers, body } = requestFor(op, encoded);
         const decodedOnce = decodeURIComponent(encoded);
         const where = `${op.method} ${path} (${op.operationId}: decodes once to ${JSON.stringify(decodedOnce)})`;

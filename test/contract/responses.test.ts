@@ -57,7 +57,7 @@ const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
  */
 function assertOrbitValues(value: unknown, where: string, path = ''): void {
   if (Array.isArray(value)) {
-    value.forEach((item, i) => assertOrbitValues(item, where, `${path}[${i}]`));
+    for (const [i, item] of value.entries()) assertOrbitValues(item, where, `${path}[${i}]`);
     return;
   }
   if (value === null || typeof value !== 'object') return;

@@ -282,7 +282,7 @@ export function assertRefused(response: TestResponse, where: string, expect: Ref
   if (code === 'INVALID_ARGUMENT') {
     const details = response.body.error.details as { field?: unknown; location?: unknown } | undefined;
     assert.equal(typeof details?.field, 'string', `${show}: a 400 must name the offending field in error.details.field`);
-    assert.ok((details?.field as string).length > 0, `${show}: error.details.field is empty`);
+    assert.ok(String(details?.field).length > 0, `${show}: error.details.field is empty`);
     const field = details?.field as string;
     if (expect.field !== undefined) {
       const ok = typeof expect.field === 'function' ? expect.field(field) : (asList(expect.field as string | readonly string[]) ?? []).includes(field);

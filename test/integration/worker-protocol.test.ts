@@ -341,7 +341,7 @@ describe('worker protocol', () => {
   });
 
   test('claims respect session capacity, queue concurrency, pause, keyed permits and priority', async () => {
-    for (let i = 0; i < 4; i++) await submit('prio', { priority: i * 3 > 9 ? 9 : i * 3 });
+    for (let i = 0; i < 4; i++) await submit('prio', { priority: Math.min(i * 3, 9) });
     const s = await open(['prio'], 2);
     const firstTwo = await claim(s, 10);
     assert.equal(firstTwo.length, 2, 'session capacity');

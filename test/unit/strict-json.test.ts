@@ -329,7 +329,6 @@ test('random mutations: rejected exactly when JSON.parse rejects (or on duplicat
   const rnd = mulberry32(42);
   const alphabet = '{}[],:"\\ 0123456789-+.eE tfnrulas\u0001\n';
   let invalidSeen = 0;
-  let duplicateSeen = 0;
   for (let n = 0; n < 2000; n++) {
     const base = JSON.stringify(randomValue(rnd, 4));
     const chars = [...base];
@@ -360,8 +359,7 @@ test('random mutations: rejected exactly when JSON.parse rejects (or on duplicat
       assert.deepStrictEqual(result.value, expected, `mutation #${n}`);
     } else {
       // JSON.parse accepts it: refused only for a duplicate key or a number it would change (1e999 → Infinity, 1e-999 → 0).
-      if (/^duplicate key /.test(result.reason)) duplicateSeen++;
-      else assert.match(result.reason, /^is a number too (large|small) to represent/, `mutation #${n}: ${text}`);
+      if (!/^duplicate key /.test(result.reason)) assert.match(result.reason, /^is a number too (large|small) to represent/, `mutation #${n}: ${text}`);
     }
   }
   assert.ok(invalidSeen > 500);

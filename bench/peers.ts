@@ -17,8 +17,8 @@
  * ORBIT_BENCH_LATENCY_SECONDS (10), ORBIT_BENCH_LATENCY_RATE (submissions/s offered in the latency
  * run; default half the peak single-submit rate measured before it), ORBIT_BENCH_CEILING_CONNECTIONS (16),
  * ORBIT_BENCH_CEILING_SECONDS (5), ORBIT_BENCH_TIMEOUT_SECONDS (300 per phase),
- * ORBIT_BENCH_ONLY (comma list of orbit, bulk, latency, graphile, graphile-bulk, pg-boss, bullmq,
- * ceilings), ORBIT_BENCH_DATABASE_URL (MariaDB server, as bench/common.ts),
+ * ORBIT_BENCH_ONLY (comma list of orbit, events, bulk, latency, graphile, graphile-bulk, pg-boss,
+ * bullmq, ceilings; `events` runs Orbit 1×16 and 4×16 again with ORBIT_TASK_EVENTS=off), ORBIT_BENCH_DATABASE_URL (MariaDB server, as bench/common.ts),
  * ORBIT_BENCH_PG_URL (postgres://user@host:port), ORBIT_BENCH_REDIS_HOST / _PORT.
  */
 import os from 'node:os';
@@ -102,6 +102,31 @@ try {
       results.push(r);
       orbitRows.push(r);
       if (r.enqueue !== null && Number.isFinite(r.enqueue)) peakSingle = Number.isNaN(peakSingle) ? r.enqueue : Math.max(peakSingle, r.enqueue);
+    }
+  }
+  // What task lifecycle events cost: the same shapes with ORBIT_TASK_EVENTS=off, right after the
+  // runs with them on (the default), on the same machine in the same run.
+  const eventCost: string[] = [];
+  if (wanted(w, 'events')) {
+    for (const [sessions, capacity] of [
+      [1, w.concurrency],
+      [4, w.concurrency],
+    ] as Array<[number, number]>) {
+      const on =
+        orbitRows.find((r) => r.system === `Orbit ${sessions}×${capacity}`) ??
+        (await attempt(`Orbit ${sessions}×${capacity}`, () => benchOrbit(w, { sessions, capacity })));
+      if (!orbitRows.includes(on)) {
+        results.push(on);
+        orbitRows.push(on);
+      }
+      const off = await attempt(`Orbit ${sessions}×${capacity} no events`, () => benchOrbit(w, { sessions, capacity, taskEvents: false }));
+      results.push(off);
+      orbitRows.push(off);
+      if (on.drain !== null && off.drain !== null) {
+        eventCost.push(
+          `Orbit ${sessions}×${capacity}: drain with lifecycle events ${fmt(on.drain)}/s, without ${fmt(off.drain)}/s → ${((on.drain / off.drain) * 100).toFixed(0)} % (enqueue ${fmt(on.enqueue ?? 0)}/s vs ${fmt(off.enqueue ?? 0)}/s)`,
+        );
+      }
     }
   }
   if (wanted(w, 'bulk')) {
@@ -201,6 +226,11 @@ try {
     const first = measuredOrbit[0]!;
     const gw = measuredPeers[0]!;
     console.log(`\n(e.g. ${short(first.system)} drain / ${short(gw.system)} drain = ${ratio(first.drain, gw.drain)})`);
+  }
+
+  if (eventCost.length > 0) {
+    console.log('\nTask lifecycle events (on by default) against ORBIT_TASK_EVENTS=off, same run:');
+    for (const line of eventCost) console.log(`- ${line}`);
   }
 
   console.log('\nchecks:');

@@ -7,7 +7,9 @@
  *   back as `bigint` (a JS number loses precision above 2^53);
  * - every failure is an `OrbitError`. No response at all (the request may or may not have been
  *   applied) is UNAVAILABLE with status 0, so the caller retries with the same Idempotency-Key;
- * - nothing is retried and no Idempotency-Key is invented: the caller owns operation identity.
+ * - nothing is retried and no Idempotency-Key is invented: the caller owns operation identity -
+ *   except the acks of `subscribe`, whose key is the subscription and the sequence (an ack is the
+ *   same request however often it is sent).
  */
 import createClient from 'openapi-fetch';
 import type { components, operations, paths } from './generated/openapi.ts';
@@ -27,7 +29,8 @@ type BigintField =
   | 'next_after'
   | 'fired'
   | 'skipped_misfire'
-  | 'deferred_full';
+  | 'deferred_full'
+  | 'acked_sequence';
 
 /**
  * A response schema as the SDK returns it. openapi-typescript renders a free JSON object
@@ -77,6 +80,12 @@ export type AuditEvent = FromWire<Schemas['AuditEvent']>;
 export type AuditEventPage = FromWire<Schemas['AuditEventPage']>;
 export type Event = FromWire<Schemas['Event']>;
 export type EventPage = FromWire<Schemas['EventPage']>;
+export type Subscription = FromWire<Schemas['Subscription']>;
+export type SubscriptionPage = FromWire<Schemas['SubscriptionPage']>;
+export type SubscriptionResult = FromWire<Schemas['SubscriptionResult']>;
+export type SubscriptionEvents = FromWire<Schemas['SubscriptionEvents']>;
+export type CreateSubscriptionRequest = ToWire<Schemas['CreateSubscriptionRequest']>;
+export type SubscriptionStateRequest = ToWire<Schemas['SubscriptionStateRequest']>;
 
 type Query<Op extends keyof operations> = NonNullable<operations[Op]['parameters']['query']>;
 export type ListQueuesParams = Query<'listQueues'>;
@@ -84,6 +93,28 @@ export type ListTasksParams = Query<'listTasks'>;
 export type ListSchedulesParams = Query<'listSchedules'>;
 export type ListAuditEventsParams = Query<'listAuditEvents'>;
 export type ListEventsParams = Omit<Query<'listEvents'>, 'after'> & { after?: bigint | string };
+export type ListSubscriptionsParams = Query<'listSubscriptions'>;
+
+export interface ReadSubscriptionOptions {
+  /** At most this many events (1-100; the server's default is 50). */
+  limit?: number;
+  /** Wait up to this many seconds (0-30) for the first event when there is none yet. */
+  waitSeconds?: number;
+  /** Abandons the request (the promise rejects with UNAVAILABLE). */
+  signal?: AbortSignal;
+}
+
+export interface SubscribeOptions {
+  /** Stops the loop: a waiting read is abandoned and the iterator ends. */
+  signal: AbortSignal;
+  /** How long each read waits for events (0-30 seconds; default 20). */
+  waitSeconds?: number;
+  /** Events per read (1-100; default the server's 50). */
+  limit?: number;
+}
+
+/** The states `waitForTask` stops at: the terminal ones and NEEDS_REVIEW (which waits for an operator). */
+export const SETTLED_TASK_STATES: ReadonlySet<TaskState> = new Set<TaskState>(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED', 'NEEDS_REVIEW']);
 
 export interface OrbitClientOptions {
   /** http(s) URL of an Orbit server, optionally with a path prefix; a trailing slash is fine. */
@@ -225,10 +256,44 @@ const queueResult = (r: Schemas['QueueResult']): QueueResult => ({ ...r, queue: 
 const schedule = (s: Schemas['Schedule']): Schedule =>
   ({ ...s, fired: BigInt(s.fired), skipped_misfire: BigInt(s.skipped_misfire), deferred_full: BigInt(s.deferred_full) }) as Schedule;
 const scheduleResult = (r: Schemas['ScheduleResult']): ScheduleResult => ({ ...r, schedule: schedule(r.schedule) });
+const event = (e: Schemas['Event']): Event => ({ ...e, sequence: BigInt(e.sequence) }) as Event;
 const eventPage = (p: Schemas['EventPage']): EventPage => ({
-  events: p.events.map((e) => ({ ...e, sequence: BigInt(e.sequence) })),
+  events: p.events.map(event),
   next_after: BigInt(p.next_after),
 });
+const subscription = (s: Schemas['Subscription']): Subscription => ({ ...s, acked_sequence: BigInt(s.acked_sequence) });
+const subscriptionResult = (r: Schemas['SubscriptionResult']): SubscriptionResult => ({ ...r, subscription: subscription(r.subscription) });
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted || ms <= 0) {
+      resolve();
+      return;
+    }
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+  });
+}
+
+/** Exponential backoff with jitter, 100 ms doubling up to 5 s, never shorter than the server's Retry-After. */
+function backoffMs(failures: number, error: unknown): number {
+  const base = Math.min(5_000, 100 * 2 ** Math.min(failures - 1, 10));
+  const jittered = base / 2 + Math.random() * (base / 2);
+  const retryAfter = isOrbitError(error) && error.retryAfter !== undefined ? error.retryAfter * 1000 : 0;
+  return Math.max(jittered, retryAfter);
+}
+
+/** What a subscription loop waits out and tries again: no answer or UNAVAILABLE, and a PAUSED subscription (until it is resumed). */
+function worthRetrying(error: unknown): boolean {
+  if (!isOrbitError(error)) return false;
+  return error.code === 'UNAVAILABLE' || (error.code === 'STATE_CONFLICT' && error.details?.field === 'state');
+}
 
 /** Request bodies go out with revisions as decimal strings, the wire form. */
 function toWire<K extends keyof Schemas>(body: ToWire<Schemas[K]>): Schemas[K] {
@@ -290,7 +355,20 @@ export function createOrbitClient(options: OrbitClientOptions) {
     bodySerializer: serializeBody,
   });
 
-  return {
+  /** The id of the subscription named `name`, from the list (it is sorted by name). */
+  async function findSubscription(name: string): Promise<string> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await client.listSubscriptions({ limit: 100, ...(cursor !== undefined ? { cursor } : {}) });
+      const found = page.subscriptions.find((s) => s.name === name);
+      if (found) return found.subscription_id;
+      if (page.next_cursor === undefined) break;
+      cursor = page.next_cursor;
+    }
+    throw new OrbitError('NOT_FOUND', `subscription "${name}" not found`, { status: 0, details: { name } });
+  }
+
+  const client = {
     async getApplicationResources(): Promise<ApplicationResources> {
       return usage(await unwrap(api.GET('/v1/application/resources')));
     },
@@ -436,7 +514,167 @@ export function createOrbitClient(options: OrbitClientOptions) {
       const query = after === undefined ? rest : { ...rest, after: after.toString() };
       return eventPage(await unwrap(api.GET('/v1/events', { params: { query } })));
     },
+
+    /**
+     * A durable cursor over the namespace's event feed, with optional `types` and `queues`
+     * filters, starting after the newest event (`from: 'now'`, the default) or before the first.
+     */
+    async createSubscription(key: string, request: CreateSubscriptionRequest): Promise<SubscriptionResult> {
+      return subscriptionResult(
+        await unwrap(api.POST('/v1/subscriptions', { params: { header: idempotencyKey(key) }, body: toWire<'CreateSubscriptionRequest'>(request) })),
+      );
+    },
+
+    async getSubscription(subscriptionId: string): Promise<Subscription> {
+      return subscription(
+        await unwrap(api.GET('/v1/subscriptions/{subscription_id}', { params: { path: { subscription_id: segment('subscription_id', subscriptionId) } } })),
+      );
+    },
+
+    async listSubscriptions(params: ListSubscriptionsParams = {}): Promise<SubscriptionPage> {
+      const data = await unwrap(api.GET('/v1/subscriptions', { params: { query: params } }));
+      return { ...data, subscriptions: data.subscriptions.map(subscription) };
+    },
+
+    async pauseSubscription(key: string, subscriptionId: string, request: SubscriptionStateRequest): Promise<SubscriptionResult> {
+      return subscriptionResult(
+        await unwrap(
+          api.POST('/v1/subscriptions/{subscription_id}:pause', {
+            params: { header: idempotencyKey(key), path: { subscription_id: segment('subscription_id', subscriptionId) } },
+            body: toWire<'SubscriptionStateRequest'>(request),
+          }),
+        ),
+      );
+    },
+
+    async resumeSubscription(key: string, subscriptionId: string, request: SubscriptionStateRequest): Promise<SubscriptionResult> {
+      return subscriptionResult(
+        await unwrap(
+          api.POST('/v1/subscriptions/{subscription_id}:resume', {
+            params: { header: idempotencyKey(key), path: { subscription_id: segment('subscription_id', subscriptionId) } },
+            body: toWire<'SubscriptionStateRequest'>(request),
+          }),
+        ),
+      );
+    },
+
+    /** The events after the acknowledged position (reading does not move it), waiting up to `waitSeconds` for the first one. */
+    async readSubscription(subscriptionId: string, options: ReadSubscriptionOptions = {}): Promise<SubscriptionEvents> {
+      const query: Query<'readSubscription'> = {};
+      if (options.limit !== undefined) query.limit = options.limit;
+      if (options.waitSeconds !== undefined) query.wait_seconds = options.waitSeconds;
+      const data = await unwrap(
+        api.GET('/v1/subscriptions/{subscription_id}/events', {
+          params: { path: { subscription_id: segment('subscription_id', subscriptionId) }, query },
+          ...(options.signal ? { signal: options.signal } : {}),
+        }),
+      );
+      return { events: data.events.map(event) };
+    },
+
+    /** Acknowledges every event up to and including `sequence`; the current position again is accepted and changes nothing. */
+    async ackSubscription(key: string, subscriptionId: string, sequence: bigint | string): Promise<SubscriptionResult> {
+      return subscriptionResult(
+        await unwrap(
+          api.POST('/v1/subscriptions/{subscription_id}:ack', {
+            params: { header: idempotencyKey(key), path: { subscription_id: segment('subscription_id', subscriptionId) } },
+            body: { sequence: sequence.toString() },
+          }),
+        ),
+      );
+    },
+
+    /**
+     * `for await (const event of orbit.subscribe('name', { signal })) { … }`: the events of the
+     * subscription named `name`, one by one, in sequence order, long-polling for more.
+     *
+     * Each event is acknowledged when the loop body is done with it - when the loop asks for
+     * the next event (or the iterator ends because `signal` aborted meanwhile) - with the
+     * Idempotency-Key `ack-<subscription_id>-<sequence>`, so an ack repeated after a lost
+     * answer is the same ack. Leaving the loop early (`break`, `return`, a throw) does NOT
+     * acknowledge the event in hand: the iterator cannot tell a `break` from a failure, so that
+     * event comes again (delivery is at-least-once). A position another reader already moved
+     * past is left alone.
+     *
+     * No answer, UNAVAILABLE and a PAUSED subscription are waited out with a backoff (100 ms
+     * doubling to 5 s, at least the server's Retry-After) and tried again; other errors (a
+     * missing subscription or action, a bad option) end the iteration by throwing. When
+     * `signal` aborts, a waiting read is abandoned and the iteration ends.
+     */
+    async *subscribe(name: string, options: SubscribeOptions): AsyncGenerator<Event, void, undefined> {
+      const { signal } = options;
+      const waitSeconds = options.waitSeconds ?? 20;
+      let failures = 0;
+      const backoff = async (error: unknown) => {
+        failures += 1;
+        await sleep(backoffMs(failures, error), signal);
+      };
+      /** Acknowledges one event, retrying what is worth retrying; false when the signal stopped it first. */
+      const ack = async (subscriptionId: string, sequence: bigint): Promise<boolean> => {
+        for (;;) {
+          try {
+            await client.ackSubscription(`ack-${subscriptionId}-${sequence}`, subscriptionId, sequence);
+            failures = 0;
+            return true;
+          } catch (error) {
+            // Below the position: another reader of the subscription acknowledged further already.
+            if (isOrbitError(error) && error.code === 'STATE_CONFLICT' && error.details?.field === 'sequence') return true;
+            if (!isOrbitError(error) || error.code !== 'UNAVAILABLE') throw error;
+            if (signal.aborted) return false;
+            await backoff(error);
+            if (signal.aborted) return false;
+          }
+        }
+      };
+
+      const readOptions: ReadSubscriptionOptions = { waitSeconds, signal, ...(options.limit !== undefined ? { limit: options.limit } : {}) };
+      let subscriptionId: string | null = null;
+      while (!signal.aborted) {
+        let events: Event[];
+        try {
+          subscriptionId ??= await findSubscription(name);
+          events = (await client.readSubscription(subscriptionId, readOptions)).events;
+          failures = 0;
+        } catch (error) {
+          if (signal.aborted) return;
+          if (!worthRetrying(error)) throw error;
+          await backoff(error);
+          continue;
+        }
+        for (const e of events) {
+          yield e;
+          // Resumed: the loop body is done with `e`.
+          if (!(await ack(subscriptionId, e.sequence)) || signal.aborted) return;
+        }
+      }
+    },
+
+    /**
+     * The task once it is terminal (SUCCEEDED, FAILED, CANCELLED, EXPIRED) or NEEDS_REVIEW, or
+     * as it is when `timeoutMs` has passed. Long-polls `GET /v1/tasks/{id}?wait_seconds=` (at
+     * most 30 s a request); errors are thrown, not retried.
+     */
+    async waitForTask(taskId: string, options: { timeoutMs: number }): Promise<Task> {
+      const deadline = Date.now() + options.timeoutMs;
+      const path = { task_id: segment('task_id', taskId) };
+      for (;;) {
+        const remaining = deadline - Date.now();
+        const started = Date.now();
+        let task: Task;
+        if (remaining >= 1000) {
+          task = await unwrap(api.GET('/v1/tasks/{task_id}', { params: { path, query: { wait_seconds: Math.min(30, Math.floor(remaining / 1000)) } } }));
+        } else {
+          // Less than a second left: wait it out, then look once more (whole seconds only would overshoot the timeout).
+          await sleep(remaining);
+          task = await unwrap(api.GET('/v1/tasks/{task_id}', { params: { path } }));
+        }
+        if (SETTLED_TASK_STATES.has(task.state) || Date.now() >= deadline) return task;
+        // An answer that came back at once without the task settled (a server that does not wait): do not spin.
+        if (Date.now() - started < 100) await sleep(Math.min(250, deadline - Date.now()));
+      }
+    },
   };
+  return client;
 }
 
 export type OrbitClient = ReturnType<typeof createOrbitClient>;

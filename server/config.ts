@@ -20,6 +20,8 @@ export interface ServerConfig {
   scheduleIntervalMs: number;
   /** How many queues the usage gauges of /metrics report at most (the busiest). */
   metricsMaxQueues: number;
+  /** Whether task lifecycle events are written to the feed (off only to measure what they cost). */
+  taskEvents: boolean;
   databasePoolSize: number;
   /** How long this process reuses a successful authentication (writes re-check in their transaction anyway). */
   authCacheMs: number;
@@ -64,6 +66,12 @@ export const SETTINGS: readonly Setting[] = [
   },
   { name: 'ORBIT_LEASE_SECONDS', default: '30', range: '1 to 3600', meaning: 'lifetime of a reservation or running attempt without a renew' },
   { name: 'ORBIT_RECOVERY_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for expired leases and deadlines' },
+  {
+    name: 'ORBIT_TASK_EVENTS',
+    default: 'on',
+    range: 'on or off',
+    meaning: 'whether task lifecycle events are written to the event feed (off: only to measure what they cost)',
+  },
   { name: 'ORBIT_METRICS_MAX_QUEUES', default: '200', range: '1 to 10000', meaning: 'how many queues (the busiest) the usage gauges of /metrics report' },
   { name: 'ORBIT_SCHEDULE_INTERVAL_MS', default: '500', range: '10 to 60000', meaning: 'how often each process looks for due schedule trigger points' },
   {
@@ -185,6 +193,12 @@ function listenFromEnv(env: NodeJS.ProcessEnv): { host: string; port: number } {
   return { host, port };
 }
 
+function taskEventsFromEnv(env: NodeJS.ProcessEnv): boolean {
+  const text = raw(env, 'ORBIT_TASK_EVENTS') ?? 'on';
+  if (text !== 'on' && text !== 'off') throw new ConfigError(`ORBIT_TASK_EVENTS must be on or off, got ${JSON.stringify(text)}`);
+  return text === 'on';
+}
+
 function logLevelFromEnv(env: NodeJS.ProcessEnv): string {
   const text = raw(env, 'ORBIT_LOG_LEVEL') ?? 'info';
   if (!(LOG_LEVELS as readonly string[]).includes(text))
@@ -204,6 +218,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     recoveryIntervalMs: intFromEnv(env, 'ORBIT_RECOVERY_INTERVAL_MS', 500, 10, 60_000),
     scheduleIntervalMs: intFromEnv(env, 'ORBIT_SCHEDULE_INTERVAL_MS', 500, 10, 60_000),
     metricsMaxQueues: intFromEnv(env, 'ORBIT_METRICS_MAX_QUEUES', 200, 1, 10_000),
+    taskEvents: taskEventsFromEnv(env),
     authCacheMs: intFromEnv(env, 'ORBIT_AUTH_CACHE_MS', 1000, 0, 60_000),
     databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),

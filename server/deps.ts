@@ -21,6 +21,7 @@ import { QueueIdCache } from './store/quotas/queues.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
 import type { AppDeps } from './http/deps.ts';
 import { loadPageAssets } from './http/pages.ts';
+import { EventWatcher } from './http/event-watcher.ts';
 
 export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
 
@@ -71,6 +72,7 @@ export function buildDeps(options: BuildDepsOptions): AppDeps {
     submitBatch,
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
     pages: loadPageAssets(),
+    watcher: new EventWatcher(db, log),
     authCacheMs: config.authCacheMs,
     queueIds: new QueueIdCache(),
     workers,

@@ -20,6 +20,7 @@ import { serveWorkerUpgrades } from './worker/upgrade.ts';
 import { RecoveryLoop } from './loops/recovery.ts';
 import { ScheduleLoop } from './loops/schedules.ts';
 import { registerUsageGauges } from './usage-metrics.ts';
+import { setTaskEventsEnabled } from './store/records/task-events.ts';
 import { usageSnapshot } from './store/quotas/usage-gauges.ts';
 
 export { OPENAPI_PATH } from './deps.ts';
@@ -83,6 +84,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     await dbClock.start();
     clock = dbClock;
   }
+  setTaskEventsEnabled(config.taskEvents);
   const metrics = createMetrics();
   registerUsageGauges(metrics.registry, () => usageSnapshot(db, config.metricsMaxQueues), log);
   const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds });
@@ -121,6 +123,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
       for (const client of nodeWs.wss.clients) client.close(1001, 'server shutting down');
       await recovery.stop();
       await schedules.stop();
+      deps.watcher.stop();
       await workers.close();
       (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
       await closed;

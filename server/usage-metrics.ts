@@ -7,16 +7,19 @@
  * Labels, and why the number of series stays bounded:
  * - `orbit_application_*{application}`: one series per application (its name);
  * - `orbit_queue_*{application, namespace, queue}`: one per queue, for at most
- *   ORBIT_METRICS_MAX_QUEUES queues (default 200), the ones with the most unfinished tasks.
+ *   ORBIT_METRICS_MAX_QUEUES queues (default 200), the ones with the most unfinished tasks;
+ * - `orbit_subscription_lag_*{application, namespace, subscription}`: one per subscription, for at
+ *   most as many subscriptions, the ones furthest behind.
  * No task, attempt, credential or worker id is ever a label.
  */
 import { Gauge, type Registry } from 'prom-client';
 import type { Logger } from './log.ts';
-import type { ApplicationUsage, QueueUsage, UsageFigures } from './store/quotas/usage-gauges.ts';
+import type { ApplicationUsage, QueueUsage, SubscriptionLag, UsageFigures } from './store/quotas/usage-gauges.ts';
 
 export interface UsageSnapshot {
   applications: ApplicationUsage[];
   queues: QueueUsage[];
+  subscriptions: SubscriptionLag[];
 }
 
 const FIGURES: Array<[keyof UsageFigures, string]> = [
@@ -37,7 +40,7 @@ export function registerUsageGauges(registry: Registry, load: () => Promise<Usag
         at: Date.now(),
         value: load().catch((error: unknown) => {
           log.warn({ err: error }, 'usage gauges: the database did not answer; reporting none this scrape');
-          return { applications: [], queues: [] };
+          return { applications: [], queues: [], subscriptions: [] };
         }),
       };
     }
@@ -89,6 +92,23 @@ export function registerUsageGauges(registry: Registry, load: () => Promise<Usag
     (s) => s.applications,
     app,
     (a) => a.open_sessions,
+  );
+  const subscription = (s: SubscriptionLag) => ({ application: s.application, namespace: s.namespace, subscription: s.subscription });
+  gauge(
+    'orbit_subscription_lag_events',
+    'Subscription: events of its namespace after its acknowledged position (up to 100,000; its filters not applied)',
+    ['application', 'namespace', 'subscription'],
+    (s) => s.subscriptions,
+    subscription,
+    (s) => s.events_behind,
+  );
+  gauge(
+    'orbit_subscription_lag_seconds',
+    'Subscription: seconds since the first event after its acknowledged position happened (0 at the head)',
+    ['application', 'namespace', 'subscription'],
+    (s) => s.subscriptions,
+    subscription,
+    (s) => s.seconds_behind,
   );
   gauge(
     'orbit_queue_paused',

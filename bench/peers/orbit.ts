@@ -34,12 +34,16 @@ interface Orbit {
   close(): Promise<void>;
 }
 
-async function startOrbit(w: Workload): Promise<Orbit> {
+async function startOrbit(w: Workload, options: { taskEvents?: boolean } = {}): Promise<Orbit> {
   const bench = await benchDatabase();
   try {
     const tenant = await createTenant(bench.db, { namespace: 'bench', queues: ['bench', 'warmup'] });
     await bench.db.exec('UPDATE orbit_queues SET max_concurrency = ?, rate_per_second = ?', [QUEUE_LIMITS.max_concurrency, QUEUE_LIMITS.rate_per_second]);
-    const servers = await Promise.all(Array.from({ length: w.servers }, () => startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info' })));
+    const servers = await Promise.all(
+      Array.from({ length: w.servers }, () =>
+        startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info', ORBIT_TASK_EVENTS: options.taskEvents === false ? 'off' : 'on' }),
+      ),
+    );
     return {
       db: bench.db,
       port: new URL(bench.url).port || '3306',
@@ -251,14 +255,15 @@ export interface OrbitRun extends Result {
 /** One Orbit row: `sessions × capacity`, single submissions (or bulk). Returns null-figure rows with `skipped` when bulk is missing. */
 export async function benchOrbit(
   w: Workload,
-  options: { sessions: number; capacity: number; bulk?: boolean; onLimits?: (line: string) => void },
+  options: { sessions: number; capacity: number; bulk?: boolean; taskEvents?: boolean; onLimits?: (line: string) => void },
 ): Promise<OrbitRun> {
   const shape = `${options.sessions}×${options.capacity}`;
-  const system = options.bulk ? `Orbit bulk ${shape}` : `Orbit ${shape}`;
+  const quiet = options.taskEvents === false ? ' no events' : '';
+  const system = options.bulk ? `Orbit bulk ${shape}${quiet}` : `Orbit ${shape}${quiet}`;
   const tableName = options.bulk
     ? `Orbit, bulk submit (POST /v1/queues/{queue}/tasks:batch, up to ${fmt(w.batchSize)} items), ${options.sessions} sessions × capacity ${options.capacity}`
-    : `Orbit, ${options.sessions} worker session${options.sessions > 1 ? 's' : ''} × capacity ${options.capacity}`;
-  const orbit = await startOrbit(w);
+    : `Orbit, ${options.sessions} worker session${options.sessions > 1 ? 's' : ''} × capacity ${options.capacity}${options.taskEvents === false ? ', task lifecycle events off (ORBIT_TASK_EVENTS=off)' : ''}`;
+  const orbit = await startOrbit(w, { taskEvents: options.taskEvents });
   try {
     options.onLimits?.(await orbitLimits(orbit.db));
     await warmUp(orbit);

@@ -49,3 +49,9 @@ CREATE TABLE orbit_schedules_schedule_id_lookup (
   keyspace_id VARBINARY(128) NOT NULL,
   PRIMARY KEY (schedule_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE orbit_subscriptions_subscription_id_lookup (
+  subscription_id BINARY(16) NOT NULL,
+  keyspace_id VARBINARY(128) NOT NULL,
+  PRIMARY KEY (subscription_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -326,7 +326,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One task. */
+        /**
+         * One task; with wait_seconds, once it is finished or waits for review.
+         * @description With `wait_seconds` (1-30), the answer comes as soon as the task is terminal
+         *     (SUCCEEDED, FAILED, CANCELLED, EXPIRED) or NEEDS_REVIEW, or when the time is up (then
+         *     the task as it is). A waiting request holds no database connection: one watcher per
+         *     server process notices the task's lifecycle events.
+         */
         get: operations["getTask"];
         put?: never;
         post?: never;
@@ -450,6 +456,133 @@ export interface paths {
          *     STATE_CONFLICT and changes nothing.
          */
         post: operations["resumeSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subscriptions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Subscriptions of the caller's namespace, by name. */
+        get: operations["listSubscriptions"];
+        put?: never;
+        /**
+         * Create a durable subscription to the namespace's event feed.
+         * @description A subscription is a cursor kept in MySQL: reading returns the events after its
+         *     acknowledged position that match its filters (and the caller's queue scope), and
+         *     acknowledging moves the position forward. Delivery is at-least-once from the
+         *     acknowledged position: a consumer or a server may crash, and the next read resumes
+         *     there. Two readers of one subscription see the same events (there is one cursor, not one
+         *     per reader).
+         */
+        post: operations["createSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subscriptions/{subscription_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One subscription and its acknowledged position. */
+        get: operations["getSubscription"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subscriptions/{subscription_id}:pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause an ACTIVE subscription; reading it is 409 STATE_CONFLICT until it is resumed.
+         * @description Pausing a PAUSED subscription is 409 STATE_CONFLICT and changes nothing. Events keep being recorded: nothing is lost while it is paused.
+         */
+        post: operations["pauseSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subscriptions/{subscription_id}:resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a PAUSED subscription from its acknowledged position.
+         * @description Resuming an ACTIVE subscription is 409 STATE_CONFLICT and changes nothing.
+         */
+        post: operations["resumeSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subscriptions/{subscription_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The events after the acknowledged position, waiting up to wait_seconds for the first one.
+         * @description Answers as soon as at least one matching event is there (at most `limit`, in sequence
+         *     order), or with an empty list when `wait_seconds` (default 0, at most 30) have passed.
+         *     A waiting request holds no database connection: one watcher per server process notices
+         *     new events. Reading does not move the position; acknowledge what was processed. A
+         *     PAUSED subscription is 409 STATE_CONFLICT.
+         */
+        get: operations["readSubscription"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subscriptions/{subscription_id}:ack": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Acknowledge every event up to and including a sequence number.
+         * @description Acknowledging the current position again is accepted and changes nothing; a sequence below it is 409 STATE_CONFLICT (a position never moves back), and one beyond the newest event of the feed is 409 STATE_CONFLICT too.
+         */
+        post: operations["ackSubscription"];
         delete?: never;
         options?: never;
         head?: never;
@@ -812,15 +945,60 @@ export interface components {
             schedules: components["schemas"]["Schedule"][];
             next_cursor?: components["schemas"]["Cursor"];
         };
+        /** @description Unique within the namespace. */
+        SubscriptionName: string;
+        /** @description An event type, e.g. `task.succeeded` (see Event). */
+        EventType: string;
+        Subscription: {
+            subscription_id: components["schemas"]["Id"];
+            namespace: string;
+            name: components["schemas"]["SubscriptionName"];
+            /** @description Only events of these types (absent - every type). */
+            types?: components["schemas"]["EventType"][];
+            /** @description Only events about these queues (absent - every queue the reader's credential may see, and events about no queue). */
+            queues?: components["schemas"]["QueueName"][];
+            /** @enum {string} */
+            state: "ACTIVE" | "PAUSED";
+            acked_sequence: components["schemas"]["Counter"];
+            created_at: components["schemas"]["Timestamp"];
+        };
+        CreateSubscriptionRequest: {
+            name: components["schemas"]["SubscriptionName"];
+            reason: components["schemas"]["Reason"];
+            types?: components["schemas"]["EventType"][];
+            queues?: components["schemas"]["QueueName"][];
+            /**
+             * @description Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`).
+             * @enum {string}
+             */
+            from?: "now" | "beginning";
+        };
+        SubscriptionStateRequest: {
+            reason: components["schemas"]["Reason"];
+        };
+        AckSubscriptionRequest: {
+            sequence: components["schemas"]["Uint64"];
+        };
+        SubscriptionResult: {
+            subscription: components["schemas"]["Subscription"];
+            deduplicated: boolean;
+        };
+        SubscriptionPage: {
+            subscriptions: components["schemas"]["Subscription"][];
+            next_cursor?: components["schemas"]["Cursor"];
+        };
+        SubscriptionEvents: {
+            events: components["schemas"]["Event"][];
+        };
         AuditEvent: {
             audit_id: components["schemas"]["Id"];
             namespace: string;
             credential_id: components["schemas"]["Id"];
-            /** @description e.g. application.resources.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume */
+            /** @description e.g. application.resources.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume, subscription.create, subscription.pause, subscription.resume */
             action: string;
             /** @enum {string} */
-            resource_type: "application_resources" | "queue" | "task" | "schedule";
-            /** @description The application id, queue name, task id or schedule id. */
+            resource_type: "application_resources" | "queue" | "task" | "schedule" | "subscription";
+            /** @description The application id, queue name, task id, schedule id or subscription id. */
             resource: string;
             reason: string;
             request_id: components["schemas"]["RequestId"];
@@ -836,10 +1014,30 @@ export interface components {
         Event: {
             sequence: components["schemas"]["Counter"];
             event_id: components["schemas"]["Id"];
-            /** @description e.g. application.resources.configured, queue.created, queue.configured, task.cancelled, task.resolved, schedule.created, schedule.paused, schedule.resumed */
+            /**
+             * @description Management: `application.resources.configured`, `queue.created`, `queue.configured`,
+             *     `schedule.created`, `schedule.paused`, `schedule.resumed`, `subscription.created`,
+             *     `subscription.paused`, `subscription.resumed`.
+             *
+             *     Task lifecycle, each written in the transaction of the transition it describes, with
+             *     the task id as `subject` and in `data` always `task_id`, `queue` and - for a task made
+             *     by a schedule - `schedule_id` and `scheduled_for`:
+             *
+             *     | type | when | more in `data` |
+             *     | --- | --- | --- |
+             *     | `task.submitted` | accepted (a submit, a bulk item, a schedule's trigger point) | `priority` |
+             *     | `task.started` | an attempt starts | `attempt_number` |
+             *     | `task.retry_scheduled` | an attempt failed or its lease was lost, and another will run | `attempt_number` (the one that ended), `available_at` |
+             *     | `task.succeeded` | the result `succeeded` | `attempt_number` |
+             *     | `task.failed` | a final failure (not retryable, or no attempts left) | `attempt_number` |
+             *     | `task.needs_review` | the outcome of a running attempt is unknown, or it was cancelled while running | `attempt_number` |
+             *     | `task.cancelled` | cancelled (by an operator, or the worker reported `cancelled`) | `attempt_number` when an attempt was running |
+             *     | `task.expired` | its deadline passed | - |
+             *     | `task.resolved` | an operator resolved a NEEDS_REVIEW task | `outcome`, `state` |
+             */
             type: string;
             namespace: string;
-            /** @description The application id, queue name, task id or schedule id the event is about. */
+            /** @description The application id, queue name, task id, schedule id or subscription id the event is about. */
             subject: string;
             data: Record<string, never>;
             occurred_at: components["schemas"]["Timestamp"];
@@ -875,6 +1073,9 @@ export interface components {
         IdempotencyKey: string;
         Queue: components["schemas"]["QueueName"];
         TaskId: components["schemas"]["Id"];
+        SubscriptionId: components["schemas"]["Id"];
+        /** @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait). */
+        WaitSeconds: number;
         ScheduleId: components["schemas"]["Id"];
         /** @description Page size (default 50). */
         Limit: number;
@@ -1406,7 +1607,10 @@ export interface operations {
     };
     getTask: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait). */
+                wait_seconds?: components["parameters"]["WaitSeconds"];
+            };
             header?: never;
             path: {
                 task_id: components["parameters"]["TaskId"];
@@ -1646,6 +1850,222 @@ export interface operations {
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ScheduleResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listSubscriptions: {
+        parameters: {
+            query?: {
+                /** @description Page size (default 50). */
+                limit?: components["parameters"]["Limit"];
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of subscriptions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubscriptionPage"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    createSubscription: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSubscriptionRequest"];
+            };
+        };
+        responses: {
+            /** @description The new subscription (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubscriptionResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                subscription_id: components["parameters"]["SubscriptionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The subscription. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["Subscription"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    pauseSubscription: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                subscription_id: components["parameters"]["SubscriptionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscriptionStateRequest"];
+            };
+        };
+        responses: {
+            /** @description The subscription after the change (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubscriptionResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    resumeSubscription: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                subscription_id: components["parameters"]["SubscriptionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscriptionStateRequest"];
+            };
+        };
+        responses: {
+            /** @description The subscription after the change (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubscriptionResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    readSubscription: {
+        parameters: {
+            query?: {
+                /** @description Page size (default 50). */
+                limit?: components["parameters"]["Limit"];
+                /** @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait). */
+                wait_seconds?: components["parameters"]["WaitSeconds"];
+            };
+            header?: never;
+            path: {
+                subscription_id: components["parameters"]["SubscriptionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Events after the acknowledged position, in sequence order (possibly none). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubscriptionEvents"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    ackSubscription: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                subscription_id: components["parameters"]["SubscriptionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AckSubscriptionRequest"];
+            };
+        };
+        responses: {
+            /** @description The subscription with its new position (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["SubscriptionResult"];
                     };
                 };
             };

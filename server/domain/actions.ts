@@ -11,6 +11,7 @@ export const NAMESPACE_ACTIONS = [
   'tasks:cancel',
   'tasks:review',
   'schedules:manage',
+  'subscriptions:manage',
   'workers:consume',
   'audit:read',
   'events:read',

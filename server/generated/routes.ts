@@ -43,6 +43,13 @@ export type OperationId =
   | "getSchedule"
   | "pauseSchedule"
   | "resumeSchedule"
+  | "listSubscriptions"
+  | "createSubscription"
+  | "getSubscription"
+  | "pauseSubscription"
+  | "resumeSubscription"
+  | "readSubscription"
+  | "ackSubscription"
   | "listAuditEvents"
   | "listEvents";
 /** The credential actions the HTTP operations require. */
@@ -54,6 +61,7 @@ export type OperationAction =
   | "queues:manage"
   | "queues:read"
   | "schedules:manage"
+  | "subscriptions:manage"
   | "tasks:cancel"
   | "tasks:read"
   | "tasks:review"
@@ -450,7 +458,7 @@ export const routes: readonly RouteSpec[] = [
     method: "GET",
     path: "/v1/tasks/{task_id}",
     honoPath: "/v1/tasks/:task_id",
-    queryParams: {},
+    queryParams: {"wait_seconds":"integer"},
     headerParams: [],
     hasBody: false,
     maxBodyBytes: 1048576,
@@ -587,6 +595,132 @@ export const routes: readonly RouteSpec[] = [
       query: validators.resumeSchedule_query,
       headers: validators.resumeSchedule_headers,
       body: validators.resumeSchedule_body,
+    },
+  },
+  {
+    operationId: "listSubscriptions",
+    method: "GET",
+    path: "/v1/subscriptions",
+    honoPath: "/v1/subscriptions",
+    queryParams: {"limit":"integer","cursor":"string"},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "subscriptions:manage",
+    raw: false,
+    validate: {
+      path: validators.listSubscriptions_path,
+      query: validators.listSubscriptions_query,
+      headers: validators.listSubscriptions_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "createSubscription",
+    method: "POST",
+    path: "/v1/subscriptions",
+    honoPath: "/v1/subscriptions",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "subscriptions:manage",
+    raw: false,
+    validate: {
+      path: validators.createSubscription_path,
+      query: validators.createSubscription_query,
+      headers: validators.createSubscription_headers,
+      body: validators.createSubscription_body,
+    },
+  },
+  {
+    operationId: "getSubscription",
+    method: "GET",
+    path: "/v1/subscriptions/{subscription_id}",
+    honoPath: "/v1/subscriptions/:subscription_id",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "subscriptions:manage",
+    raw: false,
+    validate: {
+      path: validators.getSubscription_path,
+      query: validators.getSubscription_query,
+      headers: validators.getSubscription_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "pauseSubscription",
+    method: "POST",
+    path: "/v1/subscriptions/{subscription_id}:pause",
+    honoPath: "/v1/subscriptions/:subscription_id{[^/]+:pause}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "subscriptions:manage",
+    raw: false,
+    validate: {
+      path: validators.pauseSubscription_path,
+      query: validators.pauseSubscription_query,
+      headers: validators.pauseSubscription_headers,
+      body: validators.pauseSubscription_body,
+    },
+  },
+  {
+    operationId: "resumeSubscription",
+    method: "POST",
+    path: "/v1/subscriptions/{subscription_id}:resume",
+    honoPath: "/v1/subscriptions/:subscription_id{[^/]+:resume}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "subscriptions:manage",
+    raw: false,
+    validate: {
+      path: validators.resumeSubscription_path,
+      query: validators.resumeSubscription_query,
+      headers: validators.resumeSubscription_headers,
+      body: validators.resumeSubscription_body,
+    },
+  },
+  {
+    operationId: "readSubscription",
+    method: "GET",
+    path: "/v1/subscriptions/{subscription_id}/events",
+    honoPath: "/v1/subscriptions/:subscription_id/events",
+    queryParams: {"limit":"integer","wait_seconds":"integer"},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "events:read",
+    raw: false,
+    validate: {
+      path: validators.readSubscription_path,
+      query: validators.readSubscription_query,
+      headers: validators.readSubscription_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "ackSubscription",
+    method: "POST",
+    path: "/v1/subscriptions/{subscription_id}:ack",
+    honoPath: "/v1/subscriptions/:subscription_id{[^/]+:ack}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "events:read",
+    raw: false,
+    validate: {
+      path: validators.ackSubscription_path,
+      query: validators.ackSubscription_query,
+      headers: validators.ackSubscription_headers,
+      body: validators.ackSubscription_body,
     },
   },
   {

@@ -4271,7 +4271,7 @@ return errors === 0;
 }
 validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema125 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema125 = {"type":"object","additionalProperties":false,"required":[],"properties":{"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
 
 function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4285,6 +4285,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
+if(!(key0 === "wait_seconds")){
 const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
 if(vErrors === null){
 vErrors = [err0];
@@ -4295,13 +4296,49 @@ vErrors.push(err0);
 errors++;
 }
 }
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
+if(data.wait_seconds !== undefined){
+let data0 = data.wait_seconds;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema125.properties.wait_seconds.type,parentSchema:schema125.properties.wait_seconds,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
 else {
 vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 30 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema125.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 0 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema125.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
 }
 errors++;
 }
@@ -6946,9 +6983,7 @@ return errors === 0;
 }
 validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema188 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
-const schema189 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern45 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const schema188 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6962,7 +6997,6 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "after") || (key0 === "limit"))){
 const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err0];
@@ -6973,11 +7007,8 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.after !== undefined){
-let data0 = data.after;
-if(typeof data0 === "string"){
-if(!pattern45.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema189,data:data0};
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema188.type,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6986,70 +7017,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema189.type,parentSchema:schema189,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data1 = data.limit;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema188.properties.limit.type,parentSchema:schema188.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema188.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema188.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema188.type,parentSchema:schema188,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
 validate137.errors = vErrors;
 return errors === 0;
 }
 validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema190 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema189 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7062,8 +7035,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema189.required,parentSchema:schema189,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7072,9 +7045,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema189,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7083,13 +7056,54 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema189.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema189.properties["Idempotency-Key"].type,parentSchema:schema189.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema189.type,parentSchema:schema189,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate138.errors = vErrors;
 return errors === 0;
 }
 validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema191 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
-const schema192 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema190 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
+const schema191 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
+const schema192 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema194 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
+const pattern48 = new RegExp("^[a-z]+(\\.[a-z_]+)+$", "u");
+const func0 = require("ajv/dist/runtime/equal").default;
 
 function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7102,8 +7116,1988 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema191.required,parentSchema:schema191,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.reason === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema191.required,parentSchema:schema191,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(((((key0 === "name") || (key0 === "reason")) || (key0 === "types")) || (key0 === "queues")) || (key0 === "from"))){
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema191,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.name !== undefined){
+let data0 = data.name;
+if(typeof data0 === "string"){
+if(!pattern33.test(data0)){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema192,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema192.type,parentSchema:schema192,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(func1(data1) < 1){
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(!pattern6.test(data1)){
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+if(data.types !== undefined){
+let data2 = data.types;
+if(Array.isArray(data2)){
+if(data2.length > 50){
+const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema191.properties.types,data:data2};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+if(data2.length < 1){
+const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema191.properties.types,data:data2};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+const len0 = data2.length;
+for(let i0=0; i0<len0; i0++){
+let data3 = data2[i0];
+if(typeof data3 === "string"){
+if(!pattern48.test(data3)){
+const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema194,data:data3};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema194.type,parentSchema:schema194,data:data3};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+let i1 = data2.length;
+let j0;
+if(i1 > 1){
+outer0:
+for(;i1--;){
+for(j0 = i1; j0--;){
+if(func0(data2[i1], data2[j0])){
+const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema191.properties.types,data:data2};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+break outer0;
+}
+}
+}
+}
+}
+else {
+const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema191.properties.types.type,parentSchema:schema191.properties.types,data:data2};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+if(data.queues !== undefined){
+let data4 = data.queues;
+if(Array.isArray(data4)){
+if(data4.length > 100){
+const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema191.properties.queues,data:data4};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data4.length < 1){
+const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema191.properties.queues,data:data4};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+const len1 = data4.length;
+for(let i2=0; i2<len1; i2++){
+let data5 = data4[i2];
+if(typeof data5 === "string"){
+if(!pattern9.test(data5)){
+const err17 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data5};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+else {
+const err18 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data5};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+}
+let i3 = data4.length;
+let j1;
+if(i3 > 1){
+outer1:
+for(;i3--;){
+for(j1 = i3; j1--;){
+if(func0(data4[i3], data4[j1])){
+const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema191.properties.queues,data:data4};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+break outer1;
+}
+}
+}
+}
+}
+else {
+const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema191.properties.queues.type,parentSchema:schema191.properties.queues,data:data4};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+}
+if(data.from !== undefined){
+let data6 = data.from;
+if(typeof data6 !== "string"){
+const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema191.properties.from.type,parentSchema:schema191.properties.from,data:data6};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+if(!((data6 === "now") || (data6 === "beginning"))){
+const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema191.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema191.properties.from.enum,parentSchema:schema191.properties.from,data:data6};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+}
+}
+else {
+const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema191.type,parentSchema:schema191,data};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+validate140.errors = vErrors;
+return errors === 0;
+}
+validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate140(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate140.errors : vErrors.concat(validate140.errors);
+errors = vErrors.length;
+}
+validate139.errors = vErrors;
+return errors === 0;
+}
+validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema196 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate142.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema196.required,parentSchema:schema196,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema196,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema196.type,parentSchema:schema196,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate142.errors = vErrors;
+return errors === 0;
+}
+validate142.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema198 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate143.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema198,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema198.type,parentSchema:schema198,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate143.errors = vErrors;
+return errors === 0;
+}
+validate143.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema199 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate144.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema199,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema199.type,parentSchema:schema199,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate144.errors = vErrors;
+return errors === 0;
+}
+validate144.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema200 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate145.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema200.required,parentSchema:schema200,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema200,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema200.type,parentSchema:schema200,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate145.errors = vErrors;
+return errors === 0;
+}
+validate145.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema202 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate146.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema202,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema202.type,parentSchema:schema202,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate146.errors = vErrors;
+return errors === 0;
+}
+validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema203 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate147.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema203.required,parentSchema:schema203,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema203,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema203.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema203.properties["Idempotency-Key"].type,parentSchema:schema203.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema203.type,parentSchema:schema203,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate147.errors = vErrors;
+return errors === 0;
+}
+validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema204 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+const schema205 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate149.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema205.required,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate149.errors = vErrors;
+return errors === 0;
+}
+validate149.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate148.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate149(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate149.errors : vErrors.concat(validate149.errors);
+errors = vErrors.length;
+}
+validate148.errors = vErrors;
+return errors === 0;
+}
+validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema207 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate151.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema207.required,parentSchema:schema207,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema207,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema207.type,parentSchema:schema207,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate151.errors = vErrors;
+return errors === 0;
+}
+validate151.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema209 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate152.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema209,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema209.type,parentSchema:schema209,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate152.errors = vErrors;
+return errors === 0;
+}
+validate152.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema210 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate153.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema210.required,parentSchema:schema210,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema210,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema210.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema210.properties["Idempotency-Key"].type,parentSchema:schema210.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema210.type,parentSchema:schema210,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate153.errors = vErrors;
+return errors === 0;
+}
+validate153.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema211 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+
+function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate155.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema205.required,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate155.errors = vErrors;
+return errors === 0;
+}
+validate155.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate154.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate155(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate155.errors : vErrors.concat(validate155.errors);
+errors = vErrors.length;
+}
+validate154.errors = vErrors;
+return errors === 0;
+}
+validate154.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema214 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate157.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema214.required,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate157.errors = vErrors;
+return errors === 0;
+}
+validate157.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema216 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
+
+function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate158.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "wait_seconds"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema216,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema216.properties.limit.type,parentSchema:schema216.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema216.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema216.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.wait_seconds !== undefined){
+let data1 = data.wait_seconds;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema216.properties.wait_seconds.type,parentSchema:schema216.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 30 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema216.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data1 < 0 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema216.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema216.type,parentSchema:schema216,data};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+validate158.errors = vErrors;
+return errors === 0;
+}
+validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema217 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate159.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema217,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema217.type,parentSchema:schema217,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate159.errors = vErrors;
+return errors === 0;
+}
+validate159.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema218 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate160.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema218.required,parentSchema:schema218,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema218,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema218.type,parentSchema:schema218,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate160.errors = vErrors;
+return errors === 0;
+}
+validate160.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema220 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate161.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema220,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema220.type,parentSchema:schema220,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate161.errors = vErrors;
+return errors === 0;
+}
+validate161.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema221 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate162.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema221.required,parentSchema:schema221,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema221,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema221.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema221.properties["Idempotency-Key"].type,parentSchema:schema221.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema221.type,parentSchema:schema221,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate162.errors = vErrors;
+return errors === 0;
+}
+validate162.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema222 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
+const schema223 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
+const schema224 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const pattern60 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+
+function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate164.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sequence === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema223.required,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "sequence")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.sequence !== undefined){
+let data0 = data.sequence;
+if(typeof data0 === "string"){
+if(!pattern60.test(data0)){
+const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema224,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema224.type,parentSchema:schema224,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate164.errors = vErrors;
+return errors === 0;
+}
+validate164.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate163.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate164(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate164.errors : vErrors.concat(validate164.errors);
+errors = vErrors.length;
+}
+validate163.errors = vErrors;
+return errors === 0;
+}
+validate163.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema225 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate166.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema225,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema225.type,parentSchema:schema225,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate166.errors = vErrors;
+return errors === 0;
+}
+validate166.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema226 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate167.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema226,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema226.properties.limit.type,parentSchema:schema226.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema226.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema226.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern7.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema226.type,parentSchema:schema226,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate167.errors = vErrors;
+return errors === 0;
+}
+validate167.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema228 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate168.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema228,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema228.type,parentSchema:schema228,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate168.errors = vErrors;
+return errors === 0;
+}
+validate168.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema229 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate169.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema229,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema229.type,parentSchema:schema229,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate169.errors = vErrors;
+return errors === 0;
+}
+validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema230 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+
+function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate170.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "after") || (key0 === "limit"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema230,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.after !== undefined){
+let data0 = data.after;
+if(typeof data0 === "string"){
+if(!pattern60.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema224,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema224.type,parentSchema:schema224,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema230.properties.limit.type,parentSchema:schema230.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema230.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema230.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema230.type,parentSchema:schema230,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate170.errors = vErrors;
+return errors === 0;
+}
+validate170.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema232 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate171.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema232,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema232.type,parentSchema:schema232,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate171.errors = vErrors;
+return errors === 0;
+}
+validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema233 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
+const schema234 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+
+function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate173.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.idempotency_key === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema192.required,parentSchema:schema192,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema234.required,parentSchema:schema234,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7113,7 +9107,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.payload === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema192.required,parentSchema:schema192,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema234.required,parentSchema:schema234,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7124,7 +9118,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema192,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema234,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7138,7 +9132,7 @@ if(data.idempotency_key !== undefined){
 let data0 = data.idempotency_key;
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema192.properties.idempotency_key,data:data0};
+const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema234.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7149,7 +9143,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema192.properties.idempotency_key.type,parentSchema:schema192.properties.idempotency_key,data:data0};
+const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema234.properties.idempotency_key.type,parentSchema:schema234.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7392,7 +9386,7 @@ errors++;
 }
 }
 else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema192.type,parentSchema:schema192,data};
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema234.type,parentSchema:schema234,data};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -7401,29 +9395,29 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate140.errors = vErrors;
+validate173.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate173.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate139.evaluated;
+const evaluated0 = validate172.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate140(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate140.errors : vErrors.concat(validate140.errors);
+if(!(validate173(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate173.errors : vErrors.concat(validate173.errors);
 errors = vErrors.length;
 }
-validate139.errors = vErrors;
+validate172.errors = vErrors;
 return errors === 0;
 }
-validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as connectWorker_path, validate51 as connectWorker_query, validate52 as connectWorker_headers, validate53 as getApplicationResources_path, validate54 as getApplicationResources_query, validate55 as getApplicationResources_headers, validate56 as configureApplicationResources_path, validate57 as configureApplicationResources_query, validate58 as configureApplicationResources_headers, validate59 as configureApplicationResources_body, validate63 as listQueues_path, validate64 as listQueues_query, validate65 as listQueues_headers, validate66 as createQueue_path, validate67 as createQueue_query, validate68 as createQueue_headers, validate69 as createQueue_body, validate72 as getQueue_path, validate73 as getQueue_query, validate74 as getQueue_headers, validate75 as configureQueue_path, validate76 as configureQueue_query, validate77 as configureQueue_headers, validate78 as configureQueue_body, validate81 as listTasks_path, validate82 as listTasks_query, validate83 as listTasks_headers, validate84 as submitTask_path, validate85 as submitTask_query, validate86 as submitTask_headers, validate87 as submitTask_body, validate90 as submitTasks_path, validate91 as submitTasks_query, validate92 as submitTasks_headers, validate93 as submitTasks_body, validate94 as getTask_path, validate95 as getTask_query, validate96 as getTask_headers, validate97 as cancelTask_path, validate98 as cancelTask_query, validate99 as cancelTask_headers, validate100 as cancelTask_body, validate103 as resolveTask_path, validate104 as resolveTask_query, validate105 as resolveTask_headers, validate106 as resolveTask_body, validate109 as listSchedules_path, validate110 as listSchedules_query, validate111 as listSchedules_headers, validate112 as createSchedule_path, validate113 as createSchedule_query, validate114 as createSchedule_headers, validate115 as createSchedule_body, validate118 as getSchedule_path, validate119 as getSchedule_query, validate120 as getSchedule_headers, validate121 as pauseSchedule_path, validate122 as pauseSchedule_query, validate123 as pauseSchedule_headers, validate124 as pauseSchedule_body, validate127 as resumeSchedule_path, validate128 as resumeSchedule_query, validate129 as resumeSchedule_headers, validate130 as resumeSchedule_body, validate133 as listAuditEvents_path, validate134 as listAuditEvents_query, validate135 as listAuditEvents_headers, validate136 as listEvents_path, validate137 as listEvents_query, validate138 as listEvents_headers, validate139 as schema_SubmitTaskItem };
+export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as connectWorker_path, validate51 as connectWorker_query, validate52 as connectWorker_headers, validate53 as getApplicationResources_path, validate54 as getApplicationResources_query, validate55 as getApplicationResources_headers, validate56 as configureApplicationResources_path, validate57 as configureApplicationResources_query, validate58 as configureApplicationResources_headers, validate59 as configureApplicationResources_body, validate63 as listQueues_path, validate64 as listQueues_query, validate65 as listQueues_headers, validate66 as createQueue_path, validate67 as createQueue_query, validate68 as createQueue_headers, validate69 as createQueue_body, validate72 as getQueue_path, validate73 as getQueue_query, validate74 as getQueue_headers, validate75 as configureQueue_path, validate76 as configureQueue_query, validate77 as configureQueue_headers, validate78 as configureQueue_body, validate81 as listTasks_path, validate82 as listTasks_query, validate83 as listTasks_headers, validate84 as submitTask_path, validate85 as submitTask_query, validate86 as submitTask_headers, validate87 as submitTask_body, validate90 as submitTasks_path, validate91 as submitTasks_query, validate92 as submitTasks_headers, validate93 as submitTasks_body, validate94 as getTask_path, validate95 as getTask_query, validate96 as getTask_headers, validate97 as cancelTask_path, validate98 as cancelTask_query, validate99 as cancelTask_headers, validate100 as cancelTask_body, validate103 as resolveTask_path, validate104 as resolveTask_query, validate105 as resolveTask_headers, validate106 as resolveTask_body, validate109 as listSchedules_path, validate110 as listSchedules_query, validate111 as listSchedules_headers, validate112 as createSchedule_path, validate113 as createSchedule_query, validate114 as createSchedule_headers, validate115 as createSchedule_body, validate118 as getSchedule_path, validate119 as getSchedule_query, validate120 as getSchedule_headers, validate121 as pauseSchedule_path, validate122 as pauseSchedule_query, validate123 as pauseSchedule_headers, validate124 as pauseSchedule_body, validate127 as resumeSchedule_path, validate128 as resumeSchedule_query, validate129 as resumeSchedule_headers, validate130 as resumeSchedule_body, validate133 as listSubscriptions_path, validate134 as listSubscriptions_query, validate135 as listSubscriptions_headers, validate136 as createSubscription_path, validate137 as createSubscription_query, validate138 as createSubscription_headers, validate139 as createSubscription_body, validate142 as getSubscription_path, validate143 as getSubscription_query, validate144 as getSubscription_headers, validate145 as pauseSubscription_path, validate146 as pauseSubscription_query, validate147 as pauseSubscription_headers, validate148 as pauseSubscription_body, validate151 as resumeSubscription_path, validate152 as resumeSubscription_query, validate153 as resumeSubscription_headers, validate154 as resumeSubscription_body, validate157 as readSubscription_path, validate158 as readSubscription_query, validate159 as readSubscription_headers, validate160 as ackSubscription_path, validate161 as ackSubscription_query, validate162 as ackSubscription_headers, validate163 as ackSubscription_body, validate166 as listAuditEvents_path, validate167 as listAuditEvents_query, validate168 as listAuditEvents_headers, validate169 as listEvents_path, validate170 as listEvents_query, validate171 as listEvents_headers, validate172 as schema_SubmitTaskItem };

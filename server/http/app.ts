@@ -20,6 +20,7 @@ import { queueHandlers } from './handlers/queues.ts';
 import { taskHandlers } from './handlers/tasks.ts';
 import { feedHandlers } from './handlers/feeds.ts';
 import { scheduleHandlers } from './handlers/schedules.ts';
+import { subscriptionHandlers } from './handlers/subscriptions.ts';
 import { workerHandlers } from './handlers/workers.ts';
 
 export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
@@ -30,6 +31,7 @@ export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
     ...queueHandlers(deps),
     ...taskHandlers(deps),
     ...scheduleHandlers(deps),
+    ...subscriptionHandlers(deps),
     ...feedHandlers(deps),
     ...workerHandlers(deps),
   };

@@ -9,6 +9,7 @@ import type { Context } from 'hono';
 import type { QueueIdCache } from '../store/quotas/queues.ts';
 import type { Principal } from '../domain/principal.ts';
 import type { PageAssets } from './pages.ts';
+import type { EventWatcher } from './event-watcher.ts';
 
 export interface AppDeps {
   db: Database;
@@ -21,6 +22,8 @@ export interface AppDeps {
   submitBatch(items: SubmitItem[]): Promise<SubmitOutcome[]>;
   /** The OpenAPI document served at /openapi.yaml. */
   openApiDocument: string;
+  /** Wakes requests that wait for events (long-polls): one per app, reading only while someone waits. */
+  watcher: EventWatcher;
   /** /asyncapi.yaml, /docs and /console with what they load (pages.ts). */
   pages: PageAssets;
   /** How long a successful authentication is reused by this process (0: never). */

@@ -17,7 +17,7 @@ test('every metric and label the Grafana dashboard queries exists', async () => 
   };
   const metrics = createMetrics();
   const usage = new Registry();
-  registerUsageGauges(usage, async () => ({ applications: [], queues: [] }), silentLogger());
+  registerUsageGauges(usage, async () => ({ applications: [], queues: [], subscriptions: [] }), silentLogger());
   const registered = new Map<string, Set<string>>();
   for (const registry of [metrics.registry, usage]) {
     for (const metric of await registry.getMetricsAsJSON()) {

@@ -30,6 +30,8 @@ export function feedHandlers(deps: AppDeps): FeedHandlers {
         namespace: principal.namespace,
         after: input.query.after ?? '0',
         limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
+        // Events about a queue outside the credential's scope are not shown (out of scope is never seen).
+        filter: { scope: principal.queues },
       });
       return { events: events as never[], next_after: nextAfter };
     },

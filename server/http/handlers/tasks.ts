@@ -16,6 +16,9 @@ import { taskCancel, taskResolve } from '../../store/tasks/task-decisions.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 
+/** The states a wait for a task ends in: terminal, or waiting for an operator. */
+const SETTLED: ReadonlySet<string> = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED', 'NEEDS_REVIEW']);
+
 type TaskHandlers = Pick<Handlers<RequestContext>, 'submitTask' | 'submitTasks' | 'listTasks' | 'getTask' | 'cancelTask' | 'resolveTask'>;
 type SubmitTaskBody = components['schemas']['SubmitTaskRequest'];
 type SubmitTaskItem = components['schemas']['SubmitTaskItem'];
@@ -134,7 +137,30 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
     },
     async getTask(input, ctx) {
       const principal = ctx.principal();
-      return toTask(await taskGetVisible(deps.db, principal, hexToId(input.path.task_id)), principal.namespace);
+      const taskId = hexToId(input.path.task_id);
+      const waitMs = (input.query.wait_seconds ?? 0) * 1000;
+      if (waitMs === 0) return toTask(await taskGetVisible(deps.db, principal, taskId), principal.namespace);
+      // Wait without a database connection: the process's watcher wakes this request on an
+      // event about the task (registered before each read, so none can slip between).
+      const until = Date.now() + waitMs;
+      const signal = ctx.hono.req.raw.signal;
+      for (;;) {
+        const waiter = await deps.watcher.register({ namespaceId: idToHex(principal.namespaceId), subject: input.path.task_id });
+        let row: Awaited<ReturnType<typeof taskGetVisible>>;
+        try {
+          row = await taskGetVisible(deps.db, principal, taskId);
+        } catch (error) {
+          waiter.cancel();
+          throw error;
+        }
+        const left = until - Date.now();
+        if (SETTLED.has(row.state) || left <= 0 || signal.aborted) {
+          waiter.cancel();
+          return toTask(row, principal.namespace);
+        }
+        // Not woken (the time is up, the client left, the server stops): one last read answers.
+        if (!(await waiter.wait(left, signal))) return toTask(await taskGetVisible(deps.db, principal, taskId), principal.namespace);
+      }
     },
     async cancelTask(input, ctx) {
       const principal = ctx.principal();

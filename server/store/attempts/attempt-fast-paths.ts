@@ -18,6 +18,7 @@ import { sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
 import { isRetryableTransactionError, type Database } from '../database/database.ts';
 import { jsonOrNull, type AttemptRef } from './attempts.ts';
+import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 
 export interface KnownAttempt extends AttemptRef {
   sessionId: IdBytes;
@@ -86,6 +87,15 @@ export async function attemptStartFast(db: Database, params: { applicationId: Id
       )}) AND state = 'RESERVED' AND lease_expires_at > @now`,
     guard(items.length, applicationId),
   );
+  if (taskEventsEnabled())
+    s.push(
+      taskEventsFromRows(
+        applicationId,
+        byTask.map((i) => i.taskId),
+        sql`'task.started'`,
+        sql`JSON_OBJECT('attempt_number', t.attempts)`,
+      ),
+    );
   try {
     const results = await db.oneShot(sql.join(s, sql`;\n`), undefined, { retries: 2 });
     const [row] = results[1] as Array<{ now: string }>;
@@ -155,6 +165,16 @@ export async function attemptFinishFast(db: Database, params: { applicationId: I
     const slash = key.indexOf('/');
     s.push(
       sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = @now WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
+    );
+  }
+  if (taskEventsEnabled()) {
+    s.push(
+      taskEventsFromRows(
+        applicationId,
+        byTask.map((i) => i.taskId),
+        sql`CASE t.state WHEN 'SUCCEEDED' THEN 'task.succeeded' WHEN 'FAILED' THEN 'task.failed' ELSE 'task.cancelled' END`,
+        sql`JSON_OBJECT('attempt_number', t.attempts)`,
+      ),
     );
   }
   try {

@@ -13,12 +13,15 @@
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
-import { millisToSql, sqlToMillis } from '../../time.ts';
+import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
 import { valueList, type Database, type Queryable, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
+import { queueNamesOf } from '../quotas/queues.ts';
+import { eventInsertStatement } from '../records/events.ts';
+import { settlementEventType, taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -34,7 +37,7 @@ export type AttemptState = 'RESERVED' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CA
  */
 export type LockedAttempt = Pick<
   AttemptRow,
-  'attempt_id' | 'task_id' | 'queue_id' | 'session_id' | 'state' | 'resource_key' | 'lease_expires_at' | 'deadline_at' | 'claimed_at'
+  'attempt_id' | 'task_id' | 'queue_id' | 'session_id' | 'state' | 'resource_key' | 'lease_expires_at' | 'deadline_at' | 'claimed_at' | 'attempt_number'
 > & { state: AttemptState };
 
 /**
@@ -44,7 +47,18 @@ export type LockedAttempt = Pick<
  */
 export type LockedTaskRow = Pick<
   TaskRow,
-  'task_id' | 'state' | 'attempts' | 'max_attempts' | 'on_unknown_outcome' | 'cancel_requested' | 'deadline_at' | 'current_attempt_id'
+  | 'task_id'
+  | 'state'
+  | 'attempts'
+  | 'max_attempts'
+  | 'on_unknown_outcome'
+  | 'cancel_requested'
+  | 'deadline_at'
+  | 'current_attempt_id'
+  | 'namespace_id'
+  | 'queue_id'
+  | 'schedule_id'
+  | 'scheduled_for'
 > & { state: TaskState; on_unknown_outcome: TaskFacts['onUnknownOutcome'] };
 
 /** The start-window columns of the application row (the queue rows have the same). */
@@ -80,9 +94,10 @@ async function lockForAttempts(
   const restSql = [
     sql`SELECT queue_id, rate_per_second, window_started_at, window_starts
        FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
-    sql`SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id
+    sql`SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id,
+              namespace_id, queue_id, schedule_id, scheduled_for
        FROM orbit_tasks WHERE task_id IN (${valueList(taskIds)}) ORDER BY task_id ${lockRows('task')}`,
-    sql`SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at
+    sql`SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at, attempt_number
        FROM orbit_attempts WHERE attempt_id IN (${valueList(attemptIds)}) ORDER BY attempt_id ${lockRows('attempt')}`,
   ];
   let appRows: Array<WindowRow & { now: string }>;
@@ -177,6 +192,8 @@ class SettlementWrites {
   private statements: SQL[] = [];
   private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
   private permits = new Map<string, number>();
+  /** The lifecycle events of the settlements, in order; their queue names are filled in at flush. */
+  private events: Array<{ type: string; task: LockedTaskRow; more: Record<string, unknown> }> = [];
 
   constructor(
     private readonly applicationId: IdBytes,
@@ -203,6 +220,13 @@ class SettlementWrites {
       const key = `${hex(attempt.queue_id)}/${attempt.resource_key}`;
       this.permits.set(key, (this.permits.get(key) ?? 0) + 1);
     }
+    const type = taskEventsEnabled() ? settlementEventType(attempt.state === 'RUNNING', s.taskState) : null;
+    if (type !== null) {
+      const more: Record<string, unknown> = {};
+      if (attempt.state === 'RUNNING') more.attempt_number = attempt.attempt_number;
+      if (type === 'task.retry_scheduled' && availableAt !== null) more.available_at = sqlToRfc3339(availableAt);
+      this.events.push({ type, task, more });
+    }
   }
 
   /** The writes and the COMMIT, in one round trip. */
@@ -219,6 +243,31 @@ class SettlementWrites {
       const slash = key.indexOf('/');
       s.push(
         sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = ${this.nowSql} WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
+      );
+    }
+    if (this.events.length > 0) {
+      // Records last, under the application row this transaction holds (the feed's ordering rule).
+      const names = await queueNamesOf(
+        tx,
+        this.events.map((e) => e.task.queue_id),
+      );
+      s.push(
+        eventInsertStatement(
+          this.events.map((e) =>
+            taskEvent(
+              e.type,
+              {
+                applicationId: this.applicationId,
+                namespaceId: e.task.namespace_id,
+                taskId: e.task.task_id,
+                queue: names.get(hex(e.task.queue_id)) ?? '',
+                scheduleId: e.task.schedule_id,
+                scheduledFor: e.task.scheduled_for,
+              },
+              e.more,
+            ),
+          ),
+        ),
       );
     }
     await tx.finish(sql.join(s, sql`;\n`));
@@ -297,9 +346,49 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
         sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = ${nowSql}, lease_expires_at = ${millisToSql(g.leaseExpiresAtMs)} WHERE attempt_id = ${g.attempt.attempt_id}`,
       );
     }
+    if (taskEventsEnabled()) {
+      const started = granted.map((g) => ({ task: locked.tasks.get(hex(g.attempt.task_id)), attempt: g.attempt }));
+      statements.push(await startedEvents(tx, params.applicationId, started));
+    }
     await tx.finish(sql.join(statements, sql`;\n`));
     return answers;
   });
+}
+
+/**
+ * The `task.started` events of these attempts (their numbers), as one INSERT. The caller holds
+ * the application row and sends this last, with its other writes.
+ */
+export async function startedEvents(
+  tx: Queryable,
+  applicationId: IdBytes,
+  started: ReadonlyArray<{
+    task: Pick<TaskRow, 'task_id' | 'namespace_id' | 'queue_id' | 'schedule_id' | 'scheduled_for'> | undefined;
+    attempt: Pick<AttemptRow, 'attempt_number'>;
+  }>,
+): Promise<SQL> {
+  const known = started.filter((s): s is { task: NonNullable<(typeof s)['task']>; attempt: (typeof s)['attempt'] } => s.task !== undefined);
+  if (known.length === 0) return sql`DO 0`;
+  const names = await queueNamesOf(
+    tx,
+    known.map((s) => s.task.queue_id),
+  );
+  return eventInsertStatement(
+    known.map(({ task, attempt }) =>
+      taskEvent(
+        'task.started',
+        {
+          applicationId,
+          namespaceId: task.namespace_id,
+          taskId: task.task_id,
+          queue: names.get(hex(task.queue_id)) ?? '',
+          scheduleId: task.schedule_id,
+          scheduledFor: task.scheduled_for,
+        },
+        { attempt_number: attempt.attempt_number },
+      ),
+    ),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
 import { windowIsOpen, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import {
   claimBudget,
   levelRoom,
@@ -442,6 +443,11 @@ async function writeClaims(
         sql`UPDATE orbit_key_permits SET holders = holders + ${n}, updated_at = ${now} WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
       );
     }
+  }
+  const startedTasks = all.filter(({ c }) => c.started).map(({ c }) => c.taskId);
+  if (startedTasks.length > 0 && taskEventsEnabled()) {
+    // Records last, under the application row updated above: `task.started` with its number.
+    statements.push(taskEventsFromRows(applicationId, startedTasks, sql`'task.started'`, sql`JSON_OBJECT('attempt_number', t.attempts)`));
   }
   // The writes and the COMMIT in one round trip: the hot rows are not held across another.
   await tx.finish(sql.join(statements, sql`;\n`));

@@ -14,6 +14,7 @@ import { valueList, type Database } from '../database/database.ts';
 import type { AttemptRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
+import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 
 function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Map<string, T[]> {
   const groups = new Map<string, T[]>();
@@ -100,6 +101,14 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
           [...perQueue].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n } })),
         ),
       ];
+      if (taskEventsEnabled())
+        statements.push(
+          taskEventsFromRows(
+            applicationId,
+            tasks.map((t) => t.task_id),
+            sql`'task.expired'`,
+          ),
+        );
       await tx.finish(sql.join(statements, sql`;\n`));
       return tasks.length;
     });

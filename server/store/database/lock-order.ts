@@ -9,7 +9,8 @@
  *   session      the worker session row                  (orbit_worker_sessions)
  *   schedule     schedule rows                            (orbit_schedules): the schedule loop takes
  *                due ones with SKIP LOCKED, pause and resume one by id, both before the
- *                application row they then lock
+ *                application row they then lock; subscription rows (orbit_subscriptions) are at
+ *                the same level (DESIGN: "schedule or subscription row"), one at a time by id
  *   application  the application resources row           (orbit_application_resources)
  *   queue        queue rows, in ascending queue_id        (orbit_queues)
  *   task         task rows                                (orbit_tasks)
@@ -69,6 +70,7 @@ export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
   orbit_applications: 'identity',
   orbit_worker_sessions: 'session',
   orbit_schedules: 'schedule',
+  orbit_subscriptions: 'schedule',
   orbit_application_resources: 'application',
   orbit_queues: 'queue',
   orbit_tasks: 'task',
@@ -186,6 +188,7 @@ export const NEW_ROWS_ONLY_ON_INSERT: ReadonlySet<string> = new Set([
 const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
   orbit_worker_sessions: ['session_id'],
   orbit_schedules: ['schedule_id'],
+  orbit_subscriptions: ['subscription_id'],
   orbit_application_resources: ['application_id'],
   orbit_queues: ['queue_id'],
   orbit_tasks: ['task_id'],

@@ -214,6 +214,8 @@ export const events = mysqlTable(
     subject: varchar('subject', { length: 128 }).notNull(),
     data: mediumtext('data').notNull(),
     occurred_at: time('occurred_at').notNull(),
+    // 0004_subscriptions.sql
+    queue_name: varchar('queue_name', { length: 63 }),
   },
   (t) => [uniqueIndex('uk_orbit_events_id').on(t.event_id), index('ix_orbit_events_namespace').on(t.namespace_id, t.sequence)],
 );
@@ -355,6 +357,28 @@ export const schedules = mysqlTable(
   (t) => [uniqueIndex('uk_orbit_schedules_name').on(t.queue_id, t.name), index('ix_orbit_schedules_due').on(t.state, t.next_fire_at)],
 );
 
+// ---------------------------------------------------------------------------------------------
+// 0004_subscriptions.sql (and orbit_events.queue_name above)
+// ---------------------------------------------------------------------------------------------
+
+export const subscriptions = mysqlTable(
+  'orbit_subscriptions',
+  {
+    subscription_id: id('subscription_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    namespace_id: id('namespace_id').notNull(),
+    name: varchar('name', { length: 128 }).notNull(),
+    types: text('types'),
+    queues: text('queues'),
+    state: varchar('state', { length: 16 }).notNull(),
+    acked_sequence: uint64('acked_sequence').notNull().default('0'),
+    acked_at: time('acked_at'),
+    created_at: time('created_at').notNull(),
+    updated_at: time('updated_at').notNull(),
+  },
+  (t) => [uniqueIndex('uk_orbit_subscriptions_name').on(t.namespace_id, t.name)],
+);
+
 /** Every table of the schema, ledger included: the drift test requires this list to equal the database's. */
 export const allTables = [
   schemaMigrations,
@@ -371,6 +395,7 @@ export const allTables = [
   workerSessions,
   keyPermits,
   schedules,
+  subscriptions,
 ] as const;
 
 // ---------------------------------------------------------------------------------------------
@@ -390,3 +415,4 @@ export type AttemptRow = typeof attempts.$inferSelect;
 export type WorkerSessionRow = typeof workerSessions.$inferSelect;
 export type KeyPermitRow = typeof keyPermits.$inferSelect;
 export type ScheduleRow = typeof schedules.$inferSelect;
+export type SubscriptionRow = typeof subscriptions.$inferSelect;

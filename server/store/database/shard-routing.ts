@@ -28,6 +28,7 @@ export const LOOKUP_VINDEXES: Readonly<Record<string, { vindex: string; owner: s
   orbit_namespaces_namespace_id_lookup: { vindex: 'orbit_namespaces_namespace_id_lookup', owner: 'orbit_namespaces', column: 'namespace_id' },
   orbit_applications_name_lookup: { vindex: 'orbit_applications_name_lookup', owner: 'orbit_applications', column: 'name' },
   orbit_schedules_schedule_id_lookup: { vindex: 'orbit_schedules_schedule_id_lookup', owner: 'orbit_schedules', column: 'schedule_id' },
+  orbit_subscriptions_subscription_id_lookup: { vindex: 'orbit_subscriptions_subscription_id_lookup', owner: 'orbit_subscriptions', column: 'subscription_id' },
 };
 
 /**
@@ -49,6 +50,7 @@ export const ROUTING_COLUMNS: Readonly<Record<string, readonly string[]>> = {
   orbit_worker_sessions: ['application_id', 'session_id'],
   orbit_key_permits: ['application_id', 'queue_id'],
   orbit_schedules: ['application_id', 'schedule_id', 'queue_id', 'namespace_id'],
+  orbit_subscriptions: ['application_id', 'subscription_id', 'namespace_id'],
 };
 
 /** The tables that are not per application: the migration ledger (a reference table: every shard holds the same rows). */
@@ -70,6 +72,8 @@ export const SCATTER_EXCEPTIONS: Readonly<Record<string, string>> = {
   'recovery-stale-sessions':
     'the recovery loop closes OPEN worker sessions of every application whose server stopped heartbeating; one UPDATE of session rows that holds no other lock',
   'schedules-due': 'the schedule loop looks for due trigger points in every application; each application found is then fired in its own routed transaction',
+  'event-watcher':
+    "each server process's event watcher reads the headers of events committed since its last look, in every application, to wake the requests waiting for them (long-polls); one plain read per tick, and only while someone waits",
   'metrics-usage':
     "the gauges of /metrics read every application's and the busiest queues' limits and usage (and open sessions, the oldest WAITING task) on a scrape; plain reads, no lock",
   'verify-recount': 'orbit-admin verify (and the tests after every scenario) recount the counters of every application at once when no application is named',

@@ -237,3 +237,25 @@ export class QueueIdCache {
     return row.queue_id;
   }
 }
+
+/**
+ * queue id → name, for the events that name a task's queue. Kept for the life of the process and
+ * shared by everything in it: a queue is never renamed or deleted, so an entry never goes stale,
+ * and ids are never reused. Misses are read (one plain read for all of them).
+ */
+const queueNames = new Map<string, string>();
+
+export async function queueNamesOf(db: Queryable, ids: readonly IdBytes[]): Promise<Map<string, string>> {
+  const missing = [...new Set(ids.map((id) => id.toString('hex')))].filter((hex) => !queueNames.has(hex));
+  if (missing.length > 0) {
+    const rows = await db.rows<Pick<QueueRow, 'queue_id' | 'name'>>(
+      sql`SELECT queue_id, name FROM orbit_queues WHERE queue_id IN (${sql.join(
+        missing.map((hex) => sql`${Buffer.from(hex, 'hex')}`),
+        sql`, `,
+      )})`,
+    );
+    if (queueNames.size > 100_000) queueNames.clear();
+    for (const row of rows) queueNames.set(row.queue_id.toString('hex'), row.name);
+  }
+  return new Map(ids.map((id) => [id.toString('hex'), queueNames.get(id.toString('hex')) ?? '']));
+}

@@ -59,7 +59,23 @@ function figures(row: Usage, nowMs: number): UsageFigures {
   };
 }
 
-export async function usageSnapshot(db: Queryable, maxQueues: number): Promise<{ applications: ApplicationUsage[]; queues: QueueUsage[] }> {
+export interface SubscriptionLag {
+  application: string;
+  namespace: string;
+  subscription: string;
+  /** Events of the namespace after the acknowledged position (counted up to LAG_COUNT_CAP; the subscription's filters are not applied). */
+  events_behind: number;
+  /** Seconds since the first event after the position happened; 0 when it is at the head. */
+  seconds_behind: number;
+}
+
+/** Counting the events behind a subscription stops here: a gauge, not an audit. */
+export const LAG_COUNT_CAP = 100_000;
+
+export async function usageSnapshot(
+  db: Queryable,
+  maxQueues: number,
+): Promise<{ applications: ApplicationUsage[]; queues: QueueUsage[]; subscriptions: SubscriptionLag[] }> {
   const applications = await db.rows<Usage & { application: string; open_sessions: number | string; now: string }>(sql`
     SELECT /* scatter: metrics-usage */ a.name AS application, r.max_unfinished_tasks, r.unfinished_tasks, r.max_concurrency, r.active_attempts,
            r.pending_starts, r.rate_per_second, r.window_started_at, r.window_starts, NOW(6) AS now,
@@ -79,7 +95,31 @@ export async function usageSnapshot(db: Queryable, maxQueues: number): Promise<{
       JOIN orbit_applications a ON a.application_id = q.application_id
      ORDER BY q.unfinished_tasks DESC, a.name, n.name, q.name
      LIMIT ${maxQueues}`);
+  // The subscriptions furthest behind first (oldest position), as many as queues are shown.
+  const subscriptions = await db.rows<{
+    application: string;
+    namespace: string;
+    subscription: string;
+    behind: number | string;
+    first_at: string | null;
+    now: string;
+  }>(sql`
+    SELECT /* scatter: metrics-usage */ a.name AS application, n.name AS namespace, s.name AS subscription, NOW(6) AS now,
+           (SELECT COUNT(*) FROM (SELECT 1 FROM orbit_events e WHERE e.namespace_id = s.namespace_id AND e.sequence > s.acked_sequence LIMIT ${LAG_COUNT_CAP}) AS behind_rows) AS behind,
+           (SELECT e.occurred_at FROM orbit_events e WHERE e.namespace_id = s.namespace_id AND e.sequence > s.acked_sequence ORDER BY e.sequence LIMIT 1) AS first_at
+      FROM orbit_subscriptions s
+      JOIN orbit_namespaces n ON n.namespace_id = s.namespace_id
+      JOIN orbit_applications a ON a.application_id = s.application_id
+     ORDER BY s.acked_sequence, a.name, n.name, s.name
+     LIMIT ${maxQueues}`);
   return {
+    subscriptions: subscriptions.map((row) => ({
+      application: row.application,
+      namespace: row.namespace,
+      subscription: row.subscription,
+      events_behind: Number(row.behind),
+      seconds_behind: row.first_at === null ? 0 : Math.max(0, (sqlToMillis(row.now) - sqlToMillis(row.first_at)) / 1000),
+    })),
     applications: applications.map((row) => ({
       application: row.application,
       open_sessions: Number(row.open_sessions),

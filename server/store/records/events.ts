@@ -6,7 +6,7 @@
  */
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { Queryable } from '../database/database.ts';
 import type { EventRow } from '../database/schema.ts';
 
@@ -16,25 +16,60 @@ export interface EventRecord {
   type: string;
   subject: string;
   data: Record<string, unknown>;
+  /** The queue the event is about (task lifecycle and schedule events): who may read it depends on it. */
+  queue?: string | null;
 }
 
 export async function eventInsert(tx: Queryable, event: EventRecord): Promise<void> {
-  await tx.exec(sql`
-    INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at)
-    VALUES (${newId()}, ${event.applicationId}, ${event.namespaceId}, ${event.type}, ${event.subject}, ${JSON.stringify(event.data)}, NOW(6))`);
+  await tx.exec(eventInsertStatement([event]));
+}
+
+/**
+ * One INSERT of these events, in this order (their sequence numbers follow it). Only under the
+ * application row's lock, held by the same transaction (the rule at the top).
+ */
+export function eventInsertStatement(events: readonly EventRecord[]): SQL {
+  const rows = events.map(
+    (e) => sql`(${newId()}, ${e.applicationId}, ${e.namespaceId}, ${e.type}, ${e.subject}, ${JSON.stringify(e.data)}, NOW(6), ${e.queue ?? null})`,
+  );
+  return sql`INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at, queue_name) VALUES ${sql.join(rows, sql`, `)}`;
 }
 
 /** The columns eventList reads. */
 type FeedRow = Pick<EventRow, 'sequence' | 'event_id' | 'type' | 'subject' | 'data' | 'occurred_at'>;
 
+/** Which events a reader sees: its credential's queue scope, and a subscription's filters. */
+export interface EventFilter {
+  /** Queues the credential may see; events about no queue are visible to every reader of the namespace. */
+  scope: '*' | ReadonlySet<string>;
+  /** Only these types (a subscription's `types`). */
+  types?: readonly string[] | null;
+  /** Only events about these queues (a subscription's `queues`). */
+  queues?: readonly string[] | null;
+}
+
+export function eventFilterSql(filter: EventFilter): SQL {
+  const parts: SQL[] = [];
+  const list = (values: Iterable<string>) =>
+    sql.join(
+      [...values].map((v) => sql`${v}`),
+      sql`, `,
+    );
+  if (filter.scope !== '*')
+    parts.push(filter.scope.size === 0 ? sql` AND queue_name IS NULL` : sql` AND (queue_name IS NULL OR queue_name IN (${list(filter.scope)}))`);
+  if (filter.types && filter.types.length > 0) parts.push(sql` AND type IN (${list(filter.types)})`);
+  if (filter.queues && filter.queues.length > 0) parts.push(sql` AND queue_name IN (${list(filter.queues)})`);
+  return sql.join(parts, sql``);
+}
+
 export async function eventList(
   db: Queryable,
-  params: { namespaceId: IdBytes; namespace: string; after: string; limit: number },
+  params: { namespaceId: IdBytes; namespace: string; after: string; limit: number; filter?: EventFilter },
 ): Promise<{ events: Record<string, unknown>[]; nextAfter: string }> {
   const rows = await db.rows<FeedRow>(sql`
     SELECT sequence, event_id, type, subject, data, occurred_at
       FROM orbit_events
-     WHERE namespace_id = ${params.namespaceId} AND sequence > ${params.after}
+     WHERE namespace_id = ${params.namespaceId} AND sequence > ${params.after}${params.filter ? eventFilterSql(params.filter) : sql``}
      ORDER BY sequence
      LIMIT ${params.limit}`);
   return {
@@ -49,4 +84,33 @@ export async function eventList(
       occurred_at: sqlToRfc3339(row.occurred_at),
     })),
   };
+}
+
+/** What the event watcher needs of an event: where it is, what it is, what it is about. */
+export type EventHeader = Pick<EventRow, 'sequence' | 'namespace_id' | 'type' | 'subject'>;
+
+/**
+ * Events after `after`, plus the sequence numbers in `missing` (numbers the watcher passed over
+ * that may still commit: sequences come from AUTO_INCREMENT at insert, and two applications'
+ * transactions commit in either order). A plain read across applications, one per watcher tick.
+ */
+export async function eventHeadersSince(db: Queryable, after: string, missing: readonly string[], limit: number): Promise<EventHeader[]> {
+  const gaps =
+    missing.length > 0
+      ? sql` OR sequence IN (${sql.join(
+          missing.map((m) => sql`${m}`),
+          sql`, `,
+        )})`
+      : sql``;
+  return db.rows<EventHeader>(sql`
+    SELECT /* scatter: event-watcher */ sequence, namespace_id, type, subject FROM orbit_events
+     WHERE sequence > ${after}${gaps}
+     ORDER BY sequence
+     LIMIT ${limit}`);
+}
+
+/** The newest sequence number of the whole feed ('0' when empty). */
+export async function eventHead(db: Queryable): Promise<string> {
+  const [row] = await db.rows<{ head: string | null }>(sql`SELECT /* scatter: event-watcher */ MAX(sequence) AS head FROM orbit_events`);
+  return row?.head ?? '0';
 }

@@ -33,6 +33,9 @@ import { valueList, type Database } from '../database/database.ts';
 import { byIdAscending, distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 import type { QueueRow, ScheduleRow } from '../database/schema.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
+import { queueNamesOf } from '../quotas/queues.ts';
+import { eventInsertStatement, type EventRecord } from '../records/events.ts';
+import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 import { anchorOfRow, triggerOfRow } from './schedules.ts';
 
 /** At most this many trigger points of one schedule are looked at in one round, and this many tasks made. */
@@ -124,6 +127,8 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
     const queueRoom = new Map(queueRows.map((q) => [idToHex(q.queue_id), BigInt(q.max_unfinished_tasks) - BigInt(q.unfinished_tasks)]));
     const perQueue = new Map<string, { queueId: IdBytes; count: number }>();
     const taskValues: SQL[] = [];
+    const events: EventRecord[] = [];
+    const names = taskEventsEnabled() ? await queueNamesOf(tx, queueIds) : new Map<string, string>();
     const changes: Change[] = [];
 
     for (const row of due) {
@@ -168,7 +173,24 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
         const entry = perQueue.get(queueKey) ?? { queueId: row.queue_id, count: 0 };
         entry.count += 1;
         perQueue.set(queueKey, entry);
-        taskValues.push(scheduledTaskValues(applicationId, row, step.at, nowMs));
+        const taskId = newId(nowMs);
+        taskValues.push(scheduledTaskValues(applicationId, row, taskId, step.at, nowMs));
+        if (taskEventsEnabled()) {
+          events.push(
+            taskEvent(
+              'task.submitted',
+              {
+                applicationId,
+                namespaceId: row.namespace_id,
+                taskId,
+                queue: names.get(queueKey) ?? '',
+                scheduleId: row.schedule_id,
+                scheduledFor: millisToSql(step.at),
+              },
+              { priority: row.priority },
+            ),
+          );
+        }
         change.fired += 1;
         change.lastFire = step.at;
         change.head = step.nextHead;
@@ -201,6 +223,7 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
         (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
          on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at, schedule_id, scheduled_for)
         VALUES ${sql.join(taskValues, sql`, `)}`);
+      if (events.length > 0) statements.push(eventInsertStatement(events));
     }
     await tx.batch(sql.join(statements, sql`;\n`));
     return counts;
@@ -212,10 +235,10 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
  * (schedule_id, scheduled_for). Its idempotency_key column records where it came from; no
  * receipt is written (the unique trigger point is the identity, not a caller's key).
  */
-function scheduledTaskValues(applicationId: IdBytes, row: LockedSchedule, atMs: number, nowMs: number): SQL {
+function scheduledTaskValues(applicationId: IdBytes, row: LockedSchedule, taskId: IdBytes, atMs: number, nowMs: number): SQL {
   const created = millisToSql(nowMs);
   const deadline = millisToSql(nowMs + row.deadline_seconds * 1000);
   const origin = `schedule:${idToHex(row.schedule_id)}:${atMs}`;
-  return sql`(${newId(nowMs)}, ${applicationId}, ${row.namespace_id}, ${row.queue_id}, 'WAITING', ${row.priority}, ${row.resource_key}, ${row.payload},
+  return sql`(${taskId}, ${applicationId}, ${row.namespace_id}, ${row.queue_id}, 'WAITING', ${row.priority}, ${row.resource_key}, ${row.payload},
     0, ${row.max_attempts}, ${row.on_unknown_outcome}, 0, ${origin}, ${created}, ${created}, ${deadline}, ${created}, ${row.schedule_id}, ${millisToSql(atMs)})`;
 }

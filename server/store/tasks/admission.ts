@@ -37,6 +37,8 @@ import { applicationRowLock } from '../quotas/application-resources.ts';
 import { receiptReplay, type ReceiptIdentity, type ReceiptRow } from '../records/receipts.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import type { Task } from './tasks.ts';
+import { eventInsertStatement } from '../records/events.ts';
+import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 
 export interface SubmitRequest {
   payload: Record<string, unknown>;
@@ -126,8 +128,21 @@ function taskValues(p: Prepared): SQL {
     0, ${r.maxAttempts}, ${r.onUnknownOutcome}, 0, ${receipt.key}, ${p.times.created}, ${p.times.available}, ${p.times.deadline}, ${p.times.created})`;
 }
 
-/** The task rows, then their receipts (the lock order: tasks before records). */
+/** The task rows, then their receipts and `task.submitted` events (the lock order: tasks before records). */
 function insertStatements(prepared: Prepared[]): SQL[] {
+  const events = taskEventsEnabled()
+    ? [
+        eventInsertStatement(
+          prepared.map((p) =>
+            taskEvent(
+              'task.submitted',
+              { applicationId: p.item.principal.applicationId, namespaceId: p.item.principal.namespaceId, taskId: p.taskId, queue: p.item.queueName },
+              { priority: p.item.request.priority },
+            ),
+          ),
+        ),
+      ]
+    : [];
   return [
     sql`INSERT INTO orbit_tasks
       (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
@@ -136,6 +151,7 @@ function insertStatements(prepared: Prepared[]): SQL[] {
     sql`INSERT INTO orbit_idempotency_receipts
       (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at)
     ${sql.join(prepared.map(receiptSelect), sql`\n  UNION ALL `)}`,
+    ...events,
   ];
 }
 

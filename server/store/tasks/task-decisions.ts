@@ -67,7 +67,14 @@ async function record(
     namespaceId: principal.namespaceId,
     type: what.eventType,
     subject: task.task_id,
-    data: what.data(task),
+    // The same facts as every task lifecycle event (task-events.ts), then the decision's own.
+    data: {
+      task_id: task.task_id,
+      queue: task.queue,
+      ...(task.schedule_id === undefined ? {} : { schedule_id: task.schedule_id, scheduled_for: task.scheduled_for }),
+      ...what.data(task),
+    },
+    queue: task.queue,
   });
   return task;
 }

@@ -1,0 +1,164 @@
+/**
+ * One watcher per server process for everything that waits for events: long-polls of a
+ * subscription and `GET /v1/tasks/{id}?wait_seconds=`. A waiting request holds no database
+ * connection; while anything waits, the watcher reads the headers of new events every
+ * `intervalMs` (one plain read for the whole process) and wakes the waiters they match, which
+ * then read what they answer with. Nothing is read while nobody waits.
+ *
+ * Sequence numbers are taken at insert time (AUTO_INCREMENT), and transactions of two
+ * applications commit in either order, so a number below the newest one seen may still appear.
+ * The numbers the watcher passed over are asked for again for `gapMs` (a rolled-back insert
+ * leaves one that never appears). A waiter registers before it reads its state, so an event is
+ * either visible to that read or seen by the watcher afterwards.
+ */
+import { idToHex } from '../ids.ts';
+import type { Logger } from '../log.ts';
+import type { Database } from '../store/database/database.ts';
+import { eventHead, eventHeadersSince, type EventHeader } from '../store/records/events.ts';
+
+export interface EventMatch {
+  /** The namespace (hex id) whose events wake this waiter. */
+  namespaceId: string;
+  /** Only events about this subject (a task id). */
+  subject?: string;
+  /** Only events of these types. */
+  types?: ReadonlySet<string>;
+}
+
+interface Waiter {
+  match: EventMatch;
+  wake: () => void;
+}
+
+export class EventWatcher {
+  private readonly waiters = new Set<Waiter>();
+  private head: string | null = null;
+  /** Sequence numbers passed over, and since when. */
+  private readonly gaps = new Map<string, number>();
+  private timer: NodeJS.Timeout | null = null;
+  private polling = false;
+  private stopped = false;
+
+  constructor(
+    private readonly db: Database,
+    private readonly log: Logger,
+    private readonly options: { intervalMs?: number; gapMs?: number; batch?: number } = {},
+  ) {}
+
+  private headRead: Promise<void> | null = null;
+
+  /**
+   * Registers a waiter; call `wait` to sleep until it is woken (or the time is up), `cancel` to
+   * drop it. Resolves once the watcher knows where the feed is, so anything committed after
+   * this resolves reaches the waiter: read the state you wait on only then.
+   */
+  async register(match: EventMatch): Promise<{ wait(timeoutMs: number, signal?: AbortSignal): Promise<boolean>; cancel(): void }> {
+    let resolveWake: (woken: boolean) => void = () => {};
+    let woken = false;
+    const waiter: Waiter = {
+      match,
+      wake: () => {
+        woken = true;
+        resolveWake(true);
+      },
+    };
+    // In the set before the head is read: the watcher does not forget its place while this registers.
+    this.waiters.add(waiter);
+    if (this.head === null) {
+      this.headRead ??= eventHead(this.db)
+        .then((head) => {
+          this.head ??= head;
+        })
+        .finally(() => {
+          this.headRead = null;
+        });
+      await this.headRead.catch((error: unknown) => {
+        this.waiters.delete(waiter);
+        throw error;
+      });
+    }
+    this.schedule();
+    const cancel = () => this.waiters.delete(waiter);
+    return {
+      cancel,
+      wait: (timeoutMs, signal) =>
+        new Promise<boolean>((resolve) => {
+          if (woken || this.stopped) {
+            cancel();
+            resolve(woken);
+            return;
+          }
+          const timer = setTimeout(() => finish(false), timeoutMs);
+          const onAbort = () => finish(false);
+          signal?.addEventListener('abort', onAbort, { once: true });
+          function finish(value: boolean) {
+            clearTimeout(timer);
+            signal?.removeEventListener('abort', onAbort);
+            cancel();
+            resolve(value);
+          }
+          resolveWake = (value) => finish(value);
+        }),
+    };
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    for (const waiter of this.waiters) waiter.wake();
+    this.waiters.clear();
+  }
+
+  private schedule(): void {
+    if (this.stopped || this.timer !== null || this.polling) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.tick();
+    }, this.options.intervalMs ?? 50);
+    this.timer.unref();
+  }
+
+  private async tick(): Promise<void> {
+    if (this.waiters.size === 0) {
+      // Nobody waits: forget where we were; the next waiter starts from the newest event.
+      this.head = null;
+      this.gaps.clear();
+      return;
+    }
+    this.polling = true;
+    try {
+      if (this.head === null) this.head = await eventHead(this.db);
+      const now = Date.now();
+      for (const [sequence, since] of this.gaps) if (now - since > (this.options.gapMs ?? 10_000)) this.gaps.delete(sequence);
+      const rows = await eventHeadersSince(this.db, this.head, [...this.gaps.keys()].slice(0, 1000), this.options.batch ?? 2000);
+      let next = BigInt(this.head);
+      for (const row of rows) {
+        this.gaps.delete(row.sequence);
+        const sequence = BigInt(row.sequence);
+        if (sequence > next) {
+          for (let missing = next + 1n; missing < sequence && this.gaps.size < 10_000; missing++) this.gaps.set(missing.toString(), now);
+          next = sequence;
+        }
+        this.dispatch(row);
+      }
+      this.head = next.toString();
+    } catch (error) {
+      this.log.warn({ err: error }, 'event watcher: reading new events failed; trying again');
+    } finally {
+      this.polling = false;
+      if (this.waiters.size > 0) this.schedule();
+    }
+  }
+
+  private dispatch(row: EventHeader): void {
+    const namespace = idToHex(row.namespace_id);
+    for (const waiter of this.waiters) {
+      const m = waiter.match;
+      if (m.namespaceId !== namespace) continue;
+      if (m.subject !== undefined && m.subject !== row.subject) continue;
+      if (m.types !== undefined && !m.types.has(row.type)) continue;
+      this.waiters.delete(waiter);
+      waiter.wake();
+    }
+  }
+}

@@ -328,7 +328,7 @@ export interface paths {
         };
         /**
          * One task; with wait_seconds, once it is finished or waits for review.
-         * @description With `wait_seconds` (1-30), the answer comes as soon as the task is terminal
+         * @description With `wait_seconds` (1-30; 0, the default, answers at once), the answer comes as soon as the task is terminal
          *     (SUCCEEDED, FAILED, CANCELLED, EXPIRED) or NEEDS_REVIEW, or when the time is up (then
          *     the task as it is). A waiting request holds no database connection: one watcher per
          *     server process notices the task's lifecycle events.

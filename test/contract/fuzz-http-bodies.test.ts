@@ -32,6 +32,17 @@
  * when the spec says. Every schedule a property creates is paused at once, so none fires in the
  * background.
  *
+ * Subscriptions (createSubscription, pauseSubscription, resumeSubscription, ackSubscription): a
+ * valid body meets a predicted answer too - pause and resume target a PAUSED and an ACTIVE
+ * subscription (409 STATE_CONFLICT); a creation is 404 when `queues` names a queue that does not
+ * exist, else 409 naming `name` for a taken name, else 200 with the subscription as sent; an ack
+ * of the subscription kept for acks is predicted from its position and the namespace's newest
+ * event (equal: 200 unchanged; below, or beyond the newest: 409 naming `sequence`, nothing moved;
+ * between: 200 at the new position). Two properties of their own: creations with filters drawn
+ * from valid and invalid types and queues, and random pause/resume/read/ack sequences on fresh
+ * subscriptions against a model of their state and position (both legitimate outcomes, 200 and
+ * the 409 of the state, happen and are told apart).
+ *
  * The file ends by checking every counter against a recount.
  */
 import { after, before, describe, test } from 'node:test';
@@ -78,12 +89,15 @@ type JsonObject = { [key: string]: Json };
 
 /** The schedule the createSchedule example names, made in `before` (so the example itself is 409, name taken). */
 const SCHEDULE_NAME = 'fz-created';
+/** Likewise the subscription the createSubscription example names. */
+const SUBSCRIPTION_NAME = 'fz-feed';
 
 /**
  * One valid body per operation, aimed so that a valid body changes nothing it should not: the
  * configure operations carry a stale revision (409), cancel targets a cancelled task and resolve
- * a WAITING one (409), pause targets a PAUSED schedule and resume an ACTIVE one (409), and the
- * schedule's name is taken (409). Submissions, queue creations and schedules under a new name
+ * a WAITING one (409), pause targets a PAUSED schedule (or subscription) and resume an ACTIVE one
+ * (409), the schedule's and the subscription's names are taken (409), and the ack is the
+ * position its subscription is at (200, nothing moves). Submissions, queue creations and schedules under a new name
  * succeed, which the properties allow (such a schedule is paused at once). The schedule starts
  * in 2099 and fires daily, so it never fires during the tests.
  */
@@ -157,6 +171,11 @@ const VALID: Record<string, JsonObject> = {
   },
   pauseSchedule: { reason: '模糊测试' },
   resumeSchedule: { reason: '模糊测试' },
+  createSubscription: { name: SUBSCRIPTION_NAME, reason: '模糊测试', types: ['task.submitted', 'task.cancelled'], queues: [QUEUE], from: 'beginning' },
+  pauseSubscription: { reason: '模糊测试' },
+  resumeSubscription: { reason: '模糊测试' },
+  // The position of the subscription kept for acks (set in `before`): 200, unchanged.
+  ackSubscription: { sequence: '1' },
 };
 
 const OPERATION_IDS = bodyOperations.map((op) => op.operationId);
@@ -182,6 +201,14 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
   let pausedSchedule: string;
   /** Every schedule name taken in QUEUE (a valid createSchedule with one of them is 409). */
   const scheduleNames = new Set<string>();
+  /** The targets of resume (ACTIVE) and pause (PAUSED), and the one kept for acks (its position is predicted). */
+  let activeSubscription: string;
+  let pausedSubscription: string;
+  let ackedSubscription: string;
+  /** Every subscription name taken in the namespace. */
+  const subscriptionNames = new Set<string>();
+  /** The queues of the namespace (a subscription naming another is 404). */
+  const QUEUES = new Set([QUEUE, TIGHT_QUEUE]);
   let bulk: BulkModel;
   const log = new LogCapture();
   let keyCounter = 0;
@@ -193,7 +220,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     return op.path
       .replace('{queue}', QUEUE)
       .replace('{task_id}', id ?? (operationId === 'cancelTask' ? cancelledTask : waitingTask))
-      .replace('{schedule_id}', id ?? (operationId === 'pauseSchedule' ? pausedSchedule : activeSchedule));
+      .replace('{schedule_id}', id ?? (operationId === 'pauseSchedule' ? pausedSchedule : activeSchedule))
+      .replace(
+        '{subscription_id}',
+        id ?? (operationId === 'pauseSubscription' ? pausedSubscription : operationId === 'ackSubscription' ? ackedSubscription : activeSubscription),
+      );
   }
   const headersFor = (extra: Record<string, string> = {}): Record<string, string> => ({
     Authorization: `Bearer ${token}`,
@@ -214,8 +245,51 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assert.equal(r.status, 200, `${where}: pausing the schedule it created: ${r.text}`);
   }
 
-  /** The state before the last request: its fingerprint, and for a bulk submit the counts its prediction needs. */
-  let last: { fingerprint: Record<string, string>; bulk: BulkCounts | null } = { fingerprint: {}, bulk: null };
+  /** A subscription's row as the predictions compare it. */
+  interface SubscriptionFacts {
+    acked: bigint;
+    state: string;
+    row: string;
+  }
+  /** The newest event sequence of the namespace (what an ack is checked against). */
+  async function namespaceHead(): Promise<bigint> {
+    const [row] = await t.db.rows<{ head: string | number | null }>('SELECT MAX(sequence) AS head FROM orbit_events WHERE namespace_id = UNHEX(?)', [
+      tenant.namespaceId,
+    ]);
+    return BigInt(row?.head ?? 0);
+  }
+  async function subscriptionFacts(subscriptionId: string): Promise<SubscriptionFacts> {
+    const [row] = await t.db.rows<{ acked_sequence: string | number; state: string; acked_at: unknown; updated_at: unknown }>(
+      'SELECT acked_sequence, state, acked_at, updated_at FROM orbit_subscriptions WHERE subscription_id = UNHEX(?)',
+      [subscriptionId],
+    );
+    assert.ok(row, `no subscription ${subscriptionId}`);
+    return { acked: BigInt(row.acked_sequence), state: row.state, row: JSON.stringify(row) };
+  }
+
+  /**
+   * The state before a request: its fingerprint; for a bulk submit the counts its prediction
+   * needs; for a subscription operation the namespace's newest event, and for one on a
+   * subscription (the id in the path) that subscription's row.
+   */
+  interface Before {
+    fingerprint: Record<string, string>;
+    bulk: BulkCounts | null;
+    head: bigint | null;
+    subscription: { id: string; facts: SubscriptionFacts } | null;
+  }
+  async function stateBefore(operationId: string, path: string, queue: string): Promise<Before> {
+    const fingerprint = await dbFingerprint(t.db);
+    const subscriptionId = /^\/v1\/subscriptions\/([0-9a-f]{32}):/.exec(path)?.[1];
+    return {
+      fingerprint,
+      bulk: operationId === 'submitTasks' ? await bulk.counts(queue) : null,
+      head: operationId.endsWith('Subscription') ? await namespaceHead() : null,
+      subscription: subscriptionId === undefined ? null : { id: subscriptionId, facts: await subscriptionFacts(subscriptionId) },
+    };
+  }
+  /** The state before the last request (see stateBefore). */
+  let last: Before = { fingerprint: {}, bulk: null, head: null, subscription: null };
 
   /** Leaves `room` free places under a queue's or the application's max_unfinished_tasks (a configure through the API). */
   async function squeeze(level: 'queue' | 'application', room: number, queue = TIGHT_QUEUE): Promise<void> {
@@ -249,13 +323,13 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     body: string | Uint8Array,
     options: { path?: string; headers?: Record<string, string>; queue?: string } = {},
   ): Promise<TestResponse> {
-    const before = await dbFingerprint(t.db);
-    last = { fingerprint: before, bulk: operationId === 'submitTasks' ? await bulk.counts(options.queue ?? QUEUE) : null };
-    log.clear();
     // A bulk submit has no Idempotency-Key header (each item has its key).
     const headers = headersFor(options.headers);
     if (!declaresIdempotencyKey(operationId)) delete headers['Idempotency-Key'];
     const path = options.path ?? (options.queue ? pathFor(operationId).replace(`/queues/${QUEUE}/`, `/queues/${options.queue}/`) : pathFor(operationId));
+    last = await stateBefore(operationId, path, options.queue ?? QUEUE);
+    const before = last.fingerprint;
+    log.clear();
     const response = await sendRaw(api.app, methodOf(operationId), path, headers, body);
     assertNever5xx(response, where, log);
     if (response.status >= 400) {
@@ -283,6 +357,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     } else if (verdict.valid) {
       assert.notEqual(response.status, 400, `${where}: valid per openapi.yaml but refused: ${response.text.slice(0, 300)}`);
       await expectScheduleOutcome(where, operationId, value as JsonObject, response);
+      await expectSubscriptionOutcome(where, operationId, value as JsonObject, response, before);
     } else {
       assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: verdict.fields, location: 'body' }, log);
     }
@@ -323,6 +398,100 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     await pauseCreated(where, schedule.schedule_id);
   }
 
+  /**
+   * What a valid subscription body gets, predicted: pause and resume meet a subscription in the
+   * state asked for (409 naming it); a creation naming a queue the namespace lacks is 404, one
+   * under a taken name 409 naming `name`, else 200 with the subscription as sent (its position
+   * 0 from the beginning, else the newest event, its own creation included); an ack is predicted
+   * from the position and the namespace's newest event before it (see expectAck).
+   */
+  async function expectSubscriptionOutcome(where: string, operationId: string, value: JsonObject, response: TestResponse, before: Before): Promise<void> {
+    if (operationId === 'pauseSubscription' || operationId === 'resumeSubscription') {
+      const state = before.subscription?.facts.state;
+      const asked = operationId === 'pauseSubscription' ? 'PAUSED' : 'ACTIVE';
+      if (state === asked) {
+        assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+        assert.equal(response.body.error.details?.state, state, `${where}: the conflict names the current state: ${response.text.slice(0, 300)}`);
+      } else {
+        assert.equal(response.status, 200, `${where}: ${state} → ${asked}: ${response.text.slice(0, 300)}`);
+        assertMatchesSpec(operationId, 200, response.body);
+        assert.equal(response.body.data.subscription.state, asked, where);
+      }
+      return;
+    }
+    if (operationId === 'ackSubscription') {
+      await expectAck(where, value.sequence as string, response, before);
+      return;
+    }
+    if (operationId !== 'createSubscription') return;
+    const queues = value.queues as string[] | undefined;
+    const name = value.name as string;
+    if (queues?.some((q) => !QUEUES.has(q))) {
+      assertRefused(response, where, { status: 404, code: 'NOT_FOUND' }, log);
+      return;
+    }
+    if (subscriptionNames.has(name)) {
+      assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+      assert.equal(response.body.error.details?.field, 'name', `${where}: a taken name is the conflict: ${response.text.slice(0, 300)}`);
+      return;
+    }
+    assert.equal(response.status, 200, `${where}: a valid subscription under a new name: ${response.text.slice(0, 300)}`);
+    assertMatchesSpec('createSubscription', 200, response.body);
+    subscriptionNames.add(name);
+    const made = response.body.data.subscription;
+    assert.deepEqual(
+      [made.name, made.types, made.queues, made.state, response.body.data.deduplicated],
+      [name, value.types, value.queues, 'ACTIVE', false],
+      `${where}: the subscription as sent: ${response.text.slice(0, 300)}`,
+    );
+    if (value.from === 'beginning') assert.equal(made.acked_sequence, '0', `${where}: from the beginning`);
+    else {
+      const head = await namespaceHead();
+      assert.ok(BigInt(made.acked_sequence) > (before.head ?? 0n), `${where}: from now, after its own creation: ${made.acked_sequence}`);
+      assert.equal(made.acked_sequence, String(head), `${where}: from now: the newest event of the namespace`);
+    }
+  }
+
+  /**
+   * An ack, predicted from the subscription's position and the namespace's newest event before
+   * it: the position again is 200 and moves nothing (the row as it was); below it, or beyond the
+   * newest event, 409 STATE_CONFLICT naming `sequence` (the refusal changed nothing: exchange);
+   * else 200 at the new position.
+   */
+  async function expectAck(where: string, sequence: string, response: TestResponse, before: Before): Promise<'again' | 'below' | 'beyond' | 'forward'> {
+    assert.ok(before.subscription && before.head !== null, `${where}: no state taken before the ack`);
+    const { id, facts } = before.subscription;
+    const wanted = BigInt(sequence);
+    const show = `${where} (position ${facts.acked}, newest event ${before.head}): ${response.status} ${response.text.slice(0, 300)}`;
+    if (wanted < facts.acked || wanted > before.head) {
+      assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+      assert.equal(response.body.error.details?.field, 'sequence', show);
+      return wanted < facts.acked ? 'below' : 'beyond';
+    }
+    assert.equal(response.status, 200, show);
+    assertMatchesSpec('ackSubscription', 200, response.body);
+    assert.equal(response.body.data.subscription.acked_sequence, String(wanted), show);
+    const now = await subscriptionFacts(id);
+    if (wanted === facts.acked) {
+      assert.equal(now.row, facts.row, `${show}: acknowledging the position again changed the subscription`);
+      return 'again';
+    }
+    assert.equal(now.acked, wanted, `${show}: the stored position`);
+    return 'forward';
+  }
+
+  async function createSubscription(body: JsonObject, state: 'ACTIVE' | 'PAUSED' = 'ACTIVE'): Promise<string> {
+    const r = await api.request('POST', '/v1/subscriptions', { token, key: freshKey(), body });
+    assert.equal(r.status, 200, r.text);
+    subscriptionNames.add(body.name as string);
+    const id = r.body.data.subscription.subscription_id as string;
+    if (state === 'PAUSED') {
+      const paused = await api.request('POST', `/v1/subscriptions/${id}:pause`, { token, key: freshKey(), body: { reason: 'fuzz target' } });
+      assert.equal(paused.status, 200, paused.text);
+    }
+    return id;
+  }
+
   async function createSchedule(body: JsonObject): Promise<string> {
     const r = await api.request('POST', `/v1/queues/${QUEUE}/schedules`, { token, key: freshKey(), body });
     assert.equal(r.status, 200, r.text);
@@ -344,6 +513,11 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     activeSchedule = await createSchedule(VALID.createSchedule as JsonObject);
     pausedSchedule = await createSchedule({ ...(VALID.createSchedule as JsonObject), name: 'fz-paused' });
     await pauseCreated('before', pausedSchedule);
+    activeSubscription = await createSubscription(VALID.createSubscription as JsonObject);
+    pausedSubscription = await createSubscription({ name: 'fz-paused', reason: 'fuzz target' }, 'PAUSED');
+    ackedSubscription = await createSubscription({ name: 'fz-acked', reason: 'fuzz target: acks', from: 'beginning' });
+    const acked = await api.request('POST', `/v1/subscriptions/${ackedSubscription}:ack`, { token, key: freshKey(), body: VALID.ackSubscription });
+    assert.equal(acked.status, 200, acked.text);
   });
 
   after(async () => {
@@ -594,6 +768,175 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     for (const outcome of ['200 cron', '200 interval', '400 cron', '400 timezone', '400 start_at']) assert.ok(outcomes.has(outcome), `no run met "${outcome}"`);
   });
 
+  /** Event types: ones the spec names, ones its pattern takes, ones it does not. */
+  const eventType = fc.oneof(
+    {
+      weight: 4,
+      arbitrary: fc.constantFrom(
+        'task.submitted',
+        'task.started',
+        'task.retry_scheduled',
+        'task.succeeded',
+        'queue.created',
+        'schedule.paused',
+        'subscription.created',
+      ),
+    },
+    { weight: 2, arbitrary: fc.stringMatching(/^[a-z]{1,8}(\.[a-z_]{1,8}){1,3}$/) },
+    {
+      weight: 2,
+      arbitrary: fc.constantFrom(
+        'Task.Submitted',
+        'task',
+        'task.',
+        '.task',
+        'task..x',
+        'task.sub-mitted',
+        'task.1',
+        ' task.submitted',
+        '',
+        'tâsk.x',
+        'task.submitted\u0000',
+      ),
+    },
+    { weight: 1, arbitrary: nastyString(20) },
+  );
+  /** Queue names: the namespace's, valid ones it lacks, invalid ones. */
+  const queueName = fc.oneof(
+    { weight: 5, arbitrary: fc.constantFrom(QUEUE, TIGHT_QUEUE) },
+    { weight: 2, arbitrary: fc.constantFrom('no-such-queue', 'fuzz2', 'q.x', '0') },
+    { weight: 1, arbitrary: fc.constantFrom('FUZZ', 'fuzz ', '-fuzz', '', 'a'.repeat(64), 'é') },
+    { weight: 1, arbitrary: nastyString(20) },
+  );
+
+  test('createSubscription filters (types and queues valid, invalid, repeated, of queues the namespace lacks; from): 400 naming the field, 404, 409 for a taken name, else 200 as sent', async () => {
+    let n = 0;
+    const outcomes = new Map<string, number>();
+    const tally = (outcome: string) => outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    await runProperty(
+      'subscription filters',
+      fc.record({
+        name: fc.oneof(
+          { weight: 6, arbitrary: fc.constant('') },
+          { weight: 1, arbitrary: fc.constantFrom(SUBSCRIPTION_NAME, 'fz-paused', 'fz-acked') },
+          { weight: 1, arbitrary: nastyString(20) },
+        ),
+        types: fc.option(fc.array(eventType, { minLength: 0, maxLength: 5 }), { nil: undefined, freq: 2 }),
+        queues: fc.option(fc.array(queueName, { minLength: 0, maxLength: 4 }), { nil: undefined, freq: 2 }),
+        from: fc.option(fc.constantFrom('now', 'beginning', 'beginning', 'NOW', 'start'), { nil: undefined, freq: 3 }),
+      }),
+      async ({ name, types, queues, from }) => {
+        const body: JsonObject = { name: name === '' ? `fzsub-${++n}-${randomBytes(2).toString('hex')}` : name, reason: '订阅过滤' };
+        if (types !== undefined) body.types = types;
+        if (queues !== undefined) body.queues = queues;
+        if (from !== undefined) body.from = from;
+        const where = `createSubscription ${JSON.stringify(body).slice(0, 240)}`;
+        const response = await exchange(where, 'createSubscription', JSON.stringify(body));
+        await expectVerdict(where, 'createSubscription', body, response);
+        const field = response.body?.error?.details?.field as string | undefined;
+        tally(response.status === 400 ? `400 ${String(field).replace(/\[\d+\]$/, '[i]')}` : String(response.status));
+      },
+      { numRuns: 250, timeLimitMs: 4_000 },
+    );
+    console.log(
+      `# fuzz: subscription filter outcomes: ${[...outcomes]
+        .sort()
+        .map(([k, v]) => `${k} ×${v}`)
+        .join(', ')}`,
+    );
+    for (const outcome of ['200', '404', '409', '400 types', '400 types[i]', '400 queues', '400 queues[i]', '400 from'])
+      assert.ok(outcomes.has(outcome), `no run met "${outcome}"`);
+  });
+
+  test('pause, resume, read and ack in random order on fresh subscriptions: each 200 or the 409 the model of its state and position predicts, and a read shows the events after the position', async () => {
+    const step = fc.oneof(
+      fc.constant({ kind: 'pause' as const, at: '' }),
+      fc.constant({ kind: 'resume' as const, at: '' }),
+      fc.record({ kind: fc.constant('read' as const), at: fc.constantFrom('1', '2', '50', '100') }),
+      fc.record({ kind: fc.constant('ack' as const), at: fc.constantFrom('below', 'again', 'next', 'read', 'read', 'head', 'beyond', 'max', 'zero') }),
+    );
+    let n = 0;
+    const outcomes = new Map<string, number>();
+    const tally = (outcome: string) => outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    await runProperty(
+      'subscription state and position',
+      fc.record({ from: fc.constantFrom('beginning', 'now'), steps: fc.array(step, { minLength: 1, maxLength: 8 }) }),
+      async ({ from, steps }) => {
+        const id = await createSubscription({ name: `fzsm-${++n}-${randomBytes(2).toString('hex')}`, reason: '状态机', from });
+        const model = { state: 'ACTIVE', acked: (await subscriptionFacts(id)).acked };
+        let lastRead: string | null = null;
+        for (const [i, { kind, at }] of steps.entries()) {
+          const where = `step ${i + 1} ${kind}${at ? ` ${at}` : ''} of ${JSON.stringify(steps)} on ${id} (${model.state}, position ${model.acked})`;
+          if (kind === 'read') {
+            const path = `/v1/subscriptions/${id}/events?limit=${at}&wait_seconds=0`;
+            const response = await sendRaw(api.app, 'GET', path, { Authorization: `Bearer ${token}` }, undefined, AbortSignal.timeout(5000));
+            if (model.state === 'PAUSED') {
+              assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+              assert.equal(response.body.error.details?.state, 'PAUSED', where);
+              tally('read 409');
+              continue;
+            }
+            assertNever5xx(response, where, log);
+            assert.equal(response.status, 200, `${where}: ${response.text.slice(0, 300)}`);
+            assertMatchesSpec('readSubscription', 200, response.body);
+            // No filters and every queue in scope: what /v1/events shows after the position.
+            const feed = await api.request('GET', `/v1/events?after=${model.acked}&limit=${at}`, { token });
+            assert.deepEqual(response.body.data.events, feed.body.data.events, `${where}: the events after the position`);
+            lastRead = (response.body.data.events as Array<{ sequence: string }>).at(-1)?.sequence ?? lastRead;
+            tally('read 200');
+            continue;
+          }
+          if (kind === 'pause' || kind === 'resume') {
+            const operationId = kind === 'pause' ? 'pauseSubscription' : 'resumeSubscription';
+            const response = await exchange(where, operationId, JSON.stringify({ reason: '状态机' }), { path: `/v1/subscriptions/${id}:${kind}` });
+            const to = kind === 'pause' ? 'PAUSED' : 'ACTIVE';
+            if (model.state === to) {
+              assertRefused(response, where, { status: 409, code: 'STATE_CONFLICT' }, log);
+              assert.equal(response.body.error.details?.state, to, `${where}: the conflict names the current state`);
+              tally(`${kind} 409`);
+            } else {
+              assert.equal(response.status, 200, `${where}: ${response.text.slice(0, 300)}`);
+              assertMatchesSpec(operationId, 200, response.body);
+              assert.deepEqual([response.body.data.subscription.state, response.body.data.subscription.acked_sequence], [to, String(model.acked)], where);
+              model.state = to;
+              tally(`${kind} 200`);
+            }
+            continue;
+          }
+          const head = await namespaceHead();
+          const sequence = {
+            below: model.acked > 0n ? model.acked - 1n : 0n,
+            again: model.acked,
+            next: model.acked + 1n,
+            read: lastRead === null ? model.acked : BigInt(lastRead),
+            head,
+            beyond: head + 1n,
+            max: 18446744073709551615n,
+            zero: 0n,
+          }[at] as bigint;
+          const response = await exchange(`${where} to ${sequence}`, 'ackSubscription', JSON.stringify({ sequence: String(sequence) }), {
+            path: `/v1/subscriptions/${id}:ack`,
+          });
+          assert.equal(last.subscription?.facts.acked, model.acked, `${where}: the stored position differs from the model's`);
+          const outcome = await expectAck(`${where} to ${sequence}`, String(sequence), response, last);
+          if (outcome === 'forward') model.acked = sequence;
+          tally(`ack ${outcome}`);
+        }
+        const facts = await subscriptionFacts(id);
+        assert.deepEqual([facts.state, facts.acked], [model.state, model.acked], `after ${JSON.stringify(steps)}: the subscription differs from the model`);
+      },
+      { numRuns: 80, timeLimitMs: 5_000 },
+    );
+    console.log(
+      `# fuzz: subscription step outcomes: ${[...outcomes]
+        .sort()
+        .map(([k, v]) => `${k} ×${v}`)
+        .join(', ')}`,
+    );
+    for (const outcome of ['pause 200', 'pause 409', 'resume 200', 'resume 409', 'read 200', 'read 409', 'ack again', 'ack below', 'ack beyond', 'ack forward'])
+      assert.ok(outcomes.has(outcome), `no run met "${outcome}"`);
+  });
+
   /** One hostile bulk body: over the limit or too deep is 400 for the whole body; else the spec's verdict, item by item. */
   async function bulkCase(where: string, queue: string, c: { text: string; unrepresentable: boolean }): Promise<void> {
     const response = await exchange(where, 'submitTasks', c.text, { queue });
@@ -803,6 +1146,8 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     submitTask: { head: '{"payload":[]', fields: ['payload', 'pad'] },
     submitTasks: { head: '{"tasks":[]', fields: ['tasks', 'pad'] },
     createSchedule: { head: '{"name":"BAD NAME","reason":"r","payload":{},"interval_seconds":86400', fields: ['name', 'pad'] },
+    createSubscription: { head: '{"name":"BAD NAME","reason":"r","queues":["fuzz"]', fields: ['name', 'pad'] },
+    ackSubscription: { head: '{"sequence":"-1"', fields: ['sequence', 'pad'] },
   };
 
   test("bodies near and over each operation's limit (x-orbit-max-body-bytes: 4 MiB for submitTasks, else 1 MiB; whitespace or multi-byte characters): the limit is in bytes, and exactly the limit is not refused for size", async () => {
@@ -950,8 +1295,8 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
           const bytes = Buffer.from(c.text);
           fc.pre(bytes.length <= maxBodyBytes(c.base));
           const where = `${c.label}, chunked in ${sizes.join('/')}-byte pieces: ${c.text.slice(0, 120)}`;
-          const before = await dbFingerprint(t.db);
-          const state = { fingerprint: before, bulk: c.base === 'submitTasks' ? await bulk.counts(QUEUE) : null };
+          const state = await stateBefore(c.base, pathFor(c.base), QUEUE);
+          const before = state.fingerprint;
           const response = await chunked(c.base, pathFor(c.base), split(bytes, sizes), { end: true, waitMs: 5000 });
           assert.ok(response, `${where}: no answer within 5 s`);
           const asTest = answered(response, where);

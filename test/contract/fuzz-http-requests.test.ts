@@ -8,11 +8,14 @@
  *   paths    random strings percent-encoded, fully encoded and raw; malformed escapes (`%zz`,
  *            `%E0%A4%A`, overlong and surrogate UTF-8); double encoding (`%2561` is the text
  *            `%61`, never `a`); on GET and POST routes and the colon custom methods; the
- *            real task and schedule ids are among the values (each is 404 on the other's
- *            routes), and a POST's body is refused, so nothing - a schedule's state neither -
- *            is ever changed
+ *            real task, schedule and subscription ids are among the values (each is 404 on
+ *            the others' routes), and a POST's body is refused, so nothing - a schedule's or a
+ *            subscription's state, a subscription's position neither - is ever changed
  *   query    unknown and repeated parameters, encoded names, bad escapes, huge values, crafted
- *            cursors, on every GET (with and without declared parameters)
+ *            cursors, `limit` and `wait_seconds` in and out of range, on every GET (with and
+ *            without declared parameters); the targets answer at once whatever `wait_seconds`
+ *            says (a CANCELLED task, a subscription with events to read), and each request is
+ *            cut off after 5 s, so none waits for long: one that took more than 2.5 s fails
  *   headers  Authorization (garbage, valid-looking tokens, wrong secrets, very long, scheme
  *            case and spacing), Content-Type variants, Idempotency-Key of 0..200 characters
  *            with control and non-ASCII characters, X-Request-Id input (never echoed)
@@ -42,7 +45,7 @@ import {
   summarize,
 } from '../helpers/fuzz-common.ts';
 import { bodyVerdict, parameterVerdict } from '../helpers/fuzz-spec.ts';
-import { operations, type SpecOperation } from './spec-validator.ts';
+import { findOperation, operations, type SpecOperation } from './spec-validator.ts';
 import { ALL_ACTIONS } from '../../server/domain/actions.ts';
 
 const QUEUES = ['fuzz', 'a', 'q.x', 'q-1', '0'];
@@ -62,6 +65,11 @@ const REFUSED_BODY: Record<string, string> = {
   // Refused before the handler, so the schedule's state never flips (whatever the path fuzzing sends).
   pauseSchedule: '{"reason":""}',
   resumeSchedule: '{"reason":""}',
+  createSubscription: '{"name":"BAD NAME","reason":"x"}',
+  // Likewise: the subscription's state and position never change.
+  pauseSubscription: '{"reason":""}',
+  resumeSubscription: '{"reason":""}',
+  ackSubscription: '{"sequence":"-1"}',
 };
 
 const paramOperations = operations.filter((op) => op.parameters.some((p) => p.in === 'path'));
@@ -92,9 +100,12 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   let api: Awaited<ReturnType<typeof testApp>>;
   let tenant: TestTenant;
   let token: string;
+  /** A CANCELLED task of queue `fuzz` (getTask answers at once, whatever wait_seconds says). */
   let taskId: string;
   /** A schedule of queue `fuzz` (daily, from 2099: it never fires). */
   let scheduleId: string;
+  /** A subscription read from the beginning (a read answers at once, with events, whatever wait_seconds says). */
+  let subscriptionId: string;
   const log = new LogCapture();
   let keyCounter = 0;
   const freshKey = () => `fz-${++keyCounter}-${randomBytes(3).toString('hex')}`;
@@ -108,6 +119,8 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     const submitted = await api.request('POST', '/v1/queues/fuzz/tasks', { token, key: freshKey(), body: { payload: { n: 1 } } });
     assert.equal(submitted.status, 200, submitted.text);
     taskId = submitted.body.data.task.task_id;
+    const cancelled = await api.request('POST', `/v1/tasks/${taskId}:cancel`, { token, key: freshKey(), body: { reason: 'fuzz target: settled' } });
+    assert.equal(cancelled.status, 200, cancelled.text);
     const schedule = await api.request('POST', '/v1/queues/fuzz/schedules', {
       token,
       key: freshKey(),
@@ -115,16 +128,24 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     });
     assert.equal(schedule.status, 200, schedule.text);
     scheduleId = schedule.body.data.schedule.schedule_id;
+    const subscription = await api.request('POST', '/v1/subscriptions', {
+      token,
+      key: freshKey(),
+      body: { name: 'fz-feed', reason: 'fuzz target', from: 'beginning' },
+    });
+    assert.equal(subscription.status, 200, subscription.text);
+    subscriptionId = subscription.body.data.subscription.subscription_id;
   });
 
-  /** 'TASK' and 'SCHEDULE' stand for the real task and schedule; anything else is itself. */
-  const realValue = (name: string) => (name === 'TASK' ? taskId : name === 'SCHEDULE' ? scheduleId : name);
+  /** 'TASK', 'SCHEDULE' and 'SUBSCRIPTION' stand for the real task, schedule and subscription; anything else is itself. */
+  const realValue = (name: string) => (name === 'TASK' ? taskId : name === 'SCHEDULE' ? scheduleId : name === 'SUBSCRIPTION' ? subscriptionId : name);
   /** Every concrete path of a template, its parameters filled with real values (`fuzz`, the task, the schedule) or with `param`. */
   const fill = (template: string, param?: string) =>
     template
       .replace('{queue}', param ?? 'fuzz')
       .replace('{task_id}', param ?? taskId)
-      .replace('{schedule_id}', param ?? scheduleId);
+      .replace('{schedule_id}', param ?? scheduleId)
+      .replace('{subscription_id}', param ?? subscriptionId);
 
   after(async () => {
     if (!t) return;
@@ -132,17 +153,28 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     await t.drop();
   });
 
-  /** One request: never 5xx; a refusal is the envelope and changes nothing. */
+  /**
+   * One request: never 5xx; a refusal is the envelope and changes nothing; an operation that may
+   * wait answers within 2.5 s (its targets here are settled or have events to read). Cut off
+   * after 5 s, when a waiting request answers at once, so no run waits for long.
+   */
   async function exchange(where: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<TestResponse> {
     const before = await dbFingerprint(t.db);
     log.clear();
     let response: TestResponse;
+    const started = Date.now();
     try {
-      response = await sendRaw(api.app, method, path, headers, body);
+      response = await sendRaw(api.app, method, path, headers, body, AbortSignal.timeout(5000));
     } catch (error) {
       assert.fail(`${where}: the request could not be made (${(error as Error).message}); the generator produced something fetch refuses`);
     }
+    const ms = Date.now() - started;
     assertNever5xx(response, where, log);
+    if (findOperation(method, path)?.parameters.some((p) => p.name === 'wait_seconds'))
+      assert.ok(
+        ms < 2500,
+        `${where}: answered ${response.status} after ${ms} ms; nothing here should wait (a settled task, a subscription with events to read)`,
+      );
     if (response.status >= 400) {
       assertRefused(response, where, {}, log);
       assert.deepEqual(
@@ -187,6 +219,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       queue: () => QUEUES.includes(value),
       task_id: () => value === taskId,
       schedule_id: () => value === scheduleId,
+      subscription_id: () => value === subscriptionId,
     };
     assert.ok(real[name], `${op.operationId}: no model of which ${name} exists; add it here`);
     if (!real[name]()) {
@@ -197,6 +230,9 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     if (op.operationId === 'getQueue') assert.equal(response.body.data.queue, value, `${where}: answered for another queue`);
     if (op.operationId === 'getTask') assert.equal(response.body.data.task_id, value, `${where}: answered for another task`);
     if (op.operationId === 'getSchedule') assert.equal(response.body.data.schedule_id, value, `${where}: answered for another schedule`);
+    if (op.operationId === 'getSubscription') assert.equal(response.body.data.subscription_id, value, `${where}: answered for another subscription`);
+    if (op.operationId === 'readSubscription')
+      assert.ok(response.body.data.events.length > 0, `${where}: a subscription from the beginning has events to read`);
     if (op.operationId === 'listSchedules') {
       const queues = (response.body.data.schedules as Array<{ queue: string }>).map((x) => x.queue);
       assert.deepEqual(
@@ -223,6 +259,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     { weight: 3, arbitrary: fc.constantFrom(...QUEUES) },
     { weight: 2, arbitrary: fc.constant('TASK') },
     { weight: 2, arbitrary: fc.constant('SCHEDULE') },
+    { weight: 2, arbitrary: fc.constant('SUBSCRIPTION') },
     { weight: 3, arbitrary: nastyString(40) },
     { weight: 2, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,62}$/) },
     { weight: 2, arbitrary: fc.stringMatching(/^[0-9a-fA-F]{30,34}$/) },
@@ -279,7 +316,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       'no double decoding of path parameters',
       fc.record({
         op: fc.constantFrom(...paramOperationIds),
-        name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'),
+        name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE', 'SUBSCRIPTION'),
         at: fc.nat(),
         times: fc.integer({ min: 2, max: 3 }),
         upper: fc.boolean(),
@@ -323,7 +360,12 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     );
     await runProperty(
       'malformed percent escapes in path parameters',
-      fc.record({ op: fc.constantFrom(...paramOperationIds), name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE'), bad: malformed, at: fc.nat() }),
+      fc.record({
+        op: fc.constantFrom(...paramOperationIds),
+        name: fc.constantFrom(...QUEUES, 'TASK', 'SCHEDULE', 'SUBSCRIPTION'),
+        bad: malformed,
+        at: fc.nat(),
+      }),
       async ({ op: id, name, bad, at }) => {
         const op = opById(id);
         const value = realValue(name);
@@ -392,7 +434,24 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       { weight: 4, arbitrary: declared.length > 0 ? fc.constantFrom(...declared) : fc.constant('limit') },
       {
         weight: 1,
-        arbitrary: fc.constantFrom('LIMIT', 'Limit', 'cursor ', 'state[]', 'after', 'verbose', 'limit\u0000', 'li%6Dit', '%zz', '', 'a'.repeat(3000)),
+        arbitrary: fc.constantFrom(
+          'LIMIT',
+          'Limit',
+          'cursor ',
+          'state[]',
+          'after',
+          'verbose',
+          'limit\u0000',
+          'li%6Dit',
+          '%zz',
+          '',
+          'a'.repeat(3000),
+          'wait_seconds',
+          'WAIT_SECONDS',
+          'wait-seconds',
+          'wait_seconds ',
+          'wait',
+        ),
       },
       { weight: 1, arbitrary: nastyString(12) },
     );
@@ -405,6 +464,11 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
       '0',
       '101',
       '-1',
+      '29',
+      '30',
+      '31',
+      '-0',
+      '1.0',
       '01',
       '+5',
       ' 5',
@@ -471,10 +535,103 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
           assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: maybe, location: 'query' }, log);
         } else {
           assert.equal(response.status, 200, `${where}: every parameter is valid, got ${response.status}: ${response.text.slice(0, 300)}`);
+          if (op.operationId === 'readSubscription') {
+            const events = response.body.data.events as unknown[];
+            const limit = Number(params.get('limit') ?? 50);
+            assert.ok(events.length >= 1 && events.length <= limit, `${where}: ${events.length} events for limit ${limit} (there are events to read)`);
+          }
         }
       },
       { numRuns: 500, timeLimitMs: 6_000 },
     );
+  });
+
+  test('wait_seconds (0-30) and limit (1-100) of the operations that may wait: 400 naming the parameter, else 200 at once from a settled task or a subscription with events', async () => {
+    const integerText = fc.oneof(
+      { weight: 4, arbitrary: fc.integer({ min: -3, max: 33 }).map(String) },
+      { weight: 2, arbitrary: fc.integer({ min: -2, max: 103 }).map(String) },
+      {
+        weight: 2,
+        arbitrary: fc.constantFrom(
+          '',
+          '030',
+          '01',
+          '+1',
+          ' 1',
+          '1 ',
+          '1e1',
+          '1.0',
+          '1.5',
+          '0x1',
+          'abc',
+          '١',
+          '99999999999999999999',
+          '-0',
+          '%31',
+          'null',
+          'true',
+        ),
+      },
+    );
+    const outcomes = new Map<string, number>();
+    const tally = (outcome: string) => outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    await runProperty(
+      'wait_seconds and limit',
+      fc.record({
+        op: fc.constantFrom('getTask', 'readSubscription'),
+        wait: fc.option(integerText, { nil: undefined, freq: 5 }),
+        limit: fc.option(integerText, { nil: undefined, freq: 2 }),
+        repeat: fc.constantFrom(null, null, null, null, 'wait_seconds', 'limit'),
+        order: fc.boolean(),
+      }),
+      async ({ op: id, wait, limit, repeat, order }) => {
+        const op = opById(id);
+        const pairs: Array<[string, string]> = [];
+        if (wait !== undefined) pairs.push(['wait_seconds', wait]);
+        if (limit !== undefined) pairs.push(['limit', limit]);
+        if (repeat !== null) pairs.push([repeat, (repeat === 'limit' ? limit : wait) ?? '1']);
+        if (order) pairs.reverse();
+        const query = pairs.map(([name, value]) => `${name}=${encodeURIComponent(value)}`).join('&');
+        const path = `${fill(op.path)}${query ? `?${query}` : ''}`;
+        const where = `GET ${path} (${op.operationId})`;
+        const response = await exchange(where, 'GET', path, authorized());
+        const params = new URL(path, 'http://orbit.test').searchParams;
+        const names = [...new Set(params.keys())];
+        const undeclared = names.filter((name) => !op.parameters.some((p) => p.in === 'query' && p.name === name));
+        const repeated = names.filter((name) => params.getAll(name).length > 1);
+        const invalid = names.filter((name) => queryValueValid(op, name, params.get(name) as string) === false);
+        const refused = [...undeclared, ...repeated, ...invalid];
+        if (refused.length > 0) {
+          assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: refused, location: 'query' }, log);
+          tally(`${id} 400 ${response.body.error.details.field}`);
+          return;
+        }
+        assert.equal(response.status, 200, `${where}: every parameter is valid, got ${response.status}: ${response.text.slice(0, 300)}`);
+        tally(`${id} 200${params.has('wait_seconds') && params.get('wait_seconds') !== '0' ? ' waiting' : ''}`);
+        if (id === 'getTask') {
+          assert.deepEqual([response.body.data.task_id, response.body.data.state], [taskId, 'CANCELLED'], where);
+          return;
+        }
+        const [row] = await t.db.rows<{ n: number | string }>('SELECT COUNT(*) AS n FROM orbit_events WHERE namespace_id = UNHEX(?)', [tenant.namespaceId]);
+        const expected = Math.min(Number(params.get('limit') ?? 50), Number(row?.n));
+        assert.equal(response.body.data.events.length, expected, `${where}: the first ${expected} events after the beginning`);
+      },
+      { numRuns: 200, timeLimitMs: 3_000 },
+    );
+    console.log(
+      `# fuzz: wait_seconds and limit outcomes: ${[...outcomes]
+        .sort()
+        .map(([k, v]) => `${k} ×${v}`)
+        .join(', ')}`,
+    );
+    for (const outcome of [
+      'getTask 200 waiting',
+      'getTask 400 wait_seconds',
+      'readSubscription 200 waiting',
+      'readSubscription 400 wait_seconds',
+      'readSubscription 400 limit',
+    ])
+      assert.ok(outcomes.has(outcome), `no run met "${outcome}"`);
   });
 
   // -------------------------------------------------------------------------------------------
@@ -679,7 +836,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         template: fc.constantFrom(...specPaths),
         method: fc.constantFrom(...METHODS),
         param: fc.oneof(
-          fc.constantFrom('fuzz', 'TASK', 'SCHEDULE', 'q.x'),
+          fc.constantFrom('fuzz', 'TASK', 'SCHEDULE', 'SUBSCRIPTION', 'q.x'),
           nastyString(12).map((s) => encodeURIComponent(wellFormed(s)) || 'x'),
           fc.constantFrom('%zz', '%2561', 'a:b'),
         ),

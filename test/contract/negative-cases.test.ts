@@ -7,7 +7,9 @@
  *                  JSON text); wrong type; integers min-1 / max+1; strings maxLength+1; a value
  *                  outside an enum or pattern (picked from candidates and checked with Ajv)
  *   per object:    an unknown field
- *   per array:     minItems-1 / maxItems+1 items, an item of the wrong type
+ *   per array:     minItems-1 / maxItems+1 items, an item of the wrong type, an item outside
+ *                  its pattern, a repeated item (`uniqueItems`; the sized cases of such an array
+ *                  hold distinct items, so only the size is wrong)
  *   per operation: non-JSON body, `null` / array body, wrong / missing Content-Type, an
  *                  undeclared query parameter, a body one byte over the operation's limit
  *                  (`x-orbit-max-body-bytes`, else 1 MiB), a missing Idempotency-Key, one of
@@ -25,6 +27,13 @@
  * 409 for a business reason; bulk items each accepted, valid and invalid ones mixed in order),
  * and nulls and unknown keys inside user data (`payload`, `result`, `error`) are accepted and
  * come back unchanged.
+ *
+ * Query parameters, generated from every GET operation's declared parameters the same way:
+ * integers min-1 / max+1, not an integer, empty, given twice; a value outside an enum or a
+ * pattern - each 400 naming the parameter (location query); integers exactly at min and max are
+ * 200. The targets answer at once whatever `wait_seconds` says (a CANCELLED task, a subscription
+ * with events to read), and every such request is cut off after a few seconds, so a wait that
+ * does not end as it should fails instead of holding the suite for 30 s.
  *
  * Fields that exclude each other (a schedule's `cron` and `interval_seconds`) cannot sit in one
  * valid example: an example may name `variants`, other valid bodies, and a field missing from
@@ -47,9 +56,9 @@ type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
 
 // ---------------------------------------------------------------------------------------------
-// One valid example per operation with a body. `{task_id}` / `{queue}` / `{schedule_id}` are filled
-// in at run time. Every optional field is present (in the example or one of its variants), so
-// every field gets its cases.
+// One valid example per operation with a body. `{task_id}` / `{queue}` / `{schedule_id}` /
+// `{subscription_id}` are filled in at run time. Every optional field is present (in the example
+// or one of its variants), so every field gets its cases.
 // ---------------------------------------------------------------------------------------------
 
 const NEG_QUEUE = 'neg';
@@ -142,6 +151,14 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?
   },
   pauseSchedule: { path: '/v1/schedules/{schedule_id}:pause', body: { reason: '负例测试暂停' } },
   resumeSchedule: { path: '/v1/schedules/{schedule_id}:resume', body: { reason: '负例测试恢复' } },
+  createSubscription: {
+    path: '/v1/subscriptions',
+    body: { name: 'created-by-negative', reason: '负例测试建订阅', types: ['task.submitted'], queues: [NEG_QUEUE], from: 'beginning' },
+  },
+  pauseSubscription: { path: '/v1/subscriptions/{subscription_id}:pause', body: { reason: '负例测试暂停订阅' } },
+  resumeSubscription: { path: '/v1/subscriptions/{subscription_id}:resume', body: { reason: '负例测试恢复订阅' } },
+  // The acknowledged position of the target (a fresh subscription from the beginning is at 0): 200, unchanged.
+  ackSubscription: { path: '/v1/subscriptions/{subscription_id}:ack', body: { sequence: '0' } },
 };
 
 /**
@@ -247,6 +264,29 @@ function withDuplicateKey(value: Json, path: FieldPath): string {
 function upperFirst(name: string): string {
   return name.charAt(0).toUpperCase() + name.slice(1);
 }
+
+/** `a`, `b`, … `z`, `aa`, `ab`, …: the i-th suffix (i ≥ 1). */
+function letters(i: number): string {
+  let out = '';
+  for (let n = i; n > 0; n = Math.floor((n - 1) / 26)) out = String.fromCharCode(97 + ((n - 1) % 26)) + out;
+  return out;
+}
+
+/**
+ * `count` items for an array of `uniqueItems`: the example's item, then the same with a suffix of
+ * letters (`neg`, `nega`, `negb`, …), each valid per the item schema - so a sized case is wrong
+ * (or right) by its size only.
+ */
+function distinctItems(itemSchema: JsonSchema, element: Json, count: number, where: string): Json[] {
+  assert.equal(typeof element, 'string', `${where}: uniqueItems over items that are not strings; teach distinctItems to vary them`);
+  const items = Array.from({ length: count }, (_, i) => (i === 0 ? element : `${element as string}${letters(i)}`));
+  for (const item of items)
+    assert.ok(specAccepts(itemSchema, item), `${where}: the distinct item ${JSON.stringify(item)} is not valid; teach distinctItems another suffix`);
+  return items;
+}
+
+/** Pattern candidates the generator tries against a string field or an array's string items (each kept only when the spec refuses it). */
+const PATTERN_CANDIDATES = ['0', '01', '-1', 'UPPER', 'a b', ' ', '\t', '\u3000', '', 'clé', 'k'.repeat(129)];
 
 // ---------------------------------------------------------------------------------------------
 // Case generation
@@ -385,37 +425,32 @@ function objectCases(
       const element = list[0] as Json;
       const minItems = field.schema.minItems as number | undefined;
       const maxItems = field.schema.maxItems as number | undefined;
+      const itemSchema = field.schema.items as JsonSchema | undefined;
+      const unique = field.schema.uniqueItems === true;
+      const itemsOf = (count: number): Json[] =>
+        unique ? distinctItems(itemSchema ?? {}, element, count, `${label} ${where}`) : Array.from({ length: count }, () => clone(element));
       if (minItems !== undefined && minItems > 0) {
         json(`${where} of minItems-1 (${minItems - 1}) items`, where, withValue(base, field.path, list.slice(0, minItems - 1)));
-        accepted.push({
-          name: `${where} of minItems (${minItems}) items`,
-          body: withValue(
-            base,
-            field.path,
-            Array.from({ length: minItems }, () => clone(element)),
-          ),
-        });
+        accepted.push({ name: `${where} of minItems (${minItems}) items`, body: withValue(base, field.path, itemsOf(minItems)) });
       }
       if (maxItems !== undefined) {
-        json(
-          `${where} of maxItems+1 (${maxItems + 1}) items`,
-          where,
-          withValue(
-            base,
-            field.path,
-            Array.from({ length: maxItems + 1 }, () => clone(element)),
-          ),
-        );
+        json(`${where} of maxItems+1 (${maxItems + 1}) items${unique ? ', all different' : ''}`, where, withValue(base, field.path, itemsOf(maxItems + 1)));
         accepted.push({
-          name: `${where} of maxItems (${maxItems}) items`,
-          body: withValue(
-            base,
-            field.path,
-            Array.from({ length: maxItems }, () => clone(element)),
-          ),
+          name: `${where} of maxItems (${maxItems}) items${unique ? ', all different' : ''}`,
+          body: withValue(base, field.path, itemsOf(maxItems)),
         });
       }
-      const itemSchema = field.schema.items as JsonSchema | undefined;
+      if (unique && (maxItems === undefined || maxItems >= 2)) {
+        json(`${where} holding the same item twice (uniqueItems)`, where, withValue(base, field.path, [clone(element), clone(element)]));
+      }
+      if (itemSchema?.type === 'string' && typeof itemSchema.pattern === 'string') {
+        for (const candidate of PATTERN_CANDIDATES.filter((c) => !specAccepts(itemSchema, c)))
+          json(
+            `${where}[0] = ${JSON.stringify(candidate).slice(0, 24)} (against its items' pattern)`,
+            `${where}[0]`,
+            withValue(base, field.path, [candidate, ...list.slice(1)]),
+          );
+      }
       if (itemSchema?.type !== undefined) {
         for (const wrong of [null, 1, 'x', true, [], {}] as Json[]) {
           if (!specAccepts(itemSchema, wrong))
@@ -453,7 +488,7 @@ function objectCases(
       if (Array.isArray(field.schema.enum)) json(`${where} outside its enum`, where, withValue(base, field.path, 'not-a-member'));
       if (typeof field.schema.pattern === 'string') {
         // Every candidate the field's pattern refuses (checked with Ajv, so the case is really invalid).
-        const candidates = ['0', '01', '-1', 'UPPER', 'a b', ' ', '\t', '\u3000', '', 'clé', 'k'.repeat(129)].filter(
+        const candidates = PATTERN_CANDIDATES.filter(
           (c) => c.length >= (minLength ?? 0) && (maxLength === undefined || c.length <= maxLength) && !specAccepts(schema, withValue(base, field.path, c)),
         );
         for (const candidate of candidates)
@@ -561,8 +596,16 @@ function generate(op: SpecOperation): { negative: NegativeCase[]; accepted: Acce
   return { negative, accepted, items };
 }
 
-/** The state a schedule operation leaves its schedule in. */
-const SCHEDULE_STATE_AFTER: Record<string, string> = { createSchedule: 'ACTIVE', pauseSchedule: 'PAUSED', resumeSchedule: 'ACTIVE' };
+/** The state a schedule or subscription operation leaves its target in (each boundary case gets a fresh target in the state it acts on). */
+const STATE_AFTER: Record<string, { of: 'schedule' | 'subscription'; state: string }> = {
+  createSchedule: { of: 'schedule', state: 'ACTIVE' },
+  pauseSchedule: { of: 'schedule', state: 'PAUSED' },
+  resumeSchedule: { of: 'schedule', state: 'ACTIVE' },
+  createSubscription: { of: 'subscription', state: 'ACTIVE' },
+  pauseSubscription: { of: 'subscription', state: 'PAUSED' },
+  resumeSubscription: { of: 'subscription', state: 'ACTIVE' },
+  ackSubscription: { of: 'subscription', state: 'ACTIVE' },
+};
 
 /** Operations in the order their accepted cases run: submissions before anything that lowers limits. */
 const ORDER = [
@@ -574,6 +617,10 @@ const ORDER = [
   'createSchedule',
   'pauseSchedule',
   'resumeSchedule',
+  'createSubscription',
+  'pauseSubscription',
+  'resumeSubscription',
+  'ackSubscription',
   'configureQueue',
   'configureApplicationResources',
 ];
@@ -585,9 +632,79 @@ const negativeCount = generated.reduce((n, g) => n + g.negative.length, 0);
 const acceptedCount = generated.reduce((n, g) => n + g.accepted.length, 0);
 const itemCount = generated.reduce((n, g) => n + (g.items ? g.items.negative.length + g.items.accepted.length : 0), 0);
 
+/**
+ * Every queue a boundary case of createSubscription names (`queues` of maxItems distinct names):
+ * made in `before`, so that the case can succeed ("a queue that does not exist" is 404).
+ */
+const SUBSCRIPTION_QUEUES = [
+  ...new Set(
+    generated
+      .filter((g) => g.op.operationId === 'createSubscription')
+      .flatMap((g) => g.accepted.flatMap((c) => (Array.isArray(c.body.queues) ? (c.body.queues as string[]) : []))),
+  ),
+];
+
+// ---------------------------------------------------------------------------------------------
+// Query parameters of the GET operations
 // ---------------------------------------------------------------------------------------------
 
-describe(`contract: strict input, ${negativeCount} generated 400 cases, ${acceptedCount} boundary cases and ${itemCount} bulk item cases from openapi.yaml`, () => {
+interface QueryCase {
+  name: string;
+  /** The query string, `?` included. */
+  query: string;
+  /** The parameter a 400 names; null for a value that is valid (an accepted case). */
+  field: string | null;
+}
+
+/** Query cases of one GET operation, from its declared parameters: refused values (400 naming the parameter) and the bounds of integers (accepted). */
+function queryCases(op: SpecOperation): QueryCase[] {
+  const out: QueryCase[] = [];
+  for (const p of op.parameters.filter((x) => x.in === 'query')) {
+    const refused = (name: string, value: string) => {
+      assert.equal(
+        requestSchemaValidator(p.schema)(p.schema.type === 'integer' && /^-?\d+$/.test(value) ? Number(value) : value),
+        false,
+        `${op.operationId} ${p.name}=${value} is valid; the generator is wrong`,
+      );
+      out.push({ name: `${p.name} ${name}`, query: `?${p.name}=${encodeURIComponent(value)}`, field: p.name });
+    };
+    if (p.schema.type === 'integer') {
+      const min = p.schema.minimum as number | undefined;
+      const max = p.schema.maximum as number | undefined;
+      if (min !== undefined) {
+        refused(`= min-1 (${min - 1})`, String(min - 1));
+        out.push({ name: `${p.name} = min (${min})`, query: `?${p.name}=${min}`, field: null });
+      }
+      if (max !== undefined) {
+        refused(`= max+1 (${max + 1})`, String(max + 1));
+        out.push({ name: `${p.name} = max (${max})`, query: `?${p.name}=${max}`, field: null });
+      }
+      for (const value of ['abc', '1.5', '', '1e1', '0x1', ' 1']) refused(`= ${JSON.stringify(value)} (not an integer)`, value);
+      out.push({ name: `${p.name} given twice`, query: `?${p.name}=${min ?? 1}&${p.name}=${min ?? 1}`, field: p.name });
+    }
+    if (p.schema.type === 'string') {
+      if (Array.isArray(p.schema.enum)) {
+        const member = String(p.schema.enum[0]);
+        refused('outside its enum', 'not-a-member');
+        refused(`= ${JSON.stringify(member)} in another case`, member === member.toLowerCase() ? member.toUpperCase() : member.toLowerCase());
+      }
+      if (typeof p.schema.pattern === 'string') {
+        for (const candidate of [...PATTERN_CANDIDATES, 'x'.repeat(201), '-1', '18446744073709551616'].filter((c) => !requestSchemaValidator(p.schema)(c)))
+          refused(`= ${JSON.stringify(candidate).slice(0, 24)} (against its pattern)`, candidate);
+      }
+      out.push({ name: `${p.name} given twice`, query: `?${p.name}=x&${p.name}=x`, field: p.name });
+    }
+  }
+  return out;
+}
+
+const queryOperations = operations.filter((op) => op.method === 'GET' && !op.raw && op.parameters.some((p) => p.in === 'query'));
+const generatedQueries = queryOperations.map((op) => ({ op, cases: queryCases(op) }));
+const queryCount = generatedQueries.reduce((n, g) => n + g.cases.length, 0);
+
+// ---------------------------------------------------------------------------------------------
+
+describe(`contract: strict input, ${negativeCount} generated 400 cases, ${acceptedCount} boundary cases, ${itemCount} bulk item cases and ${queryCount} query cases from openapi.yaml`, () => {
   let t: TestDatabase;
   let api: Awaited<ReturnType<typeof testApp>>;
   let tenant: TestTenant;
@@ -601,6 +718,11 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
   /** A schedule in the state each operation acts on: pause's refused cases target an ACTIVE one, resume's a PAUSED one. */
   let activeSchedule: string;
   let pausedSchedule: string;
+  /** Likewise for subscriptions (from the beginning, so a read of the active one has events at once). */
+  let activeSubscription: string;
+  let pausedSubscription: string;
+  /** A CANCELLED task: getTask with any wait_seconds answers at once. */
+  let settledTask: string;
 
   async function submit(payload: JsonObject = { n: ++keyCounter }): Promise<string> {
     const r = await api.request('POST', `/v1/queues/${NEG_QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
@@ -626,14 +748,35 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     return id;
   }
 
-  function pathFor(operationId: string, id?: string): string {
-    return (VALID_EXAMPLES[operationId] as { path: string }).path
-      .replace('{queue}', NEG_QUEUE)
-      .replace('{task_id}', id ?? (operationId === 'resolveTask' ? reviewTask : waitingTask))
-      .replace('{schedule_id}', id ?? (operationId === 'resumeSchedule' ? pausedSchedule : activeSchedule));
+  /** A fresh subscription (a new name, the example's filters, from the beginning), ACTIVE or PAUSED. */
+  async function subscription(state: 'ACTIVE' | 'PAUSED'): Promise<{ subscription_id: string; acked_sequence: string }> {
+    const body = { ...(VALID_EXAMPLES.createSubscription as { body: JsonObject }).body, name: `neg-sub-${++keyCounter}` };
+    const created = await api.request('POST', '/v1/subscriptions', { token, key: freshKey(), body });
+    assert.equal(created.status, 200, created.text);
+    const made = created.body.data.subscription as { subscription_id: string; acked_sequence: string };
+    if (state === 'PAUSED') {
+      const paused = await api.request('POST', `/v1/subscriptions/${made.subscription_id}:pause`, {
+        token,
+        key: freshKey(),
+        body: { reason: 'negative: a paused target' },
+      });
+      assert.equal(paused.status, 200, paused.text);
+    }
+    return made;
   }
 
-  /** Every orbit_ table's row count, and the application's and the queues' rows, the tasks' and the schedules' states. */
+  function fill(template: string, operationId: string, id?: string): string {
+    return template
+      .replace('{queue}', NEG_QUEUE)
+      .replace('{task_id}', id ?? (operationId === 'resolveTask' ? reviewTask : operationId === 'getTask' ? settledTask : waitingTask))
+      .replace('{schedule_id}', id ?? (operationId === 'resumeSchedule' ? pausedSchedule : activeSchedule))
+      .replace('{subscription_id}', id ?? (operationId === 'resumeSubscription' ? pausedSubscription : activeSubscription));
+  }
+  function pathFor(operationId: string, id?: string): string {
+    return fill((VALID_EXAMPLES[operationId] as { path: string }).path, operationId, id);
+  }
+
+  /** Every orbit_ table's row count, and the application's and the queues' rows, the tasks', the schedules' and the subscriptions' states (and positions). */
   async function snapshot(): Promise<unknown> {
     const tables = await t.db.rows<{ TABLE_NAME: string }>(
       "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME LIKE 'orbit\\_%' ORDER BY TABLE_NAME",
@@ -646,7 +789,11 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     const queues = await t.db.rows('SELECT * FROM orbit_queues WHERE application_id = UNHEX(?) ORDER BY name', [tenant.applicationId]);
     const tasks = await t.db.rows('SELECT HEX(task_id) AS id, state, updated_at, cancel_requested FROM orbit_tasks ORDER BY task_id');
     const schedules = await t.db.rows('SELECT HEX(schedule_id) AS id, name, state, next_fire_at, updated_at FROM orbit_schedules ORDER BY schedule_id');
-    return JSON.parse(JSON.stringify({ counts, resources, queues, tasks, schedules }));
+    const subscriptions = await t.db.rows(
+      'SELECT HEX(subscription_id) AS id, name, state, acked_sequence, acked_at, updated_at FROM orbit_subscriptions WHERE namespace_id = UNHEX(?) ORDER BY subscription_id',
+      [tenant.namespaceId],
+    );
+    return JSON.parse(JSON.stringify({ counts, resources, queues, tasks, schedules, subscriptions }));
   }
 
   /**
@@ -730,12 +877,17 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
   before(async () => {
     t = await freshDatabase('negative');
     api = await testApp(t.db);
-    tenant = await createTenant(t.db, { namespace: 'negative', queues: [NEG_QUEUE], resourceAccess: true });
+    tenant = await createTenant(t.db, { namespace: 'negative', queues: [...new Set([NEG_QUEUE, ...SUBSCRIPTION_QUEUES])], resourceAccess: true });
     token = await createCredential(t.db, tenant, [...ALL_ACTIONS], ['*']);
     waitingTask = await submit();
     reviewTask = await needsReview();
     activeSchedule = await schedule('ACTIVE');
     pausedSchedule = await schedule('PAUSED');
+    activeSubscription = (await subscription('ACTIVE')).subscription_id;
+    pausedSubscription = (await subscription('PAUSED')).subscription_id;
+    settledTask = await submit();
+    const cancelled = await api.request('POST', `/v1/tasks/${settledTask}:cancel`, { token, key: freshKey(), body: { reason: 'negative: a settled target' } });
+    assert.equal(cancelled.status, 200, cancelled.text);
   });
 
   after(async () => {
@@ -845,6 +997,36 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     });
   }
 
+  for (const { op, cases } of generatedQueries) {
+    const refused = cases.filter((c) => c.field !== null).length;
+    describe(`${op.operationId} (GET ${op.path}): ${refused} query cases answer 400 naming the parameter, ${cases.length - refused} bounds are 200`, () => {
+      for (const c of cases) {
+        test(c.field === null ? `${c.name} is accepted` : c.name, async () => {
+          const path = `${fill(op.path, op.operationId)}${c.query}`;
+          const started = Date.now();
+          // Cut off after 3 s: the server then answers at once, and the time below says it waited.
+          const raw = await api.app.request(path, { headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(3000) });
+          const text = await raw.text();
+          const ms = Date.now() - started;
+          let body: unknown;
+          try {
+            body = JSON.parse(text);
+          } catch {
+            body = undefined;
+          }
+          const response: TestResponse = { status: raw.status, headers: raw.headers, text, body };
+          if (c.field !== null) {
+            checkError({ operationId: op.operationId, name: c.name, field: c.field, value: null, query: c.query, text: '', contentType: null }, response);
+            return;
+          }
+          assert.equal(response.status, 200, `${op.operationId}: ${c.name}: valid per openapi.yaml, got ${response.status}: ${text.slice(0, 300)}`);
+          assertMatchesSpec(op.operationId, 200, response.body);
+          assert.ok(ms < 2000, `${op.operationId}: ${c.name}: the target answers at once (settled, or with events to read), yet it took ${ms} ms`);
+        });
+      }
+    });
+  }
+
   test('the refused cases changed nothing: row counts, resources, queues and tasks are as before', async () => {
     assert.deepEqual(await snapshot(), snapshotBefore);
   });
@@ -887,6 +1069,25 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     assert.deepEqual(await snapshot(), before);
   });
 
+  test('ackSubscription: a sequence at either end of its uint64 range is no 400 - below the position, or beyond the newest event, 409 naming sequence, moving nothing', async () => {
+    const created = await api.request('POST', '/v1/subscriptions', { token, key: freshKey(), body: { name: `neg-sub-${++keyCounter}`, reason: '从现在起' } });
+    assert.equal(created.status, 200, created.text);
+    const target = created.body.data.subscription;
+    assert.notEqual(target.acked_sequence, '0', 'from now: after the events made so far');
+    for (const sequence of ['0', '18446744073709551615']) {
+      const response = await api.request('POST', `/v1/subscriptions/${target.subscription_id}:ack`, { token, key: freshKey(), body: { sequence } });
+      assert.equal(response.status, 409, `sequence ${sequence}: ${response.text}`);
+      assertMatchesSpec('ackSubscription', 409, response.body);
+      assert.deepEqual(
+        [response.body.error.code, response.body.error.details?.field],
+        ['STATE_CONFLICT', 'sequence'],
+        `sequence ${sequence}: ${response.text}`,
+      );
+    }
+    const now = await api.request('GET', `/v1/subscriptions/${target.subscription_id}`, { token });
+    assert.deepEqual(now.body.data, target, 'a refused ack moves nothing');
+  });
+
   for (const { op, accepted, items } of generated) {
     describe(`${op.operationId}: ${accepted.length} boundary values are accepted (never 400)`, () => {
       for (const c of accepted) {
@@ -897,6 +1098,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           let path = pathFor(op.operationId);
           if (op.operationId === 'createQueue') body.name = `nb-${keyCounter + 1}`;
           if (op.operationId === 'createSchedule') body.name = `nb-sched-${keyCounter + 1}`;
+          if (op.operationId === 'createSubscription') body.name = `nb-sub-${keyCounter + 1}`;
           if (op.operationId === 'configureQueue') {
             body.expected_revision = (await api.request('GET', `/v1/queues/${NEG_QUEUE}`, { token })).body.data.revision;
           }
@@ -907,6 +1109,14 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           if (op.operationId === 'resolveTask') path = pathFor(op.operationId, await needsReview());
           if (op.operationId === 'pauseSchedule') path = pathFor(op.operationId, await schedule('ACTIVE'));
           if (op.operationId === 'resumeSchedule') path = pathFor(op.operationId, await schedule('PAUSED'));
+          if (op.operationId === 'pauseSubscription') path = pathFor(op.operationId, (await subscription('ACTIVE')).subscription_id);
+          if (op.operationId === 'resumeSubscription') path = pathFor(op.operationId, (await subscription('PAUSED')).subscription_id);
+          if (op.operationId === 'ackSubscription') {
+            // Its own position: accepted and unchanged (a fuzzed ack never moves a subscription another case relies on).
+            const target = await subscription('ACTIVE');
+            path = pathFor(op.operationId, target.subscription_id);
+            body.sequence = target.acked_sequence;
+          }
           const crossField = crossFieldViolation(op.operationId, body);
           const text = JSON.stringify(body);
           const response = await api.request(op.method, path, {
@@ -927,10 +1137,21 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
             `${op.operationId}: ${c.name}: expected 200 or 409, got ${response.status}: ${response.text.slice(0, 300)}`,
           );
           assertMatchesSpec(op.operationId, response.status, response.body);
-          if (op.operationId in SCHEDULE_STATE_AFTER) {
-            // A fresh name, a schedule in the state the operation acts on: nothing to conflict with.
+          const stateAfter = STATE_AFTER[op.operationId];
+          if (stateAfter) {
+            // A fresh name, a target in the state the operation acts on: nothing to conflict with.
             assert.equal(response.status, 200, `${op.operationId}: ${c.name}: ${response.text.slice(0, 300)}`);
-            assert.equal(response.body.data.schedule.state, SCHEDULE_STATE_AFTER[op.operationId], `${op.operationId}: ${c.name}: the schedule's state`);
+            assert.equal(response.body.data[stateAfter.of].state, stateAfter.state, `${op.operationId}: ${c.name}: the ${stateAfter.of}'s state`);
+          }
+          if (op.operationId === 'ackSubscription')
+            assert.equal(response.body.data.subscription.acked_sequence, body.sequence, `${op.operationId}: ${c.name}: the position again is unchanged`);
+          if (op.operationId === 'createSubscription') {
+            const made = response.body.data.subscription;
+            assert.deepEqual(
+              [made.name, made.types, made.queues],
+              [body.name, body.types, body.queues],
+              `${op.operationId}: ${c.name}: the subscription as sent`,
+            );
           }
           if (op.bulkItems) {
             const sent = body[op.bulkItems.array] as Json[];

@@ -10,6 +10,11 @@
  * task is made by one round of the real schedule loop, run here; every other schedule made in
  * this file starts in 2099 or an hour after its creation (or is paused), so the real server's
  * schedule loop finds nothing due.
+ *
+ * Requests that may wait (`getTask` and `readSubscription` with `wait_seconds`) go through
+ * `timedGet`, which measures them and cuts them off after a few seconds: they ask for 0 or 1
+ * seconds, or for more where the test checks that something answers them sooner (an event, a
+ * settled task, events already there), so none holds the suite for 30 s.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,7 +26,7 @@ import { testApp, type TestResponse } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { connectRaw } from '../helpers/ws-session.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { LogCapture } from '../helpers/fuzz-common.ts';
+import { LogCapture, dbFingerprint } from '../helpers/fuzz-common.ts';
 import { ScheduleLoop } from '../../server/loops/schedules.ts';
 import { ALL_ACTIONS, NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { createApp } from '../../server/http/app.ts';
@@ -30,6 +35,7 @@ import { silentLogger } from '../../server/log.ts';
 import {
   OPENAPI_FILE,
   STATUS_OF_CODE,
+  spec as openapi,
   assertErrorEnvelope,
   assertHeadersMatchSpec,
   assertMatchesSpec,
@@ -43,6 +49,7 @@ import {
 } from './spec-validator.ts';
 
 const HEX32 = /^[0-9a-f]{32}$/;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** A start far enough away that a schedule never fires during the tests. */
 const FAR_START = '2099-01-01T00:00:00Z';
 
@@ -90,6 +97,8 @@ describe('contract: every operation answers what openapi.yaml says', () => {
 
   /** operationId → statuses seen. */
   const seen = new Map<string, Set<number>>();
+  /** The task the schedule loop made (schedules test): its events carry schedule_id and scheduled_for. */
+  let scheduledTask: { task_id: string; schedule_id: string; scheduled_for: string } | null = null;
 
   /** The checks every response gets; returns the spec operation it answered. */
   function check(method: string, path: string, response: TestResponse): SpecOperation {
@@ -165,6 +174,38 @@ describe('contract: every operation answers what openapi.yaml says', () => {
         { token },
       )
     ).body.data.schedule;
+  }
+
+  /** A subscription under a fresh name (from `now` unless the body says otherwise). */
+  async function subscription(body: Record<string, unknown> = {}, token = admin) {
+    return (await post('/v1/subscriptions', { name: key('sub'), reason: '订阅', ...body }, 200, { token })).body.data.subscription;
+  }
+  /** The newest event sequence of the owner's namespace (what an ack is checked against). */
+  async function namespaceHead(): Promise<string> {
+    const [row] = await t.db.rows<{ head: string | number | null }>('SELECT MAX(sequence) AS head FROM orbit_events WHERE namespace_id = UNHEX(?)', [
+      owner.namespaceId,
+    ]);
+    return row?.head === null || row?.head === undefined ? '0' : String(row.head);
+  }
+  /**
+   * A GET that may wait (a long-poll), checked against the spec, and how long it took. The
+   * request is aborted after `guardMs` (the server then answers at once), so a wait that does
+   * not end as it should fails the test instead of holding it for up to 30 s.
+   */
+  async function timedGet(path: string, token = admin, guardMs = 5000): Promise<{ response: TestResponse; ms: number }> {
+    const started = Date.now();
+    const raw = await api.app.request(path, { headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(guardMs) });
+    const text = await raw.text();
+    const ms = Date.now() - started;
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    const response: TestResponse = { status: raw.status, headers: raw.headers, text, body };
+    check('GET', path, response);
+    return { response, ms };
   }
 
   before(async () => {
@@ -716,6 +757,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const made = (await get('/v1/queues/default/tasks?limit=100')).body.data.tasks.filter((x: { schedule_id?: string }) => x.schedule_id === fires.schedule_id);
     assert.equal(made.length, 1);
     const task = made[0];
+    scheduledTask = task;
     assert.deepEqual(
       [task.queue, task.state, task.priority, task.max_attempts, task.on_unknown_outcome, task.scheduled_for],
       ['default', 'WAITING', 8, 3, 'retry', startAt],
@@ -727,6 +769,290 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const direct = await submit('default');
     assert.deepEqual([direct.schedule_id, direct.scheduled_for], [undefined, undefined], 'a direct submission carries neither');
     await post(`/v1/schedules/${fires.schedule_id}:pause`, { reason: '测试结束' }, 200);
+  });
+
+  test('getTask with wait_seconds: a settled task at once, a WAITING one as it is once the time is up, one cancelled meanwhile as soon as it is; bad values are 400', async () => {
+    const waiting = await submit('default');
+    const none = await timedGet(`/v1/tasks/${waiting.task_id}?wait_seconds=0`);
+    assert.equal(none.response.status, 200, none.response.text);
+    assert.deepEqual(none.response.body.data, waiting);
+    assert.ok(none.ms < 2000, `wait_seconds=0 waited ${none.ms} ms`);
+    // The time is up: the task as it is.
+    const one = await timedGet(`/v1/tasks/${waiting.task_id}?wait_seconds=1`);
+    assert.equal(one.response.status, 200, one.response.text);
+    assert.deepEqual(one.response.body.data, waiting);
+    assert.ok(one.ms >= 900 && one.ms < 4000, `wait_seconds=1 answered after ${one.ms} ms`);
+    // Cancelled while the request waits: answered as soon as it is, not when the time is up.
+    const cancelling = (async () => {
+      await sleep(300);
+      await post(`/v1/tasks/${waiting.task_id}:cancel`, { reason: '等待中取消' });
+    })();
+    const woken = await timedGet(`/v1/tasks/${waiting.task_id}?wait_seconds=5`, admin, 6000);
+    await cancelling;
+    assert.equal(woken.response.status, 200, woken.response.text);
+    assert.equal(woken.response.body.data.state, 'CANCELLED');
+    assert.ok(woken.ms >= 250 && woken.ms < 4000, `answered ${woken.ms} ms after the request, the cancel came after 300 ms`);
+    // Terminal or NEEDS_REVIEW: at once, whatever wait_seconds says (30, the maximum, included).
+    const settled = await timedGet(`/v1/tasks/${waiting.task_id}?wait_seconds=30`);
+    assert.deepEqual([settled.response.status, settled.response.body.data.state], [200, 'CANCELLED']);
+    assert.ok(settled.ms < 2500, `a CANCELLED task waited ${settled.ms} ms`);
+    const review = await submit('default', { on_unknown_outcome: 'review' });
+    await t.db.exec("UPDATE orbit_tasks SET state = 'NEEDS_REVIEW' WHERE task_id = UNHEX(?)", [review.task_id]);
+    const reviewing = await timedGet(`/v1/tasks/${review.task_id}?wait_seconds=30`);
+    assert.deepEqual([reviewing.response.status, reviewing.response.body.data.state], [200, 'NEEDS_REVIEW']);
+    assert.ok(reviewing.ms < 2500, `a NEEDS_REVIEW task waited ${reviewing.ms} ms`);
+    await post(`/v1/tasks/${review.task_id}:resolve`, { outcome: 'retry', reason: '测试结束' });
+    // Not visible: 404 at once, without waiting (30 asked for; timedGet cuts a wait off after 5 s).
+    const ordersTask = await submit('orders');
+    for (const [id, token] of [
+      ['0'.repeat(32), admin],
+      [ordersTask.task_id, scoped],
+    ] as const) {
+      const missing = await timedGet(`/v1/tasks/${id}?wait_seconds=30`, token);
+      assert.deepEqual([missing.response.status, missing.response.body.error.code], [404, 'NOT_FOUND']);
+      assert.ok(missing.ms < 2500, `a 404 waited ${missing.ms} ms`);
+    }
+    for (const query of ['wait_seconds=31', 'wait_seconds=-1', 'wait_seconds=1.5', 'wait_seconds=abc', 'wait_seconds=0&wait_seconds=0']) {
+      const bad = await get(`/v1/tasks/${ordersTask.task_id}?${query}`, 400, admin, 'INVALID_ARGUMENT');
+      assert.deepEqual([bad.body.error.details.field, bad.body.error.details.location], ['wait_seconds', 'query'], `${query}: ${bad.text}`);
+    }
+  });
+
+  test('subscriptions: create (filters, from), replay, conflicts, get, list with pages and scope, read (filters, limit, reader scope, wait_seconds), ack (forward, again, below, beyond the head), pause, resume, and their errors', async () => {
+    const count = async () =>
+      Number((await t.db.rows<{ n: number }>('SELECT COUNT(*) AS n FROM orbit_subscriptions WHERE namespace_id = UNHEX(?)', [owner.namespaceId]))[0]?.n);
+    const at = (id: string, suffix = '') => `/v1/subscriptions/${id}${suffix}`;
+    const ack = (id: string, sequence: string, status = 200, options: { token?: string; key?: string; code?: string } = {}) =>
+      post(at(id, ':ack'), { sequence }, status, options);
+    const read = async (id: string, query = '', token = admin) =>
+      (await get(at(id, `/events${query}`), 200, token)).body.data.events as Array<Record<string, any>>;
+    const feed = async (token: string, limit: number) => (await get(`/v1/events?after=0&limit=${limit}`, 200, token)).body.data.events;
+
+    // Every option: both filters, from the beginning (position 0).
+    const everything = { name: 'orders-feed', reason: '订单事件', types: ['task.submitted', 'task.cancelled'], queues: ['orders'], from: 'beginning' };
+    const created = await post('/v1/subscriptions', everything, 200, { key: 'sub-orders' });
+    assert.equal(created.body.data.deduplicated, false);
+    const s = created.body.data.subscription;
+    assert.match(s.subscription_id, HEX32);
+    const { subscription_id: _id, created_at: _created, ...rest } = s;
+    assert.deepEqual(rest, {
+      namespace: owner.namespace,
+      name: 'orders-feed',
+      types: ['task.submitted', 'task.cancelled'],
+      queues: ['orders'],
+      state: 'ACTIVE',
+      acked_sequence: '0',
+    });
+
+    // The same key and body: the original snapshot; another body under the key; the name taken (in this namespace only).
+    const replay = await post('/v1/subscriptions', everything, 200, { key: 'sub-orders' });
+    assert.deepEqual(replay.body.data, { subscription: s, deduplicated: true });
+    await post('/v1/subscriptions', { ...everything, types: ['task.submitted'] }, 409, { key: 'sub-orders', code: 'IDEMPOTENCY_CONFLICT' });
+    const taken = await post('/v1/subscriptions', { ...everything, from: 'now' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(taken.body.error.details.field, 'name');
+    const foreign = (await post('/v1/subscriptions', { name: 'orders-feed', reason: '另一个应用' }, 200, { token: other.token })).body.data.subscription;
+
+    // `from` left out is `now`: after the newest event of the namespace, the subscription's own creation included.
+    const fromNow = await post('/v1/subscriptions', { name: 'from-now', reason: '从现在起' }, 200, { key: 'sub-now' });
+    const n = fromNow.body.data.subscription;
+    assert.equal(n.acked_sequence, await namespaceHead());
+    assert.deepEqual([n.types, n.queues, n.state], [undefined, undefined, 'ACTIVE']);
+    const explicit = await post('/v1/subscriptions', { name: 'from-now', reason: '从现在起', from: 'now' }, 200, { key: 'sub-now' });
+    assert.deepEqual(explicit.body.data, { subscription: n, deduplicated: true }, 'the default filled in, the same request');
+
+    // Refused, and nothing written: a queue that does not exist or is outside the scope is 404 (like a queue); bad fields are 400 naming them.
+    const before = await count();
+    await post('/v1/subscriptions', { name: 'nq', reason: 'x', queues: ['no-such-queue'] }, 404, { code: 'NOT_FOUND' });
+    await post('/v1/subscriptions', { name: 'nq-2', reason: 'x', queues: ['orders', 'no-such-queue'] }, 404, { code: 'NOT_FOUND' });
+    await post('/v1/subscriptions', { name: 'scope', reason: 'x', queues: ['orders'] }, 404, { token: scoped, code: 'NOT_FOUND' });
+    await post('/v1/subscriptions', { name: 'scope-2', reason: 'x', queues: ['default', 'orders'] }, 404, { token: scoped, code: 'NOT_FOUND' });
+    await post('/v1/subscriptions', { name: 'elsewhere', reason: 'x', queues: ['orders'] }, 404, { token: other.token, code: 'NOT_FOUND' }); // another namespace's queue
+    const refused: Array<[Record<string, unknown>, string]> = [
+      [{ name: 'Not A Name', reason: 'x' }, 'name'],
+      [{ name: 'blank', reason: '   ' }, 'reason'],
+      [{ name: 'no-types', reason: 'x', types: [] }, 'types'],
+      [{ name: 'bad-type', reason: 'x', types: ['Task.Submitted'] }, 'types[0]'],
+      [{ name: 'twice', reason: 'x', types: ['task.submitted', 'task.submitted'] }, 'types'],
+      [{ name: 'twice-2', reason: 'x', queues: ['orders', 'orders'] }, 'queues'],
+      [{ name: 'bad-queue', reason: 'x', queues: ['Bad!Name'] }, 'queues[0]'],
+      [{ name: 'when', reason: 'x', from: 'yesterday' }, 'from'],
+      [{ name: 'cursor', reason: 'x', acked_sequence: '0' }, 'acked_sequence'],
+    ];
+    for (const [body, field] of refused) {
+      const r = await post('/v1/subscriptions', body, 400, { code: 'INVALID_ARGUMENT' });
+      assert.deepEqual([r.body.error.details.field, r.body.error.details.location], [field, 'body'], `${JSON.stringify(body)} → ${r.text}`);
+    }
+    assert.equal(await count(), before, 'a refused creation writes no subscription');
+
+    // Get: as created; a queue filter outside the credential's scope hides it (no filter: every credential of the namespace sees it).
+    assert.deepEqual((await get(at(s.subscription_id))).body.data, s);
+    assert.deepEqual((await get(at(n.subscription_id), 200, scoped)).body.data, n);
+
+    // List: pages of two followed to the end, each subscription once, by name; what the credential may not see is left out.
+    for (const name of ['a-first', 'z-last']) await post('/v1/subscriptions', { name, reason: '分页' }, 200);
+    const names = async (token: string) => {
+      const out: string[] = [];
+      let cursor: string | undefined;
+      for (let page = 0; page < 10; page++) {
+        const r = await get(`/v1/subscriptions?limit=2${cursor ? `&cursor=${cursor}` : ''}`, 200, token);
+        assert.ok(r.body.data.subscriptions.length <= 2);
+        out.push(...r.body.data.subscriptions.map((x: { name: string }) => x.name));
+        cursor = r.body.data.next_cursor;
+        if (!cursor) break;
+      }
+      return out;
+    };
+    assert.deepEqual(await names(admin), ['a-first', 'from-now', 'orders-feed', 'z-last']);
+    assert.deepEqual(await names(scoped), ['a-first', 'from-now', 'z-last'], 'a subscription of queues outside the scope is not listed');
+    assert.deepEqual(await names(other.token), ['orders-feed'], "another application's subscriptions only");
+    assert.deepEqual((await get('/v1/subscriptions')).body.data.subscriptions[2], s);
+    for (const query of ['cursor=AAAA', 'limit=0', 'limit=101', 'state=ACTIVE']) {
+      const bad = await get(`/v1/subscriptions?${query}`, 400, admin, 'INVALID_ARGUMENT');
+      assert.deepEqual([bad.body.error.details.field, bad.body.error.details.location], [query.split('=')[0], 'query']);
+    }
+
+    // Read: the events after the position that match the filters, in sequence order; reading does not move the position.
+    const watch = (
+      await post('/v1/subscriptions', { name: 'orders-watch', reason: '监视', types: ['task.submitted', 'task.cancelled'], queues: ['orders'] }, 200)
+    ).body.data.subscription;
+    assert.deepEqual(await read(watch.subscription_id), []);
+    const task = await submit('orders');
+    await post(`/v1/tasks/${task.task_id}:cancel`, { reason: '产生事件' });
+    await submit('default'); // another queue
+    await schedule('orders'); // another type (schedule.created)
+    const events = await read(watch.subscription_id);
+    assert.deepEqual(
+      events.map((e) => [e.type, e.subject, e.data.task_id, e.data.queue]),
+      [
+        ['task.submitted', task.task_id, task.task_id, 'orders'],
+        ['task.cancelled', task.task_id, task.task_id, 'orders'],
+      ],
+    );
+    assert.equal(events[0]?.data.priority, task.priority, 'task.submitted carries the priority');
+    assert.ok(BigInt(watch.acked_sequence) < BigInt(events[0]?.sequence) && BigInt(events[0]?.sequence) < BigInt(events[1]?.sequence));
+    assert.deepEqual(await read(watch.subscription_id), events, 'reading does not move the position');
+    assert.deepEqual(await read(watch.subscription_id, '?limit=1'), events.slice(0, 1));
+    assert.deepEqual(await read(watch.subscription_id, '?limit=100&wait_seconds=0'), events);
+
+    // Ack: forward; the position again changes nothing; below it, or beyond the newest event, is 409 naming `sequence`, changing nothing.
+    const first = events[0]?.sequence as string;
+    const acked = await ack(watch.subscription_id, first, 200, { key: 'sub-ack-1' });
+    assert.deepEqual(acked.body.data, { subscription: { ...watch, acked_sequence: first }, deduplicated: false });
+    assert.deepEqual(await read(watch.subscription_id), events.slice(1));
+    assert.deepEqual((await ack(watch.subscription_id, first)).body.data.subscription, { ...watch, acked_sequence: first }, 'the position again: unchanged');
+    const below = await ack(watch.subscription_id, String(BigInt(first) - 1n), 409, { code: 'STATE_CONFLICT' });
+    assert.equal(below.body.error.details.field, 'sequence');
+    const head = await namespaceHead();
+    const beyond = await ack(watch.subscription_id, String(BigInt(head) + 1n), 409, { code: 'STATE_CONFLICT' });
+    assert.equal(beyond.body.error.details.field, 'sequence');
+    await ack(watch.subscription_id, '18446744073709551615', 409, { code: 'STATE_CONFLICT' });
+    await ack(watch.subscription_id, '0', 409, { code: 'STATE_CONFLICT' });
+    assert.equal((await get(at(watch.subscription_id))).body.data.acked_sequence, first, 'a refused ack moves nothing');
+    const ackReplay = await ack(watch.subscription_id, first, 200, { key: 'sub-ack-1' });
+    assert.deepEqual(ackReplay.body.data, { subscription: { ...watch, acked_sequence: first }, deduplicated: true });
+    await ack(watch.subscription_id, events[1]?.sequence as string, 409, { key: 'sub-ack-1', code: 'IDEMPOTENCY_CONFLICT' });
+    // Up to the newest event (past the ones the filters leave out): nothing left to read.
+    assert.equal((await ack(watch.subscription_id, head)).body.data.subscription.acked_sequence, head);
+    assert.deepEqual(await read(watch.subscription_id), []);
+
+    // Long-poll: [] once wait_seconds are up; answered soon after a matching event (an event the filters leave out does not answer it).
+    const idle = await timedGet(at(watch.subscription_id, '/events?wait_seconds=1'));
+    assert.deepEqual([idle.response.status, idle.response.body.data], [200, { events: [] }]);
+    assert.ok(idle.ms >= 900 && idle.ms < 4000, `wait_seconds=1 answered after ${idle.ms} ms`);
+    const making = (async () => {
+      await sleep(300);
+      await submit('default');
+      await sleep(200);
+      return submit('orders');
+    })();
+    const woken = await timedGet(at(watch.subscription_id, '/events?wait_seconds=5'), admin, 6000);
+    const made = await making;
+    assert.equal(woken.response.status, 200, woken.response.text);
+    assert.deepEqual(
+      woken.response.body.data.events.map((e: { type: string; subject: string }) => [e.type, e.subject]),
+      [['task.submitted', made.task_id]],
+    );
+    assert.ok(woken.ms >= 450 && woken.ms < 4000, `answered ${woken.ms} ms after the request; the matching event came after 500 ms`);
+    await ack(watch.subscription_id, woken.response.body.data.events[0].sequence);
+
+    // The reader's scope: without a queue filter, a subscription shows exactly what /v1/events shows the reader.
+    const all = (await post('/v1/subscriptions', { name: 'everything', reason: '全部', from: 'beginning' }, 200, { token: scoped })).body.data.subscription;
+    assert.deepEqual(await read(all.subscription_id, '?limit=100', scoped), await feed(scoped, 100));
+    assert.deepEqual(await read(all.subscription_id, '?limit=100'), await feed(admin, 100));
+    const scopedEvents = await read(all.subscription_id, '?limit=100', scoped);
+    assert.ok(scopedEvents.some((e) => e.type === 'task.submitted'));
+    for (const e of scopedEvents.filter((x) => x.type.startsWith('task.')))
+      assert.equal(e.data.queue, 'default', `${e.type} of another queue in a scoped read`);
+    const pending = await timedGet(at(all.subscription_id, '/events?limit=1&wait_seconds=30'), scoped);
+    assert.equal(pending.response.body.data.events.length, 1);
+    assert.ok(pending.ms < 2500, `events were there, yet the read waited ${pending.ms} ms`);
+
+    // Pause and resume: each only from the other state; a PAUSED subscription is not read; events made meanwhile are read after resuming.
+    const current = (await get(at(watch.subscription_id))).body.data;
+    const paused = await post(at(watch.subscription_id, ':pause'), { reason: '暂停消费' }, 200, { key: 'sub-pause-1' });
+    assert.deepEqual(paused.body.data, { subscription: { ...current, state: 'PAUSED' }, deduplicated: false });
+    const pausedTwice = await post(at(watch.subscription_id, ':pause'), { reason: '再暂停' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(pausedTwice.body.error.details.state, 'PAUSED');
+    await get(at(watch.subscription_id, '/events'), 409, admin, 'STATE_CONFLICT');
+    const pausedRead = await timedGet(at(watch.subscription_id, '/events?wait_seconds=30'));
+    assert.deepEqual([pausedRead.response.status, pausedRead.response.body.error?.code], [409, 'STATE_CONFLICT']);
+    assert.ok(pausedRead.ms < 2500, `a PAUSED subscription's read waited ${pausedRead.ms} ms`);
+    const meanwhile = await submit('orders');
+    const blank = await post(at(watch.subscription_id, ':resume'), { reason: '   ' }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.equal(blank.body.error.details.field, 'reason');
+    const resumed = await post(at(watch.subscription_id, ':resume'), { reason: '恢复消费' }, 200, { key: 'sub-resume-1' });
+    assert.deepEqual(resumed.body.data, { subscription: current, deduplicated: false });
+    const resumedTwice = await post(at(watch.subscription_id, ':resume'), { reason: '再恢复' }, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(resumedTwice.body.error.details.state, 'ACTIVE');
+    assert.deepEqual(
+      (await read(watch.subscription_id)).map((e) => [e.type, e.subject]),
+      [['task.submitted', meanwhile.task_id]],
+      'nothing is lost while it is paused',
+    );
+    const pauseReplay = await post(at(watch.subscription_id, ':pause'), { reason: '暂停消费' }, 200, { key: 'sub-pause-1' });
+    assert.deepEqual(pauseReplay.body.data, { subscription: paused.body.data.subscription, deduplicated: true });
+    assert.equal((await get(at(watch.subscription_id))).body.data.state, 'ACTIVE', 'a replay changes nothing');
+    await post(at(watch.subscription_id, ':pause'), { reason: '另一个理由' }, 409, { key: 'sub-pause-1', code: 'IDEMPOTENCY_CONFLICT' });
+
+    // Every operation on one subscription: unknown, a queue filter outside the scope, another application's (404), a malformed id (400).
+    const operationsOnOne: Array<[string, string, unknown]> = [
+      ['GET', '', undefined],
+      ['GET', '/events', undefined],
+      ['POST', ':pause', { reason: 'x' }],
+      ['POST', ':resume', { reason: 'x' }],
+      ['POST', ':ack', { sequence: '0' }],
+    ];
+    for (const [method, suffix, body] of operationsOnOne) {
+      const targets: Array<[string, string, number]> = [
+        ['0'.repeat(32), admin, 404],
+        [s.subscription_id, scoped, 404],
+        [foreign.subscription_id, admin, 404],
+        [s.subscription_id.toUpperCase(), admin, 400],
+      ];
+      for (const [id, token, status] of targets) {
+        const r = await call(method, at(id, suffix), method === 'POST' ? { token, key: key(), body } : { token }, status);
+        if (status === 400) assert.deepEqual([r.body.error.details.field, r.body.error.details.location], ['subscription_id', 'path']);
+        else assert.equal(r.body.error.code, 'NOT_FOUND');
+      }
+    }
+    assert.deepEqual((await get(at(foreign.subscription_id), 200, other.token)).body.data, foreign, "another application's subscription is untouched");
+    assert.deepEqual((await get(at(s.subscription_id))).body.data, s, 'and so is the one out of the scope');
+
+    // The query of a read: limit 1-100, wait_seconds 0-30, nothing else, each once.
+    for (const query of [
+      'limit=0',
+      'limit=101',
+      'limit=x',
+      'wait_seconds=31',
+      'wait_seconds=-1',
+      'wait_seconds=1.5',
+      'wait_seconds=abc',
+      'limit=1&limit=2',
+      'after=0',
+    ]) {
+      const bad = await get(at(watch.subscription_id, `/events?${query}`), 400, admin, 'INVALID_ARGUMENT');
+      assert.deepEqual([bad.body.error.details.field, bad.body.error.details.location], [query.split('=')[0], 'query'], `${query}: ${bad.text}`);
+    }
   });
 
   test('audit events and events: pages, cursors, and bad queries', async () => {
@@ -744,12 +1070,14 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.ok(all.some((e: { action: string }) => e.action === 'application.resources.configure'));
     assert.ok(all.some((e: { action: string }) => e.action === 'task.cancel'));
     assert.ok(all.some((e: { action: string }) => e.action === 'task.resolve'));
-    for (const action of ['schedule.create', 'schedule.pause', 'schedule.resume']) {
+    for (const action of ['schedule.create', 'schedule.pause', 'schedule.resume', 'subscription.create', 'subscription.pause', 'subscription.resume']) {
+      const type = action.split('.')[0];
       assert.ok(
-        all.some((e: { action: string; resource_type: string }) => e.action === action && e.resource_type === 'schedule'),
-        `an audit record of ${action} (resource_type schedule)`,
+        all.some((e: { action: string; resource_type: string; resource: string }) => e.action === action && e.resource_type === type && HEX32.test(e.resource)),
+        `an audit record of ${action} (resource_type ${type}, the id as resource)`,
       );
     }
+    assert.ok(!all.some((e: { action: string }) => e.action.startsWith('subscription.ack')), 'an ack is a consumer position, not a management change');
     await get('/v1/audit-events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/audit-events?limit=abc', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/audit-events?after=0', 400, admin, 'INVALID_ARGUMENT');
@@ -766,22 +1094,61 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     const empty = await get(`/v1/events?after=${rest.body.data.next_after}`);
     assert.deepEqual(empty.body.data.events, []);
     assert.equal(empty.body.data.next_after, rest.body.data.next_after);
-    const types = new Set<string>();
+    const events: Array<{ type: string; subject: string; data: Record<string, unknown> }> = [];
     for (let after = '0', page = 0; page < 100; page++) {
       const r = await get(`/v1/events?after=${after}&limit=100`);
-      for (const e of r.body.data.events as Array<{ type: string }>) types.add(e.type);
+      events.push(...r.body.data.events);
       if (r.body.data.events.length === 0) break;
       after = r.body.data.next_after;
     }
-    for (const type of ['schedule.created', 'schedule.paused', 'schedule.resumed']) assert.ok(types.has(type), `an event ${type}`);
+    const types = new Set(events.map((e) => e.type));
+    const management = ['schedule.created', 'schedule.paused', 'schedule.resumed', 'subscription.created', 'subscription.paused', 'subscription.resumed'];
+    const lifecycle = ['task.submitted', 'task.cancelled', 'task.resolved'];
+    for (const type of [...management, ...lifecycle]) assert.ok(types.has(type), `an event ${type}`);
+    // Every type in the feed is one Event.type's description names.
+    const eventSchema = openapi.components.schemas?.Event as { properties: { type: { description: string } } } | undefined;
+    assert.ok(eventSchema, 'openapi.yaml has an Event schema');
+    const documented = new Set([...eventSchema.properties.type.description.matchAll(/`([a-z]+(?:\.[a-z_]+)+)`/g)].map((m) => m[1] as string));
+    for (const type of [...management, ...lifecycle]) assert.ok(documented.has(type), `Event.type's description lists ${type}`);
+    assert.deepEqual(
+      [...types].filter((type) => !documented.has(type)),
+      [],
+      "event types in the feed that Event.type's description does not name",
+    );
+    // A task event: the task id as subject and in data, with its queue; a task the schedule loop made also names the schedule and the point.
+    for (const e of events.filter((x) => x.type.startsWith('task.'))) {
+      assert.equal(e.data.task_id, e.subject, `${e.type}: data.task_id is the subject`);
+      assert.equal(typeof e.data.queue, 'string', `${e.type}: data.queue`);
+    }
+    const submitted = events.filter((e) => e.type === 'task.submitted');
+    assert.ok(
+      submitted.every((e) => Number.isInteger(e.data.priority)),
+      'task.submitted carries the priority',
+    );
+    for (const e of events.filter((x) => x.type === 'task.resolved')) {
+      assert.ok(['succeeded', 'failed', 'retry'].includes(e.data.outcome as string), `task.resolved: data.outcome ${JSON.stringify(e.data)}`);
+      assert.equal(typeof e.data.state, 'string', 'task.resolved: data.state');
+    }
+    assert.ok(scheduledTask, 'the schedules test made a task through the schedule loop');
+    const ofScheduled = events.filter((e) => e.subject === scheduledTask?.task_id);
+    assert.deepEqual(
+      ofScheduled.map((e) => [e.type, e.data.queue, e.data.schedule_id, e.data.scheduled_for]),
+      [['task.submitted', 'default', scheduledTask.schedule_id, scheduledTask.scheduled_for]],
+    );
+    const direct = submitted.find((e) => e.subject !== scheduledTask?.task_id);
+    assert.deepEqual([direct?.data.schedule_id, direct?.data.scheduled_for], [undefined, undefined], 'a direct submission names no schedule');
     await get('/v1/events?after=abc', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/events?after=-1', 400, admin, 'INVALID_ARGUMENT');
     await get('/v1/events?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
   });
 
   /** One plausible request per operation, for the authentication and permission sweeps. */
-  function sampleRequest(op: SpecOperation, taskId: string, scheduleId: string): { path: string; body?: unknown } {
-    const path = op.path.replace('{queue}', 'default').replace('{task_id}', taskId).replace('{schedule_id}', scheduleId);
+  function sampleRequest(op: SpecOperation, taskId: string, scheduleId: string, subscriptionId: string): { path: string; body?: unknown } {
+    const path = op.path
+      .replace('{queue}', 'default')
+      .replace('{task_id}', taskId)
+      .replace('{schedule_id}', scheduleId)
+      .replace('{subscription_id}', subscriptionId);
     const bodies: Record<string, unknown> = {
       configureApplicationResources: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1 },
       createQueue: { name: 'never', reason: 'x' },
@@ -801,6 +1168,10 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       createSchedule: { name: 'never', reason: 'x', interval_seconds: 86400, start_at: FAR_START, payload: {} },
       pauseSchedule: { reason: 'x' },
       resumeSchedule: { reason: 'x' },
+      createSubscription: { name: 'never', reason: 'x', queues: ['default'], from: 'beginning' },
+      pauseSubscription: { reason: 'x' },
+      resumeSubscription: { reason: 'x' },
+      ackSubscription: { sequence: '1' },
     };
     if (op.requestSchema === null) return { path };
     const body = bodies[op.operationId];
@@ -811,9 +1182,11 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   test('401 UNAUTHENTICATED on every authenticated operation: no token, a malformed one, a wrong secret', async () => {
     const task = await submit('default');
     const target = await schedule('default');
+    const feed = await subscription({ queues: ['default'], from: 'beginning' });
     const wrongSecret = `${admin.slice(0, -4)}${admin.endsWith('AAAA') ? 'BBBB' : 'AAAA'}`;
+    const before = await dbFingerprint(t.db);
     for (const op of operations.filter((o) => o.authenticated)) {
-      const { path, body } = sampleRequest(op, task.task_id, target.schedule_id);
+      const { path, body } = sampleRequest(op, task.task_id, target.schedule_id, feed.subscription_id);
       for (const headers of [{}, { Authorization: 'Basic dXNlcjpwYXNz' }, { Authorization: `Bearer ${wrongSecret}` }] as Array<Record<string, string>>) {
         const response = await api.request(op.method, path, { headers, key: op.method === 'POST' ? key() : undefined, body });
         check(op.method, path, response);
@@ -821,13 +1194,16 @@ describe('contract: every operation answers what openapi.yaml says', () => {
         assert.equal(response.body.error.code, 'UNAUTHENTICATED');
       }
     }
+    assert.deepEqual(await dbFingerprint(t.db), before, 'a request refused with 401 changed the database');
   });
 
   test('403 PERMISSION_DENIED on every operation with an action, naming it', async () => {
     const task = await submit('default');
     const target = await schedule('default');
+    const feed = await subscription({ queues: ['default'], from: 'beginning' });
+    const before = await dbFingerprint(t.db);
     for (const op of operations.filter((o) => o.action !== null)) {
-      const { path, body } = sampleRequest(op, task.task_id, target.schedule_id);
+      const { path, body } = sampleRequest(op, task.task_id, target.schedule_id, feed.subscription_id);
       const token = op.action === 'events:read' ? onlyAudit : onlyEvents;
       const response = await api.request(op.method, path, { token, key: op.method === 'POST' ? key() : undefined, body });
       check(op.method, path, response);
@@ -835,6 +1211,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       assert.equal(response.body.error.code, 'PERMISSION_DENIED');
       assert.equal(response.body.error.details.action, op.action);
     }
+    assert.deepEqual(await dbFingerprint(t.db), before, 'a request refused with 403 changed the database');
   });
 
   test('an unknown route is 404 NOT_FOUND in the error envelope', async () => {

@@ -189,16 +189,21 @@ export async function dbFingerprint(db: Database, options: FingerprintOptions = 
 // Responses
 // ---------------------------------------------------------------------------------------------
 
-/** Exactly these headers and bytes through `app.request()` (no Content-Type is added). */
+/**
+ * Exactly these headers and bytes through `app.request()` (no Content-Type is added). `signal`
+ * is the request's own (a long-poll answers at once when it is aborted).
+ */
 export async function sendRaw(
   app: { request(path: string, init?: RequestInit): Response | Promise<Response> },
   method: string,
   path: string,
   headers: Record<string, string>,
   body?: string | Uint8Array,
+  signal?: AbortSignal,
 ): Promise<TestResponse> {
   const init: RequestInit = { method, headers };
   if (body !== undefined) init.body = typeof body === 'string' ? new TextEncoder().encode(body) : body;
+  if (signal !== undefined) init.signal = signal;
   const raw = await app.request(path, init);
   const text = await raw.text();
   let parsed: unknown;

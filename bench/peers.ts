@@ -104,24 +104,18 @@ try {
       if (r.enqueue !== null && Number.isFinite(r.enqueue)) peakSingle = Number.isNaN(peakSingle) ? r.enqueue : Math.max(peakSingle, r.enqueue);
     }
   }
-  // What task lifecycle events cost: the same shapes with ORBIT_TASK_EVENTS=off, right after the
-  // runs with them on (the default), on the same machine in the same run.
+  // What task lifecycle events cost: each shape with them on (the default), then at once with
+  // ORBIT_TASK_EVENTS=off, on the same machine in the same run.
   const eventCost: string[] = [];
   if (wanted(w, 'events')) {
     for (const [sessions, capacity] of [
       [1, w.concurrency],
       [4, w.concurrency],
     ] as Array<[number, number]>) {
-      const on =
-        orbitRows.find((r) => r.system === `Orbit ${sessions}×${capacity}`) ??
-        (await attempt(`Orbit ${sessions}×${capacity}`, () => benchOrbit(w, { sessions, capacity })));
-      if (!orbitRows.includes(on)) {
-        results.push(on);
-        orbitRows.push(on);
-      }
+      const on = await attempt(`Orbit ${sessions}×${capacity}`, () => benchOrbit(w, { sessions, capacity }));
       const off = await attempt(`Orbit ${sessions}×${capacity} no events`, () => benchOrbit(w, { sessions, capacity, taskEvents: false }));
-      results.push(off);
-      orbitRows.push(off);
+      results.push(on, off);
+      orbitRows.push(on, off);
       if (on.drain !== null && off.drain !== null) {
         eventCost.push(
           `Orbit ${sessions}×${capacity}: drain with lifecycle events ${fmt(on.drain)}/s, without ${fmt(off.drain)}/s → ${((on.drain / off.drain) * 100).toFixed(0)} % (enqueue ${fmt(on.enqueue ?? 0)}/s vs ${fmt(off.enqueue ?? 0)}/s)`,

@@ -96,7 +96,7 @@ export function registerUsageGauges(registry: Registry, load: () => Promise<Usag
   const subscription = (s: SubscriptionLag) => ({ application: s.application, namespace: s.namespace, subscription: s.subscription });
   gauge(
     'orbit_subscription_lag_events',
-    'Subscription: events of its namespace after its acknowledged position (up to 100,000; its filters not applied)',
+    'Subscription: events of its namespace after its acknowledged position (among the next 100,000 sequence numbers; its filters not applied)',
     ['application', 'namespace', 'subscription'],
     (s) => s.subscriptions,
     subscription,

@@ -79,6 +79,30 @@ describe('usage gauges in /metrics', () => {
     await worker.close();
   });
 
+  test('subscription lag: events behind the acknowledged position and their age; 0 once acknowledged to the head', async () => {
+    const created = await call(server.url, 'POST', '/v1/subscriptions', {
+      token: tenant.token,
+      key: 'lag-sub',
+      body: { name: 'lagging', reason: 'lag', from: 'beginning' },
+    });
+    assert.equal(created.status, 200, JSON.stringify(created.body));
+    const id = created.body.data.subscription.subscription_id;
+    await new Promise((resolve) => setTimeout(resolve, 1_050));
+    const lag = async (name: string) =>
+      (await series(server.url, name)).find((s) => s.labels.subscription === 'lagging' && s.labels.namespace === 'gauges')?.value;
+    const events = (await call(server.url, 'GET', '/v1/events?limit=100', { token: tenant.token })).body.data.events;
+    assert.equal(await lag('orbit_subscription_lag_events'), events.length);
+    assert.ok(((await lag('orbit_subscription_lag_seconds')) ?? 0) > 0);
+    const head = events.at(-1).sequence;
+    assert.equal(
+      (await call(server.url, 'POST', `/v1/subscriptions/${id}:ack`, { token: tenant.token, key: 'lag-ack', body: { sequence: head } })).status,
+      200,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1_050));
+    assert.equal(await lag('orbit_subscription_lag_events'), 0);
+    assert.equal(await lag('orbit_subscription_lag_seconds'), 0);
+  });
+
   test('the window starts right after a start, and the queue series are capped', async () => {
     const worker = await connectRaw(server.url, tenant.token);
     await worker.request({ type: 'hello', node_id: 'gauges-2', queues: ['busy'], capacity: 1 });

@@ -63,13 +63,17 @@ export interface SubscriptionLag {
   application: string;
   namespace: string;
   subscription: string;
-  /** Events of the namespace after the acknowledged position (counted up to LAG_COUNT_CAP; the subscription's filters are not applied). */
+  /**
+   * Events of the namespace after the acknowledged position, among the next LAG_COUNT_CAP
+   * sequence numbers of the feed (so at most that many; the subscription's filters are not
+   * applied): a bounded index range, whatever the lag.
+   */
   events_behind: number;
   /** Seconds since the first event after the position happened; 0 when it is at the head. */
   seconds_behind: number;
 }
 
-/** Counting the events behind a subscription stops here: a gauge, not an audit. */
+/** How far past a subscription's position its lag is counted, in sequence numbers: a gauge, not an audit. */
 export const LAG_COUNT_CAP = 100_000;
 
 export async function usageSnapshot(
@@ -105,7 +109,8 @@ export async function usageSnapshot(
     now: string;
   }>(sql`
     SELECT /* scatter: metrics-usage */ a.name AS application, n.name AS namespace, s.name AS subscription, NOW(6) AS now,
-           (SELECT COUNT(*) FROM (SELECT 1 FROM orbit_events e WHERE e.namespace_id = s.namespace_id AND e.sequence > s.acked_sequence LIMIT ${LAG_COUNT_CAP}) AS behind_rows) AS behind,
+           (SELECT COUNT(*) FROM orbit_events e
+             WHERE e.namespace_id = s.namespace_id AND e.sequence > s.acked_sequence AND e.sequence <= s.acked_sequence + ${LAG_COUNT_CAP}) AS behind,
            (SELECT e.occurred_at FROM orbit_events e WHERE e.namespace_id = s.namespace_id AND e.sequence > s.acked_sequence ORDER BY e.sequence LIMIT 1) AS first_at
       FROM orbit_subscriptions s
       JOIN orbit_namespaces n ON n.namespace_id = s.namespace_id

@@ -16,6 +16,7 @@ import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
+import { stateChangeRecords } from '../records/state-changes.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';
 import { lockRows } from '../database/lock-order.ts';
@@ -205,25 +206,21 @@ export async function scheduleSetState(
     }
     await applicationRowLock(tx, principal.applicationId);
     await tx.exec(sql`UPDATE orbit_schedules SET state = ${params.to}, updated_at = NOW(6) WHERE schedule_id = ${row.schedule_id}`);
-    const before = toSchedule(row, principal.namespace);
     const after = toSchedule({ ...row, state: params.to }, principal.namespace);
-    await auditInsert(tx, {
+    await stateChangeRecords(tx, {
       principal,
-      action: `schedule.${verb}`,
-      resourceType: 'schedule',
-      resource: after.schedule_id,
-      reason: params.reason,
       requestId: params.requestId,
       idempotencyKey: params.receipt.key,
-      before: { state: before.state },
-      after: { state: after.state },
-    });
-    await eventInsert(tx, {
-      applicationId: principal.applicationId,
-      namespaceId: principal.namespaceId,
-      type: params.to === 'PAUSED' ? 'schedule.paused' : 'schedule.resumed',
-      subject: after.schedule_id,
-      data: { queue: after.queue, name: after.name, state: after.state, ...(after.next_fire_at ? { next_fire_at: after.next_fire_at } : {}) },
+      reason: params.reason,
+      resourceType: 'schedule',
+      resource: after.schedule_id,
+      action: `schedule.${verb}`,
+      from: row.state,
+      to: params.to,
+      event: {
+        type: params.to === 'PAUSED' ? 'schedule.paused' : 'schedule.resumed',
+        data: { queue: after.queue, name: after.name, state: after.state, ...(after.next_fire_at ? { next_fire_at: after.next_fire_at } : {}) },
+      },
     });
     return { response: after, resourceId: row.schedule_id };
   });

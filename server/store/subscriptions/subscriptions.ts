@@ -24,6 +24,7 @@ import { canAccessQueue } from '../../domain/principal.ts';
 import { millisToSql, sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
+import { stateChangeRecords } from '../records/state-changes.ts';
 import { eventInsert, eventList } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';
@@ -221,25 +222,18 @@ export async function subscriptionSetState(
     }
     await applicationRowLock(tx, principal.applicationId);
     await tx.exec(sql`UPDATE orbit_subscriptions SET state = ${params.to}, updated_at = NOW(6) WHERE subscription_id = ${row.subscription_id}`);
-    const before = toSubscription(row, principal.namespace);
     const after = toSubscription({ ...row, state: params.to }, principal.namespace);
-    await auditInsert(tx, {
+    await stateChangeRecords(tx, {
       principal,
-      action: `subscription.${verb}`,
-      resourceType: 'subscription',
-      resource: after.subscription_id,
-      reason: params.reason,
       requestId: params.requestId,
       idempotencyKey: params.receipt.key,
-      before: { state: before.state },
-      after: { state: after.state },
-    });
-    await eventInsert(tx, {
-      applicationId: principal.applicationId,
-      namespaceId: principal.namespaceId,
-      type: params.to === 'PAUSED' ? 'subscription.paused' : 'subscription.resumed',
-      subject: after.subscription_id,
-      data: eventData(after),
+      reason: params.reason,
+      resourceType: 'subscription',
+      resource: after.subscription_id,
+      action: `subscription.${verb}`,
+      from: row.state,
+      to: params.to,
+      event: { type: params.to === 'PAUSED' ? 'subscription.paused' : 'subscription.resumed', data: eventData(after) },
     });
     return { response: after, resourceId: row.subscription_id };
   });

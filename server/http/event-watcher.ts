@@ -25,6 +25,9 @@ export interface EventMatch {
   types?: ReadonlySet<string>;
 }
 
+/** How far behind the newest sequence number a watcher starts (see register). */
+const START_BEHIND = 200n;
+
 interface Waiter {
   match: EventMatch;
   wake: () => void;
@@ -67,7 +70,10 @@ export class EventWatcher {
     if (this.head === null) {
       this.headRead ??= eventHead(this.db)
         .then((head) => {
-          this.head ??= head;
+          // A little behind the newest number: below it, another application's event may not
+          // have committed yet (its number was taken first). Looking again at the last
+          // START_BEHIND numbers costs a spurious wake at most; the waiters read again anyway.
+          this.head ??= (BigInt(head) > START_BEHIND ? BigInt(head) - START_BEHIND : 0n).toString();
         })
         .finally(() => {
           this.headRead = null;
@@ -130,7 +136,7 @@ export class EventWatcher {
       if (this.head === null) this.head = await eventHead(this.db);
       const now = Date.now();
       for (const [sequence, since] of this.gaps) if (now - since > (this.options.gapMs ?? 10_000)) this.gaps.delete(sequence);
-      const rows = await eventHeadersSince(this.db, this.head, [...this.gaps.keys()].slice(0, 1000), this.options.batch ?? 2000);
+      const rows = await eventHeadersSince(this.db, this.head, [...this.gaps.keys()].slice(-1000), this.options.batch ?? 2000);
       let next = BigInt(this.head);
       for (const row of rows) {
         this.gaps.delete(row.sequence);
@@ -147,6 +153,11 @@ export class EventWatcher {
     } finally {
       this.polling = false;
       if (this.waiters.size > 0) this.schedule();
+      else {
+        // The last waiter was woken: start afresh next time rather than from an old place.
+        this.head = null;
+        this.gaps.clear();
+      }
     }
   }
 

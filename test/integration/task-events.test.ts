@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
+import { call, configureQueue, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { connectRaw } from '../helpers/ws-session.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { NonRetryableError, OrbitWorker } from '../../sdk/worker.ts';
@@ -234,7 +234,12 @@ describe('task lifecycle events, two server processes', () => {
 
   test('queue scope and namespaces: a credential sees task events of its queues only; another namespace none', async () => {
     const jobsOnly = await createCredential(t.db, tenant, ['events:read'], ['jobs']);
+    await configureQueue(url(), tenant.token, 'other', { max_concurrency: 77 });
     const events = await feed(jobsOnly);
+    assert.ok((await feed()).some((e) => e.type === 'queue.configured' && e.subject === 'other'));
+    const aboutQueues = events.filter((e) => e.type.startsWith('queue.') || e.type.startsWith('schedule.'));
+    assert.ok(aboutQueues.length > 0, 'the schedule on jobs is visible');
+    assert.deepEqual([...new Set(aboutQueues.map((e) => e.data.queue ?? e.subject))], ['jobs'], 'events about other queues are not shown');
     const taskEvents = events.filter((e) => e.type.startsWith('task.'));
     assert.ok(taskEvents.length > 0);
     assert.deepEqual([...new Set(taskEvents.map((e) => e.data.queue))], ['jobs']);

@@ -172,7 +172,7 @@ export async function attemptFinishFast(db: Database, params: { applicationId: I
       taskEventsFromRows(
         applicationId,
         byTask.map((i) => i.taskId),
-        sql`CASE t.state WHEN 'SUCCEEDED' THEN 'task.succeeded' WHEN 'FAILED' THEN 'task.failed' ELSE 'task.cancelled' END`,
+        sql`CASE t.state WHEN 'SUCCEEDED' THEN 'task.succeeded' WHEN 'FAILED' THEN 'task.failed' WHEN 'CANCELLED' THEN 'task.cancelled' ELSE NULL END`,
         sql`JSON_OBJECT('attempt_number', t.attempts)`,
       ),
     );

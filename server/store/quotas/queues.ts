@@ -146,6 +146,7 @@ export async function queueCreate(
       type: 'queue.created',
       subject: queue.queue,
       data: limitsOf(queue),
+      queue: queue.queue,
     });
     return { response: queue, resourceId: row.queue_id };
   });
@@ -195,6 +196,7 @@ export async function queueConfigure(
       type: 'queue.configured',
       subject: after.queue,
       data: limitsOf(after),
+      queue: after.queue,
     });
     return { response: after, resourceId: row.queue_id };
   });

@@ -184,6 +184,7 @@ export async function scheduleCreate(
       type: 'schedule.created',
       subject: schedule.schedule_id,
       data: describe(schedule),
+      queue: schedule.queue,
     });
     return { response: schedule, resourceId: scheduleId };
   });
@@ -220,6 +221,7 @@ export async function scheduleSetState(
       event: {
         type: params.to === 'PAUSED' ? 'schedule.paused' : 'schedule.resumed',
         data: { queue: after.queue, name: after.name, state: after.state, ...(after.next_fire_at ? { next_fire_at: after.next_fire_at } : {}) },
+        queue: after.queue,
       },
     });
     return { response: after, resourceId: row.schedule_id };

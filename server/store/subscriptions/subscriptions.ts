@@ -110,10 +110,11 @@ async function subscriptionLockVisible(tx: Transaction, principal: Principal, su
 
 /** The newest sequence number of the namespace's events ('0' when it has none). A plain read, routed by namespace. */
 export async function namespaceEventHead(db: Queryable, applicationId: IdBytes, namespaceId: IdBytes): Promise<string> {
-  const [row] = await db.rows<{ head: string | number | null }>(
-    sql`SELECT MAX(sequence) AS head FROM orbit_events WHERE application_id = ${applicationId} AND namespace_id = ${namespaceId}`,
+  // The newest by the (namespace_id, sequence) index: one entry read, not the namespace's rows.
+  const [row] = await db.rows<{ head: string | number }>(
+    sql`SELECT sequence AS head FROM orbit_events WHERE application_id = ${applicationId} AND namespace_id = ${namespaceId} ORDER BY sequence DESC LIMIT 1`,
   );
-  return row?.head === null || row?.head === undefined ? '0' : String(row.head);
+  return row === undefined ? '0' : String(row.head);
 }
 
 /** What the events of a subscription say about it. The queue filter is left out: events about no queue are read by every credential of the namespace. */

@@ -1,0 +1,84 @@
+/**
+ * The event watcher (server/http/event-watcher.ts) against a real database, where sequence
+ * numbers are taken at insert time and two applications' transactions commit in either order:
+ * a waiter registered while a lower number is still uncommitted is woken when it commits; a
+ * waiter is woken by its own namespace's events only; after the last waiter the watcher starts
+ * afresh instead of from an old place.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import mysql from 'mysql2/promise';
+import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { createTenant, type TestTenant } from '../helpers/tenants.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { EventWatcher } from '../../server/http/event-watcher.ts';
+import { silentLogger } from '../../server/log.ts';
+import { newId } from '../../server/ids.ts';
+
+describe('event watcher', () => {
+  let t: TestDatabase;
+  let a: TestTenant;
+  let b: TestTenant;
+  let watcher: EventWatcher;
+
+  before(async () => {
+    t = await freshDatabase('event_watcher');
+    a = await createTenant(t.db, { namespace: 'a' });
+    b = await createTenant(t.db, { namespace: 'b' });
+    watcher = new EventWatcher(t.db, silentLogger(), { intervalMs: 20 });
+  });
+  after(async () => {
+    watcher.stop();
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+
+  /** An event row as the store writes one (a fixture: the test controls when it commits). */
+  const insert = (conn: mysql.Connection, tenant: TestTenant, subject: string) =>
+    conn.query(
+      "INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at) VALUES (?, ?, ?, 'task.succeeded', ?, '{}', NOW(6))",
+      [newId(), Buffer.from(tenant.applicationId, 'hex'), Buffer.from(tenant.namespaceId, 'hex'), subject],
+    );
+
+  test('a lower number that commits after a higher one still wakes its waiter', async () => {
+    const slow = await mysql.createConnection({ uri: t.url });
+    const fast = await mysql.createConnection({ uri: t.url });
+    try {
+      await slow.query('START TRANSACTION');
+      await insert(slow, a, 'late'); // takes the lower number, commits last
+      await insert(fast, b, 'early'); // autocommit: the higher number is visible first
+      const waiter = await watcher.register({ namespaceId: a.namespaceId, subject: 'late' });
+      const woken = waiter.wait(3_000);
+      await new Promise((resolve) => setTimeout(resolve, 150)); // the watcher has passed the higher number by now
+      const committedAt = Date.now();
+      await slow.query('COMMIT');
+      assert.equal(await woken, true, 'woken by the event that committed late');
+      assert.ok(Date.now() - committedAt < 1_000, `${Date.now() - committedAt} ms after the commit`);
+    } finally {
+      await slow.end();
+      await fast.end();
+    }
+  });
+
+  test("another namespace's events do not wake a waiter; its own do, also after the watcher went idle", async () => {
+    const conn = await mysql.createConnection({ uri: t.url });
+    try {
+      // (A new watcher looks a little behind the newest event, so match one subject: earlier
+      // events of namespace a would wake it spuriously, which its users allow.)
+      const waiter = await watcher.register({ namespaceId: a.namespaceId, subject: 'shared-subject' });
+      const woken = waiter.wait(600);
+      await insert(conn, b, 'shared-subject');
+      assert.equal(await woken, false, 'not woken by namespace b');
+      // Idle now; then many events, then a new waiter: it starts near the newest one, not far behind.
+      for (let i = 0; i < 50; i++) await insert(conn, b, `noise-${i}`);
+      const again = await watcher.register({ namespaceId: a.namespaceId, subject: 'wake-a' });
+      const wokenAgain = again.wait(2_000);
+      const t0 = Date.now();
+      await insert(conn, a, 'wake-a');
+      assert.equal(await wokenAgain, true);
+      assert.ok(Date.now() - t0 < 500, `${Date.now() - t0} ms`);
+    } finally {
+      await conn.end();
+    }
+  });
+});

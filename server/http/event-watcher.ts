@@ -27,6 +27,8 @@ export interface EventMatch {
 
 /** How far behind the newest sequence number a watcher starts (see register). */
 const START_BEHIND = 200n;
+/** Passed-over numbers remembered at most (the newest ones; the newest 1,000 are asked for each tick). */
+const MAX_GAPS = 10_000;
 
 interface Waiter {
   match: EventMatch;
@@ -142,12 +144,19 @@ export class EventWatcher {
         this.gaps.delete(row.sequence);
         const sequence = BigInt(row.sequence);
         if (sequence > next) {
-          for (let missing = next + 1n; missing < sequence && this.gaps.size < 10_000; missing++) this.gaps.set(missing.toString(), now);
+          const from = sequence - next > BigInt(MAX_GAPS) ? sequence - BigInt(MAX_GAPS) : next + 1n;
+          for (let missing = from; missing < sequence; missing++) this.gaps.set(missing.toString(), now);
           next = sequence;
         }
         this.dispatch(row);
       }
       this.head = next.toString();
+      // Numbers that never commit (a rolled-back insert; an INSERT … SELECT reserves numbers in
+      // blocks) pile up here: keep the newest, where an event committing late would be.
+      for (const sequence of this.gaps.keys()) {
+        if (this.gaps.size <= MAX_GAPS) break;
+        this.gaps.delete(sequence);
+      }
     } catch (error) {
       this.log.warn({ err: error }, 'event watcher: reading new events failed; trying again');
     } finally {

@@ -10,7 +10,7 @@
  * events are written either way.
  */
 import { sql, type SQL } from 'drizzle-orm';
-import { idToHex, newId, type IdBytes } from '../../ids.ts';
+import { idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { EventRecord } from './events.ts';
 import type { TaskState } from '../tasks/tasks.ts';
@@ -81,23 +81,24 @@ const rfc3339 = (column: string) => `CONCAT(DATE_FORMAT(${column}, '%Y-%m-%dT%H:
  * Same data as `taskEvent`. Send it after the task rows were written, with the application row
  * held (the feed's ordering rule); the rows it reads are locked by the same transaction.
  *
- * `INSERT … VALUES` with one row per task (each column a lookup of that task by primary key), not
- * `INSERT … SELECT`: with a known row count InnoDB hands out exactly that many sequence numbers,
- * where a SELECT of unknown size reserves them in growing blocks and leaves the rest unused -
- * numbers the event watcher would keep asking for.
+ * One INSERT … SELECT over the task rows. (Tried: INSERT … VALUES with a lookup per column, so
+ * InnoDB would take exactly as many sequence numbers as rows - an INSERT … SELECT reserves them
+ * in growing blocks and leaves the rest unused; it cost a third of the drain, see
+ * bench/RESULTS.md. The event watcher copes with the unused numbers instead.)
  */
 export function taskEventsFromRows(applicationId: IdBytes, taskIds: readonly IdBytes[], type: SQL, more: SQL = sql`JSON_OBJECT()`): SQL {
-  const ordered = [...new Map(taskIds.map((id) => [idToHex(id), id])).values()].sort(Buffer.compare);
-  const of = (id: IdBytes, expression: SQL) =>
-    sql`(SELECT ${expression} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id WHERE t.application_id = ${applicationId} AND t.task_id = ${id})`;
-  const data = sql`JSON_MERGE_PATCH(
+  return sql`INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at, queue_name)
+    SELECT UNHEX(REPLACE(UUID(), '-', '')), t.application_id, t.namespace_id, ${type}, LOWER(HEX(t.task_id)),
+           JSON_MERGE_PATCH(
              JSON_OBJECT('task_id', LOWER(HEX(t.task_id)), 'queue', q.name),
              ${more},
              IF(t.schedule_id IS NULL, JSON_OBJECT(), JSON_OBJECT('schedule_id', LOWER(HEX(t.schedule_id)), 'scheduled_for', ${sql.raw(rfc3339('t.scheduled_for'))}))
-           )`;
-  const rows = ordered.map(
-    (id) =>
-      sql`(${newId()}, ${applicationId}, ${of(id, sql`t.namespace_id`)}, ${of(id, type)}, ${idToHex(id)}, ${of(id, data)}, NOW(6), ${of(id, sql`q.name`)})`,
-  );
-  return sql`INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at, queue_name) VALUES ${sql.join(rows, sql`, `)}`;
+           ),
+           NOW(6), q.name
+      FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
+     WHERE t.application_id = ${applicationId} AND t.task_id IN (${sql.join(
+       [...taskIds].map((id) => sql`${id}`),
+       sql`, `,
+     )})
+     ORDER BY t.task_id`;
 }

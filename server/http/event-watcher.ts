@@ -43,6 +43,7 @@ export class EventWatcher {
   private timer: NodeJS.Timeout | null = null;
   private polling = false;
   private stopped = false;
+  private lastWarning = 0;
 
   constructor(
     private readonly db: Database,
@@ -158,7 +159,11 @@ export class EventWatcher {
         this.gaps.delete(sequence);
       }
     } catch (error) {
-      this.log.warn({ err: error }, 'event watcher: reading new events failed; trying again');
+      // While the database is away this would repeat every tick: once every 10 s is enough.
+      if (Date.now() - this.lastWarning > 10_000) {
+        this.lastWarning = Date.now();
+        this.log.warn({ err: error }, 'event watcher: reading new events failed; trying again');
+      }
     } finally {
       this.polling = false;
       if (this.waiters.size > 0) this.schedule();

@@ -176,12 +176,14 @@ export async function subscriptionCreate(
     if (!inserted) throw new OrbitError('INTERNAL', 'the new subscription is missing');
     await applicationRowLock(tx, principal.applicationId);
     const draft = toSubscription(inserted, principal.namespace);
+    // Its position is not known yet for `from: now` (it is after this very event): `from` says it.
+    const { acked_sequence: _position, ...described } = eventData(draft);
     await eventInsert(tx, {
       applicationId: principal.applicationId,
       namespaceId: principal.namespaceId,
       type: 'subscription.created',
       subject: draft.subscription_id,
-      data: { ...eventData(draft), from: d.from },
+      data: { ...described, from: d.from },
     });
     // `now`: after the newest event of the namespace, this subscription's own creation included
     // (read under the application row, so nothing of this namespace commits in between).

@@ -5,7 +5,7 @@ import { invalidArgument, notFound } from '../../errors.ts';
 import { hexToId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { SCHEDULE_DEFAULTS, TASK_DEFAULTS } from '../../domain/limits.ts';
-import { triggerProblem, type Trigger } from '../../domain/schedule-points.ts';
+import { LAST_POINT_MS, triggerProblem, type Trigger } from '../../domain/schedule-points.ts';
 import type { components } from '../../generated/openapi.ts';
 import { scheduleCreate, scheduleGetVisible, scheduleList, scheduleSetState, toSchedule, type ScheduleDefinition } from '../../store/schedules/schedules.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
@@ -39,7 +39,7 @@ function definitionOf(body: CreateScheduleBody): { definition: ScheduleDefinitio
     if (!Number.isFinite(startAtMs) || !validCalendarTime(body.start_at)) throw invalidArgument('start_at', 'is not a valid RFC 3339 time');
     // Year 0000, or an offset carrying 9999-12-31 into year 10000 in UTC: neither the column nor
     // the Schedule's start_at (RFC 3339, UTC) can hold it.
-    if (startAtMs < FIRST_STORABLE_MS || startAtMs > LAST_STORABLE_MS) throw invalidArgument('start_at', 'is outside the years 0001-9999 in UTC');
+    if (startAtMs < FIRST_STORABLE_MS || startAtMs > LAST_POINT_MS) throw invalidArgument('start_at', 'is outside the years 0001-9999 in UTC');
   }
   const definition: ScheduleDefinition = {
     name: body.name,
@@ -70,11 +70,10 @@ function definitionOf(body: CreateScheduleBody): { definition: ScheduleDefinitio
 }
 
 /**
- * The instants a DATETIME(6) column and an RFC 3339 UTC time both hold: years 0001-9999 (in
- * year 0000 they disagree - RFC 3339 has a 0000-02-29, MariaDB does not).
+ * The first instant a DATETIME(6) column and an RFC 3339 UTC time both hold (in year 0000 they
+ * disagree - RFC 3339 has a 0000-02-29, MariaDB does not); the last is LAST_POINT_MS.
  */
 const FIRST_STORABLE_MS = Date.parse('0001-01-01T00:00:00.000Z');
-const LAST_STORABLE_MS = Date.parse('9999-12-31T23:59:59.999Z');
 
 /** Date.parse accepts 2026-02-30 and rolls it over; a time that names a day that does not exist is refused. */
 function validCalendarTime(text: string): boolean {

@@ -5,6 +5,8 @@ import { OrbitError, invalidArgument, notFound } from '../../errors.ts';
 import { hexToId, idToHex, isHexId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { TASK_DEFAULTS } from '../../domain/limits.ts';
+import { isTerminal } from '../../domain/task-transitions.ts';
+import type { TaskState } from '../../store/tasks/tasks.ts';
 import type { SubmitItem, SubmitRequest } from '../../store/tasks/admission.ts';
 import type { components } from '../../generated/openapi.ts';
 import * as validators from '../../generated/validators.js';
@@ -15,9 +17,6 @@ import { taskGetVisible, taskList, toTask } from '../../store/tasks/tasks.ts';
 import { taskCancel, taskResolve } from '../../store/tasks/task-decisions.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
-
-/** The states a wait for a task ends in: terminal, or waiting for an operator. */
-const SETTLED: ReadonlySet<string> = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED', 'NEEDS_REVIEW']);
 
 type TaskHandlers = Pick<Handlers<RequestContext>, 'submitTask' | 'submitTasks' | 'listTasks' | 'getTask' | 'cancelTask' | 'resolveTask'>;
 type SubmitTaskBody = components['schemas']['SubmitTaskRequest'];
@@ -154,7 +153,9 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
           throw error;
         }
         const left = until - Date.now();
-        if (SETTLED.has(row.state) || left <= 0 || signal.aborted) {
+        // A wait ends when the task is terminal or waits for an operator.
+        const settled = isTerminal(row.state as TaskState) || row.state === 'NEEDS_REVIEW';
+        if (settled || left <= 0 || signal.aborted) {
           waiter.cancel();
           return toTask(row, principal.namespace);
         }

@@ -21,7 +21,7 @@ import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement } from '../records/events.ts';
-import { settlementEventType, taskEvent, taskEventsEnabled } from '../records/task-events.ts';
+import { settlementEventType, taskEvent, taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -347,48 +347,13 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
       );
     }
     if (taskEventsEnabled()) {
-      const started = granted.map((g) => ({ task: locked.tasks.get(hex(g.attempt.task_id)), attempt: g.attempt }));
-      statements.push(await startedEvents(tx, params.applicationId, started));
+      // The same statement as the fast Start's (after the task rows above were updated).
+      const taskIds = granted.map((g) => g.attempt.task_id);
+      statements.push(taskEventsFromRows(params.applicationId, taskIds, sql`'task.started'`, sql`JSON_OBJECT('attempt_number', t.attempts)`));
     }
     await tx.finish(sql.join(statements, sql`;\n`));
     return answers;
   });
-}
-
-/**
- * The `task.started` events of these attempts (their numbers), as one INSERT. The caller holds
- * the application row and sends this last, with its other writes.
- */
-export async function startedEvents(
-  tx: Queryable,
-  applicationId: IdBytes,
-  started: ReadonlyArray<{
-    task: Pick<TaskRow, 'task_id' | 'namespace_id' | 'queue_id' | 'schedule_id' | 'scheduled_for'> | undefined;
-    attempt: Pick<AttemptRow, 'attempt_number'>;
-  }>,
-): Promise<SQL> {
-  const known = started.filter((s): s is { task: NonNullable<(typeof s)['task']>; attempt: (typeof s)['attempt'] } => s.task !== undefined);
-  if (known.length === 0) return sql`DO 0`;
-  const names = await queueNamesOf(
-    tx,
-    known.map((s) => s.task.queue_id),
-  );
-  return eventInsertStatement(
-    known.map(({ task, attempt }) =>
-      taskEvent(
-        'task.started',
-        {
-          applicationId,
-          namespaceId: task.namespace_id,
-          taskId: task.task_id,
-          queue: names.get(hex(task.queue_id)) ?? '',
-          scheduleId: task.schedule_id,
-          scheduledFor: task.scheduled_for,
-        },
-        { attempt_number: attempt.attempt_number },
-      ),
-    ),
-  );
 }
 
 // ---------------------------------------------------------------------------------------------

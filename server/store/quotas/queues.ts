@@ -13,7 +13,7 @@ import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { sql } from 'drizzle-orm';
-import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import { isDuplicateKeyError, valueList, type Database, type Queryable, type Transaction } from '../database/database.ts';
 import type { QueueRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { applicationRowLock } from './application-resources.ts';
@@ -251,10 +251,7 @@ export async function queueNamesOf(db: Queryable, ids: readonly IdBytes[]): Prom
   const missing = [...new Set(ids.map((id) => id.toString('hex')))].filter((hex) => !queueNames.has(hex));
   if (missing.length > 0) {
     const rows = await db.rows<Pick<QueueRow, 'queue_id' | 'name'>>(
-      sql`SELECT queue_id, name FROM orbit_queues WHERE queue_id IN (${sql.join(
-        missing.map((hex) => sql`${Buffer.from(hex, 'hex')}`),
-        sql`, `,
-      )})`,
+      sql`SELECT queue_id, name FROM orbit_queues WHERE queue_id IN (${valueList(missing.map((hex) => Buffer.from(hex, 'hex')))})`,
     );
     if (queueNames.size > 100_000) queueNames.clear();
     for (const row of rows) queueNames.set(row.queue_id.toString('hex'), row.name);

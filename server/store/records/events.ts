@@ -7,7 +7,7 @@
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
-import type { Queryable } from '../database/database.ts';
+import { valueList, type Queryable } from '../database/database.ts';
 import type { EventRow } from '../database/schema.ts';
 
 export interface EventRecord {
@@ -95,13 +95,7 @@ export type EventHeader = Pick<EventRow, 'sequence' | 'namespace_id' | 'type' | 
  * transactions commit in either order). A plain read across applications, one per watcher tick.
  */
 export async function eventHeadersSince(db: Queryable, after: string, missing: readonly string[], limit: number): Promise<EventHeader[]> {
-  const gaps =
-    missing.length > 0
-      ? sql` OR sequence IN (${sql.join(
-          missing.map((m) => sql`${m}`),
-          sql`, `,
-        )})`
-      : sql``;
+  const gaps = missing.length > 0 ? sql` OR sequence IN (${valueList(missing)})` : sql``;
   return db.rows<EventHeader>(sql`
     SELECT /* scatter: event-watcher */ sequence, namespace_id, type, subject FROM orbit_events
      WHERE sequence > ${after}${gaps}

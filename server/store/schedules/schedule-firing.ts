@@ -30,9 +30,10 @@ import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import { countWaiting, planRound, type MisfirePolicy } from '../../domain/schedule-points.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { valueList, type Database } from '../database/database.ts';
-import { byIdAscending, distinctIdsAscending, lockRows } from '../database/lock-order.ts';
+import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 import type { QueueRow, ScheduleRow } from '../database/schema.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
+import { counterAdjustStatements } from '../quotas/counters.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement, type EventRecord } from '../records/events.ts';
 import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
@@ -215,10 +216,12 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
        WHERE schedule_id = ${c.row.schedule_id}`,
     );
     if (total > 0) {
-      statements.push(sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ${total} WHERE application_id = ${applicationId}`);
-      for (const q of [...perQueue.values()].sort((a, b) => byIdAscending(a.queueId, b.queueId))) {
-        statements.push(sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ${q.count} WHERE queue_id = ${q.queueId}`);
-      }
+      statements.push(
+        ...counterAdjustStatements(
+          applicationId,
+          [...perQueue.values()].map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
+        ),
+      );
       statements.push(sql`INSERT INTO orbit_tasks
         (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
          on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at, schedule_id, scheduled_for)

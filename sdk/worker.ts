@@ -12,8 +12,15 @@
  *   throws reports the outcome `cancelled`.
  * - `stop()` stops claiming, gives back reservations not started yet, waits for running
  *   handlers (up to a timeout), then closes the session.
+ * - A credential the server refuses is permanent: a refused upgrade (401, 403: the server's
+ *   error envelope, as the SDK's OrbitError) or a session the server ends with `error`
+ *   UNAUTHENTICATED and close code 4401 (credential revoked or expired, namespace or
+ *   application disabled) stops the worker, and `run()` rejects with that OrbitError. What may
+ *   pass (no answer, 503 UNAVAILABLE while the database is down) is retried with backoff.
  */
+import type { IncomingMessage } from 'node:http';
 import WebSocket from 'ws';
+import { OrbitError, type ErrorCode } from './index.ts';
 import type { ClaimedAttempt, ServerFrame, WorkerFrame } from './generated/frames.ts';
 import * as serverFrameValidators from './generated/frame-validators.js';
 import type { SERVER_FRAME_TYPES } from './generated/frames.ts';
@@ -30,7 +37,6 @@ export interface TaskContext {
   signal: AbortSignal;
 }
 
-/** Throw this (or any error with `retryable: false`) for a failure that must not be retried. */
 /** Waits for `promise`, but not longer than `ms`; leaves no timer behind. */
 async function within(promise: Promise<unknown>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
@@ -38,8 +44,82 @@ async function within(promise: Promise<unknown>, ms: number): Promise<void> {
   clearTimeout(timer);
 }
 
+/** Throw this (or any error with `retryable: false`) for a failure that must not be retried. */
 export class NonRetryableError extends Error {
   readonly retryable = false;
+}
+
+/** The close code of a session the server ended because its credential may no longer act. */
+const CLOSE_UNAUTHENTICATED = 4401;
+/** The most of a refused upgrade's body read (an Orbit envelope is far smaller). */
+const MAX_REFUSAL_BYTES = 64 * 1024;
+
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** The body of a refused upgrade, as far as it arrives (a connection that breaks off ends it). */
+function readBody(res: IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = () => resolve(Buffer.concat(chunks).toString('utf8'));
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= MAX_REFUSAL_BYTES) chunks.push(chunk);
+    });
+    res.once('end', done);
+    res.once('error', done);
+    res.once('close', done);
+  });
+}
+
+/**
+ * A refused upgrade as the HTTP client methods would raise it (sdk/index.ts): the envelope's
+ * code, message and details with the status and request id; an answer that is not an Orbit
+ * envelope (a proxy's page) is UNAVAILABLE, since Orbit itself may well be fine.
+ */
+function refusal(status: number, headers: IncomingMessage['headers'], text: string): OrbitError {
+  const header = (name: string) => {
+    const value = headers[name];
+    return Array.isArray(value) ? value[0] : value;
+  };
+  const headerRequestId = header('x-request-id');
+  const retryAfterText = header('retry-after');
+  const retryAfter = retryAfterText !== undefined && /^\s*\d+\s*$/.test(retryAfterText) ? Number(retryAfterText) : undefined;
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  if (isObject(body) && isObject(body.error) && typeof body.error.code === 'string') {
+    const { code, message, details } = body.error;
+    return new OrbitError(code as ErrorCode, typeof message === 'string' ? message : code, {
+      status,
+      requestId: typeof body.request_id === 'string' ? body.request_id : headerRequestId,
+      details: isObject(details) ? details : undefined,
+      retryAfter,
+    });
+  }
+  return new OrbitError('UNAVAILABLE', `worker connect: HTTP ${status} without an Orbit envelope (a proxy or load balancer answered?)`, {
+    status,
+    requestId: headerRequestId,
+    retryAfter,
+  });
+}
+
+/**
+ * Whether trying again cannot help: the credential was refused (UNAUTHENTICATED,
+ * PERMISSION_DENIED), the session's own settings were (`hello` answered INVALID_ARGUMENT or
+ * NOT_FOUND: a queue that does not exist or is outside the credential's scope, a capacity out of
+ * range), or Orbit itself refused the upgrade with another 4xx but 429 (a request it understood
+ * and will refuse the same way again). No answer, UNAVAILABLE (the database is down, a proxy
+ * answered), 429 and 5xx may pass.
+ */
+const PERMANENT_CODES = new Set(['UNAUTHENTICATED', 'PERMISSION_DENIED', 'INVALID_ARGUMENT', 'NOT_FOUND']);
+
+function isPermanent(error: OrbitError): boolean {
+  if (PERMANENT_CODES.has(error.code)) return true;
+  return error.status >= 400 && error.status < 500 && error.status !== 429 && error.code !== 'UNAVAILABLE';
 }
 
 export type TaskHandler = (task: TaskContext) => Promise<unknown>;
@@ -71,7 +151,11 @@ export type WorkerEvent =
   | { type: 'rate_limited'; attemptId: string; retryAfterMs: number }
   | { type: 'attempt_dropped'; attemptId: string; reason: string }
   | { type: 'completed'; attemptId: string; taskState: string }
-  | { type: 'protocol_error'; message: string };
+  | { type: 'protocol_error'; message: string }
+  /** A connection attempt failed in a way that may pass; the worker tries again after `retryInMs`. */
+  | { type: 'connect_failed'; error: OrbitError; retryInMs: number }
+  /** The server refused the credential; the worker has stopped and `run()` rejects with `error`. */
+  | { type: 'failed'; error: OrbitError };
 
 interface Waiter {
   resolve: (frame: ServerFrame) => void;
@@ -97,6 +181,10 @@ export class OrbitWorker {
   private loop: Promise<void> | null = null;
   private readonly inFlight = new Set<Promise<void>>();
   private wake: (() => void) | null = null;
+  /** Why the worker stopped by itself (the credential was refused): what `run()` rejects with. */
+  private fatal: OrbitError | null = null;
+  /** `run()` calls waiting for the worker to end (stop() finished, or it failed). */
+  private readonly endWaiters: Array<() => void> = [];
 
   constructor(options: OrbitWorkerOptions) {
     if (!/^https?:\/\//.test(options.baseUrl)) throw new Error('baseUrl must be an http(s) URL');
@@ -104,12 +192,95 @@ export class OrbitWorker {
     this.options = { maxPollIntervalMs: 1000, startOnClaim: true, ...options };
   }
 
-  /** Connects and starts claiming; resolves once the session is open. */
+  /**
+   * Connects and starts claiming; resolves once the session is open. Connecting retries what
+   * may pass (as `run()` does); a refused credential rejects with its OrbitError (the envelope's
+   * code and message, the status and request id) and leaves the worker stopped. For a worker
+   * that stops by itself later (its credential revoked), `run()` is what rejects.
+   */
   async start(): Promise<void> {
     if (this.running) return;
-    this.running = true;
-    await this.connect();
+    this.begin();
+    if (!(await this.establish())) {
+      // Refused (fatal is set), or stop() was called while connecting.
+      const refused = this.fatal;
+      this.finish();
+      if (refused) throw refused;
+      return;
+    }
     this.loop = this.claimLoop();
+  }
+
+  /**
+   * Runs the worker until it ends. Connects - retrying, with backoff up to 5 s, what may pass: no
+   * answer, `503 UNAVAILABLE` while the database is down - claims and runs tasks, and reconnects
+   * after a lost connection. Resolves once `stop()` has finished. Rejects with an OrbitError when
+   * the server refuses the credential, which is never retried: a refused upgrade (`401
+   * UNAUTHENTICATED`, `403 PERMISSION_DENIED`, with the server's message, status and request id)
+   * or a session the server ended (close code 4401, code UNAUTHENTICATED and the server's
+   * message, status 0: no HTTP answer) because the credential was revoked or expired or its
+   * namespace or application was disabled. Called after `start()`, it waits for the end.
+   */
+  async run(): Promise<void> {
+    const ended = new Promise<void>((resolve) => this.endWaiters.push(resolve));
+    if (!this.running) {
+      this.begin();
+      this.loop = this.claimLoop();
+    }
+    await ended;
+    if (this.fatal) throw this.fatal;
+  }
+
+  private begin(): void {
+    this.running = true;
+    this.stopping = false;
+    this.fatal = null;
+  }
+
+  /** The worker has ended: nothing runs any more; `run()` returns (or rejects with `fatal`). */
+  private finish(): void {
+    this.running = false;
+    for (const resolve of this.endWaiters.splice(0)) resolve();
+  }
+
+  /**
+   * The server refused the credential: no more claims, the session is dropped (its handlers'
+   * signals abort, as on a lost connection) and the claim loop ends, then `run()` rejects.
+   */
+  private fail(error: OrbitError): void {
+    if (this.fatal) return;
+    this.fatal = error;
+    this.stopping = true;
+    this.emit({ type: 'failed', error });
+    this.socket?.terminate();
+    this.wake?.();
+  }
+
+  /**
+   * Opens a session, trying again with backoff (up to 5 s, or the refusal's Retry-After) while
+   * the failure may pass. False when the credential was refused (the worker has failed) or the
+   * worker is stopping.
+   */
+  private async establish(): Promise<boolean> {
+    let delayMs = 10;
+    while (!this.stopping) {
+      try {
+        await this.connect();
+        return true;
+      } catch (error) {
+        const refused = error instanceof OrbitError ? error : new OrbitError('UNAVAILABLE', String(error), { status: 0, cause: error });
+        // A refused credential stays refused: stop instead of knocking forever.
+        if (isPermanent(refused)) {
+          this.fail(refused);
+          return false;
+        }
+        delayMs = Math.min(delayMs * 2, 5000);
+        const retryInMs = Math.max(delayMs, (refused.retryAfter ?? 0) * 1000);
+        this.emit({ type: 'connect_failed', error: refused, retryInMs });
+        await this.sleep(retryInMs);
+      }
+    }
+    return false;
   }
 
   private emit(event: WorkerEvent): void {
@@ -118,29 +289,54 @@ export class OrbitWorker {
 
   private async connect(): Promise<void> {
     const url = `${this.options.baseUrl.replace(/\/+$/, '').replace(/^http/, 'ws')}/v1/workers/connect`;
-    const socket = new WebSocket(url, { headers: { Authorization: `Bearer ${this.options.token}` } });
+    // A server that takes the connection but never answers the upgrade must not hang the worker.
+    const socket = new WebSocket(url, { headers: { Authorization: `Bearer ${this.options.token}` }, handshakeTimeout: 10_000 });
     socket.on('error', () => {});
     await new Promise<void>((resolve, reject) => {
       socket.once('open', () => resolve());
-      socket.once('unexpected-response', (_req, res) => reject(new Error(`worker connect refused: HTTP ${res.statusCode}`)));
-      socket.once('error', reject);
+      // A refused upgrade is an ordinary HTTP response with Orbit's error envelope
+      // (server/worker/upgrade.ts): read it, so the caller learns the server's code and message.
+      socket.once('unexpected-response', (_req, res) => {
+        void readBody(res).then((text) => {
+          reject(refusal(res.statusCode ?? 0, res.headers, text));
+          socket.terminate();
+        });
+      });
+      socket.once('error', (error) =>
+        reject(new OrbitError('UNAVAILABLE', `worker connect: no response from Orbit (${error.message})`, { status: 0, cause: error })),
+      );
     });
     // Only an open socket becomes the session's: a failed attempt leaves `socket` null, so the
     // claim loop keeps reconnecting instead of sending into a dead socket.
     this.socket = socket;
     socket.on('message', (data, isBinary) => this.onFrame(isBinary ? '' : data.toString('utf8')));
-    socket.on('close', (code, reason) => this.onSocketClosed(`closed ${code} ${reason.toString()}`));
-    const welcome = await this.request('hello', {
-      type: 'hello',
-      node_id: this.options.nodeId,
-      queues: this.options.queues,
-      capacity: this.options.capacity,
-    }).catch((error: Error) => ({ type: 'error', message: error.message }) as const);
+    socket.on('close', (code, reason) => {
+      // 4401 comes after the `error` frame that says why (onFrame has failed the worker with it
+      // already); on its own it is still the end of this credential.
+      if (code === CLOSE_UNAUTHENTICATED) {
+        this.fail(new OrbitError('UNAUTHENTICATED', reason.toString() || 'the server ended the session: the credential may no longer act', { status: 0 }));
+      }
+      // A socket given up while opening (below) is no longer the session's.
+      if (this.socket === socket) this.onSocketClosed(`closed ${code} ${reason.toString()}`);
+    });
+    let welcome: ServerFrame;
+    try {
+      welcome = await this.request('hello', {
+        type: 'hello',
+        node_id: this.options.nodeId,
+        queues: this.options.queues,
+        capacity: this.options.capacity,
+      });
+    } catch (error) {
+      welcome = { type: 'error', code: 'UNAVAILABLE', message: (error as Error).message };
+    }
     if (welcome.type !== 'welcome') {
       // Without a session the socket is of no use: drop it so the next attempt starts afresh.
       this.socket = null;
       socket.terminate();
-      throw new Error(`the session did not open: ${'message' in welcome ? welcome.message : welcome.type}`);
+      if (this.fatal) throw this.fatal;
+      if (welcome.type !== 'error') throw new OrbitError('INTERNAL', `the session did not open: the server answered hello with ${welcome.type}`, { status: 0 });
+      throw new OrbitError(welcome.code, `the session did not open: ${welcome.message}`, { status: 0, details: welcome.details });
     }
     this.leaseSeconds = welcome.lease_seconds;
     this.emit({ type: 'connected', sessionId: welcome.session_id });
@@ -177,6 +373,11 @@ export class OrbitWorker {
       this.aborts.get(frame.attempt_id)?.abort('cancelled');
       return;
     }
+    // The credential may no longer act (revoked, expired, namespace or application disabled):
+    // the server closes the session with 4401 next, and no reconnect could succeed.
+    if (frame.type === 'error' && frame.code === 'UNAUTHENTICATED') {
+      this.fail(new OrbitError('UNAUTHENTICATED', frame.message, { status: 0, details: frame.details }));
+    }
     let key: string | null = null;
     if (frame.type === 'welcome') key = 'hello';
     else if (frame.type === 'claimed') key = `claim:${frame.claim_id}`;
@@ -206,13 +407,8 @@ export class OrbitWorker {
     let idleMs = 10;
     while (this.running && !this.stopping) {
       if (!this.socket) {
-        try {
-          await this.connect();
-          idleMs = 10;
-        } catch {
-          await this.sleep(Math.min((idleMs *= 2), 5000));
-          continue;
-        }
+        if (!(await this.establish())) break;
+        idleMs = 10;
       }
       const room = this.options.capacity - this.held;
       // Claim in batches: while busy, wait until a quarter of the capacity is free (a completion
@@ -238,11 +434,21 @@ export class OrbitWorker {
       idleMs = 10;
       for (const attempt of frame.attempts) this.track(this.runAttempt(attempt));
     }
+    if (this.fatal) {
+      // The session is gone and the handlers' signals are aborted: give them a moment to return,
+      // so run() rejects after their attempts have settled, but never hang on one that ignores it.
+      await within(Promise.allSettled([...this.inFlight]), 1000);
+      this.finish();
+    }
   }
 
   /** Sleeps, but wakes early when capacity frees up or the worker stops. */
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
+      if (this.stopping) {
+        resolve();
+        return;
+      }
       const timer = setTimeout(done, ms);
       function done() {
         clearTimeout(timer);
@@ -393,6 +599,7 @@ export class OrbitWorker {
       socket.close(1000, 'worker stopped');
       await within(closed, 2000);
     }
+    this.finish();
   }
 
   /** Attempts held right now (reserved or running). */

@@ -16,7 +16,7 @@ import { createMetrics, type Metrics } from './metrics.ts';
 import type { Database } from './store/database/database.ts';
 import type { Clock } from './store/database/clock.ts';
 import { migrationStatus, readMigrationFiles, type MigrationFile, type MigrationStatus } from './store/database/migrate.ts';
-import { taskSubmitBatch, type SubmitItem, type SubmitOutcome } from './store/tasks/admission.ts';
+import { submissionBytes, taskSubmitBatch, type SubmitItem, type SubmitOutcome } from './store/tasks/admission.ts';
 import { QueueIdCache } from './store/quotas/queues.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
 import type { AppDeps } from './http/deps.ts';
@@ -28,12 +28,18 @@ export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta
 /** Submissions one admission transaction takes at most. */
 const ADMISSION_MAX_BATCH = 64;
 
+/**
+ * How long /readyz waits for the database at most: a Kubernetes probe gives up after 1 s by
+ * default, and a probe that times out tells it nothing. Past it the answer is 503.
+ */
+export const READINESS_TIMEOUT_MS = 700;
+
 export interface BuildDepsOptions {
   db: Database;
   clock: Clock;
   log: Logger;
   /** The settings the app depends on (the rest of ServerConfig is the server's: listening, pool, loops). */
-  config: Pick<ServerConfig, 'admissionInFlight' | 'authCacheMs'>;
+  config: Pick<ServerConfig, 'admissionInFlight' | 'authCacheMs' | 'databaseTimeoutMs'>;
   /** The worker gateway, or null where only HTTP is served (tests of the HTTP API). */
   workers: AppDeps['workers'];
   /** Created when not given; the server passes the registry its gateway and loops count into too. */
@@ -49,6 +55,17 @@ export function readiness(status: MigrationStatus): { ok: boolean; detail?: stri
   if (status.mismatch) return { ok: false, detail: status.mismatch };
   if (status.pending.length > 0) return { ok: false, detail: `pending migrations: ${status.pending.join(', ')}` };
   return { ok: true };
+}
+
+/** Concurrent callers share the call in flight: a burst of probes makes one. */
+function singleFlight<T>(fn: () => Promise<T>): () => Promise<T> {
+  let running: Promise<T> | null = null;
+  return () => {
+    running ??= fn().finally(() => {
+      running = null;
+    });
+    return running;
+  };
 }
 
 export function buildDeps(options: BuildDepsOptions): AppDeps {
@@ -68,16 +85,25 @@ export function buildDeps(options: BuildDepsOptions): AppDeps {
     clock,
     log,
     metrics,
-    admission: new KeyedBatcher((_applicationId, items) => submitBatch(items), { maxBatch: ADMISSION_MAX_BATCH, maxInFlight: config.admissionInFlight }),
+    admission: new KeyedBatcher((_applicationId, items) => submitBatch(items), {
+      maxBatch: ADMISSION_MAX_BATCH,
+      maxInFlight: config.admissionInFlight,
+      // Bounded by bytes too: the payloads of a group fit in one database packet.
+      weight: submissionBytes,
+      maxWeight: () => db.packets.budgetBytes,
+    }),
     submitBatch,
     openApiDocument: readFileSync(OPENAPI_PATH, 'utf8'),
     pages: loadPageAssets(),
     watcher: new EventWatcher(db, log),
     authCacheMs: config.authCacheMs,
+    requestTimeoutMs: config.databaseTimeoutMs,
     queueIds: new QueueIdCache(),
     workers,
-    async ready() {
-      return readiness(await migrationStatus((sql) => db.rows(sql), migrationFiles));
-    },
+    ready: singleFlight(async () =>
+      // Its own small pool, not behind the requests' connections: a probe is answered in time
+      // even while every pooled connection waits on a database that stopped answering.
+      readiness(await db.probe((q) => migrationStatus((sql) => q.rows(sql), migrationFiles), READINESS_TIMEOUT_MS)),
+    ),
   };
 }

@@ -15,6 +15,7 @@ export interface Metrics {
   releases: Counter;
   recoveries: Counter<'kind'>;
   scheduleTriggerPoints: Counter<'outcome'>;
+  scheduleFailures: Counter<'reason'>;
   leaseAgeSeconds: Histogram;
   transactionSeconds: Histogram<'operation'>;
   fastPath: Counter<'operation' | 'result'>;
@@ -28,13 +29,13 @@ export function createMetrics(): Metrics {
     registry,
     httpRequests: new Counter({
       name: 'orbit_http_requests_total',
-      help: 'HTTP requests by operation and status',
+      help: 'HTTP answers by operation (the operationId of openapi.yaml; unmatched for a path or method no operation serves) and status code',
       labelNames: ['operation', 'status'],
       registers: [registry],
     }),
     submissions: new Counter({
       name: 'orbit_task_submissions_total',
-      help: 'Task submissions by result (accepted, deduplicated, application_full, queue_full, rejected)',
+      help: "Task submissions, single and bulk items, by result (accepted, deduplicated, or the refusal's error code in lower case: application_full, queue_full, invalid_argument, …)",
       labelNames: ['result'],
       registers: [registry],
     }),
@@ -47,7 +48,7 @@ export function createMetrics(): Metrics {
     claimedAttempts: new Counter({ name: 'orbit_claimed_attempts_total', help: 'Attempts reserved by claims', registers: [registry] }),
     starts: new Counter({
       name: 'orbit_starts_total',
-      help: 'Start requests by result (started, duplicate, rate_limited, lease_lost)',
+      help: 'Starts by result (started, started_on_claim, duplicate, rate_limited, lease_lost)',
       labelNames: ['result'],
       registers: [registry],
     }),
@@ -60,7 +61,7 @@ export function createMetrics(): Metrics {
     releases: new Counter({ name: 'orbit_released_reservations_total', help: 'Unstarted reservations given back by workers', registers: [registry] }),
     recoveries: new Counter({
       name: 'orbit_recoveries_total',
-      help: 'Recovery actions by kind (expired_reservation, expired_lease, deadline)',
+      help: 'Recovery actions by kind (expired_reservation, expired_lease, deadline, stale_session)',
       labelNames: ['kind'],
       registers: [registry],
     }),
@@ -70,9 +71,15 @@ export function createMetrics(): Metrics {
       labelNames: ['outcome'],
       registers: [registry],
     }),
+    scheduleFailures: new Counter({
+      name: 'orbit_schedule_failures_total',
+      help: 'Schedules whose round failed, by reason: too_large (a write would not fit in the database packet), refused (the database refused the writes), invalid (the stored definition could not be evaluated); the schedule shows last_error and is tried again later',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
     leaseAgeSeconds: new Histogram({
       name: 'orbit_lease_age_seconds',
-      help: 'Age of an attempt (claim to final result or recovery)',
+      help: "Age of an attempt from its claim to the worker's final result",
       buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300],
       registers: [registry],
     }),

@@ -9,6 +9,7 @@ import { databaseProblem, type ServerConfig } from './config.ts';
 import { createLogger, type Logger } from './log.ts';
 import { createMetrics } from './metrics.ts';
 import { createDatabase } from './store/database/database.ts';
+import { MIN_MAX_PACKET_BYTES } from './store/database/packets.ts';
 import { DatabaseClock, type Clock } from './store/database/clock.ts';
 import { migrationStatus, readMigrationFiles } from './store/database/migrate.ts';
 import { createApp } from './http/app.ts';
@@ -77,6 +78,15 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     await db.close();
     throw new StartupError(status.mismatch ?? `the database has pending migrations (${status.pending.join(', ')}); run \`orbit-admin migrate\` first`);
   }
+  // Every batch is split by the server's max_allowed_packet (store/database/packets.ts); below
+  // the minimum, one task's largest statement might not fit at all.
+  const { maxAllowedPacket } = await db.readServerLimits();
+  if (!(maxAllowedPacket >= MIN_MAX_PACKET_BYTES)) {
+    await db.close();
+    throw new StartupError(
+      `the database's max_allowed_packet is ${maxAllowedPacket} bytes; Orbit needs at least ${MIN_MAX_PACKET_BYTES} (set max_allowed_packet = 16M or more in the server's configuration)`,
+    );
+  }
   let clock = options.clock;
   let dbClock: DatabaseClock | null = null;
   if (!clock) {
@@ -87,7 +97,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   setTaskEventsEnabled(config.taskEvents);
   const metrics = createMetrics();
   registerUsageGauges(metrics.registry, () => usageSnapshot(db, config.metricsMaxQueues), log);
-  const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds });
+  const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds, frameTimeoutMs: config.databaseTimeoutMs });
   const deps = buildDeps({ db, clock, log, config, workers, metrics, migrationFiles });
   const app = createApp(deps);
   const nodeWs = createNodeWebSocket({ app });

@@ -158,7 +158,13 @@ async function refresh(): Promise<void> {
 // Rendering: plain DOM; every value goes in as text, never as HTML.
 
 type Child = Node | string | null | undefined | false;
-function el(tag: string, attrs: Record<string, string> = {}, ...children: Child[]): HTMLElement {
+/**
+ * No `style` attribute: the page's Content-Security-Policy (`style-src 'self'`) refuses inline
+ * style attributes, so one set here would be dropped (and reported). Set a run-time value through the
+ * CSSOM (`node.style.width = ...`), which the policy allows, or use a class of console.css.
+ */
+type Attributes = Record<string, string> & { style?: never };
+function el(tag: string, attrs: Attributes = {}, ...children: Child[]): HTMLElement {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
   for (const child of children) if (child !== null && child !== undefined && child !== false) node.append(child);
@@ -167,7 +173,10 @@ function el(tag: string, attrs: Record<string, string> = {}, ...children: Child[
 
 function limitCard(name: string, used: string, limit: number | null, id: string): HTMLElement {
   const share = limit ? Math.min(1, Number(used) / limit) : 0;
-  const bar = el('div', { class: share >= 1 ? 'bar full' : 'bar' }, el('span', { style: `width:${(share * 100).toFixed(1)}%` }));
+  const fill = el('span');
+  // Through the CSSOM, not a style attribute: see el().
+  fill.style.width = `${(share * 100).toFixed(2)}%`;
+  const bar = el('div', { class: share >= 1 ? 'bar full' : 'bar' }, fill);
   return el(
     'div',
     { class: 'limit', 'data-limit': id },

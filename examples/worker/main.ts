@@ -44,9 +44,6 @@ const worker = new OrbitWorker({
   },
 });
 
-await worker.start();
-console.error(`worker consuming ${credentials.queues.join(', ')} at ${baseUrl}; Ctrl-C stops it gracefully`);
-
 const stop = async () => {
   await worker.stop({ timeoutMs: 10_000 });
   process.exit(0);
@@ -60,4 +57,15 @@ if (process.env.ORBIT_WORKER_EXIT_WHEN_IDLE === '1') {
       void stop();
     }
   }, 250);
+}
+
+console.error(`worker consuming ${credentials.queues.join(', ')} at ${baseUrl}; Ctrl-C stops it gracefully`);
+try {
+  // Runs until stopped; a refused credential or session (revoked, disabled, unknown queue) ends
+  // it with the server's reason instead of leaving an idle process behind.
+  await worker.run();
+} catch (error) {
+  const e = error as { code?: string; message?: string; requestId?: string };
+  console.error(`worker stopped: ${e.code ?? 'ERROR'}: ${e.message ?? String(error)}${e.requestId ? ` (request ${e.requestId})` : ''}`);
+  process.exit(1);
 }

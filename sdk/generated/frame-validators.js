@@ -1217,7 +1217,7 @@ return errors === 0;
 }
 validate29.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema53 = {"type":"object","additionalProperties":false,"required":["type","code","message"],"properties":{"type":{"type":"string","const":"error"},"code":{"type":"string","enum":["INVALID_ARGUMENT","UNAUTHENTICATED","PERMISSION_DENIED","NOT_FOUND","STATE_CONFLICT","RATE_LIMITED","LEASE_LOST","UNAVAILABLE","INTERNAL"]},"message":{"type":"string"},"attempt_id":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Id"},"claim_id":{"type":"string"},"retry_after_ms":{"type":"integer","minimum":0},"details":{"type":"object"}}};
+const schema53 = {"type":"object","additionalProperties":false,"required":["type","code","message"],"properties":{"type":{"type":"string","const":"error"},"code":{"type":"string","enum":["INVALID_ARGUMENT","UNAUTHENTICATED","PERMISSION_DENIED","NOT_FOUND","STATE_CONFLICT","RATE_LIMITED","LEASE_LOST","UNAVAILABLE","INTERNAL"],"description":"UNAVAILABLE: the database did not answer within the server's bound\n(ORBIT_DB_TIMEOUT_MS, 4 s by default) - every frame is answered within it. The\noutcome is unknown: send the same frame again (a repeated start or complete of the\nsame attempt answers as it first did).\n"},"message":{"type":"string"},"attempt_id":{"$ref":"https://orbit.invalid/asyncapi/components#/$defs/Id"},"claim_id":{"type":"string"},"retry_after_ms":{"type":"integer","minimum":0},"details":{"type":"object"}}};
 
 function validate30(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;

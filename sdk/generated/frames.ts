@@ -39,6 +39,11 @@ export interface ClaimFrame {
   type: "claim";
   /** Chosen by the worker; echoed in `claimed`. */
   claim_id: string;
+  /** Most attempts to reserve. A claim may get fewer: what the quotas, the session's
+capacity and the node's fair share allow, and at most 8 MiB of payloads in one
+`claimed` frame (counted as the payloads' JSON; the first attempt always goes,
+whatever its size) - claim again for the rest.
+ */
   max: number;
   /** Start every granted attempt in the same transaction (default false). The grant is
 the same as without it - the start windows' room already limits a claim - but each
@@ -68,7 +73,13 @@ export interface CompleteFrame {
   outcome: "succeeded" | "failed" | "cancelled";
   /** Free JSON owned by the user (kept on the task), at most 256 KiB as compact JSON. */
   result?: unknown;
-  /** Free JSON owned by the user (kept on the task), at most 256 KiB as compact JSON. */
+  /** Free JSON owned by the user, at most 256 KiB as compact JSON. With `failed` it becomes
+the task's `error` (a retryable failure's too, while the task waits for its retry).
+With `cancelled` the task's `error` is `{"code": "CANCELLED", "message": <the reason
+given to :cancel>}` (with no cancel asked, a message saying the worker cancelled) and
+this is kept in the `task.cancelled` event as `worker_error`.
+Ignored with `succeeded`: a success clears the task's error.
+ */
   error?: unknown;
   /** With `failed` - retry (exponential backoff) when attempts are left. Default false. */
   retryable?: boolean;
@@ -124,6 +135,11 @@ export interface CancelRequestedFrame {
 /** A frame could not be carried out. RATE_LIMITED carries `retry_after_ms`; LEASE_LOST means the attempt is no longer this session's. */
 export interface ErrorFrame {
   type: "error";
+  /** UNAVAILABLE: the database did not answer within the server's bound
+(ORBIT_DB_TIMEOUT_MS, 4 s by default) - every frame is answered within it. The
+outcome is unknown: send the same frame again (a repeated start or complete of the
+same attempt answers as it first did).
+ */
   code: "INVALID_ARGUMENT" | "UNAUTHENTICATED" | "PERMISSION_DENIED" | "NOT_FOUND" | "STATE_CONFLICT" | "RATE_LIMITED" | "LEASE_LOST" | "UNAVAILABLE" | "INTERNAL";
   message: string;
   attempt_id?: Id;

@@ -171,6 +171,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/favicon.ico": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The icon of Orbit's pages (an SVG image), named by the pages and where browsers look for it by default. */
+        get: operations["getFavicon"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/workers/connect": {
         parameters: {
             query?: never;
@@ -351,7 +368,15 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Cancel a task (WAITING and LEASED at once; RUNNING records the intent and tells the worker). */
+        /**
+         * Cancel a task (WAITING and LEASED at once; RUNNING records the intent and tells the worker).
+         * @description WAITING, LEASED (its reservation is released) and NEEDS_REVIEW tasks become CANCELLED at
+         *     once. For a RUNNING task the intent is recorded with its reason (`cancel_requested:
+         *     true`; event `task.cancel_requested`) and the worker is told; the task ends when the
+         *     worker answers (CANCELLED, or what it reports) or goes to NEEDS_REVIEW when its lease
+         *     runs out. A task that ends CANCELLED, either way, has `error: {"code": "CANCELLED",
+         *     "message": <reason>}` - for a RUNNING task, the reason of the latest `:cancel`.
+         */
         post: operations["cancelTask"];
         delete?: never;
         options?: never;
@@ -368,7 +393,16 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Decide a NEEDS_REVIEW task - SUCCEEDED, FAILED, or back to WAITING. */
+        /**
+         * Decide a NEEDS_REVIEW task - SUCCEEDED, FAILED, or back to WAITING.
+         * @description The task's `error` then says why it is in its new state, as for any task (Task.error):
+         *     `succeeded` clears it and sets `result` when one is given; `failed` sets the
+         *     resolution's `error` (or `{"code": "RESOLVED_FAILED", "message": <reason>}` when none is
+         *     given) and `result` when one is given; `retry` clears it and puts the task back to
+         *     WAITING, claimable at once, with one more attempt allowed. What the task carried before
+         *     (the `LEASE_EXPIRED` that sent it to review) is in the `task.resolved` event as
+         *     `previous_error`; the whole history is in the task's events.
+         */
         post: operations["resolveTask"];
         delete?: never;
         options?: never;
@@ -762,6 +796,27 @@ export interface components {
             deadline_at: components["schemas"]["Timestamp"];
             finished_at?: components["schemas"]["Timestamp"];
             result?: components["schemas"]["JsonValue"];
+            /**
+             * @description Why the task is in its current state; absent when nothing went wrong. Each
+             *     transition with a cause replaces it, and earlier ones are not kept here: the task's
+             *     history is its events (`task.*` in the feed).
+             *
+             *     - SUCCEEDED: absent - a success (the worker's, or a resolution) clears it, whatever
+             *       earlier attempts reported.
+             *     - FAILED: the worker's `error` as it sent it (absent if it sent none); after a resolution, the resolution's
+             *       `error`, or `{"code": "RESOLVED_FAILED", "message": <its reason>}` when it gave none.
+             *     - CANCELLED: always `{"code": "CANCELLED", "message": <the reason given to :cancel>}`,
+             *       however it got there - at once from WAITING, LEASED or NEEDS_REVIEW, or when the
+             *       worker of a RUNNING task answers (what the worker said is in the `task.cancelled`
+             *       event as `worker_error`). A worker that reports `cancelled` with no cancel asked
+             *       gets `{"code": "CANCELLED", "message": "the worker reported the attempt cancelled without a cancel request"}`.
+             *     - EXPIRED: `{"code": "DEADLINE_EXCEEDED", …}`, or `{"code": "LEASE_EXPIRED", …}` when
+             *       the deadline passed while a running attempt's outcome was unknown.
+             *     - NEEDS_REVIEW: `{"code": "LEASE_EXPIRED", …}` (a running attempt's outcome is unknown).
+             *     - WAITING, LEASED or RUNNING again after an attempt: why that attempt ended (the
+             *       worker's `error` of a retryable failure, or `LEASE_EXPIRED`); absent after a
+             *       resolution with `retry`, and for a task that never failed.
+             */
             error?: components["schemas"]["JsonValue"];
             /** @description The schedule that made this task (absent for a direct submission). */
             schedule_id?: components["schemas"]["Id"];
@@ -853,7 +908,9 @@ export interface components {
              */
             outcome: "succeeded" | "failed" | "retry";
             reason: components["schemas"]["Reason"];
+            /** @description With `succeeded` or `failed`, the task's result from now on (ignored with `retry`). */
             result?: components["schemas"]["JsonValue"];
+            /** @description With `failed`, the task's error from now on (ignored otherwise; see resolveTask). */
             error?: components["schemas"]["JsonValue"];
         };
         /** @description Unique within the queue. */
@@ -904,7 +961,26 @@ export interface components {
             fired: components["schemas"]["Counter"];
             skipped_misfire: components["schemas"]["Counter"];
             deferred_full: components["schemas"]["Counter"];
+            last_error?: components["schemas"]["ScheduleFailure"];
             created_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description Present while the schedule's most recent round failed - the database refused its writes,
+         *     or its stored definition could not be evaluated - and absent again after a round that
+         *     fires (or has nothing to fire). A failing schedule never holds up other schedules: the
+         *     loop goes on with the others of its application and with other applications, and tries
+         *     this one again at `retry_at`, after a pause that doubles with each consecutive failure
+         *     (1 s, 2 s, 4 s … at most 60 s). Trigger points are not lost while it fails: they stay
+         *     pending and, once it fires again, points older than the misfire window are handled by
+         *     its `misfire_policy`. Each failure is also counted in the metric
+         *     `orbit_schedule_failures_total`.
+         */
+        ScheduleFailure: {
+            /** @description What went wrong, as Orbit describes it (no database internals). */
+            message: string;
+            occurred_at: components["schemas"]["Timestamp"];
+            consecutive_failures: number;
+            retry_at: components["schemas"]["Timestamp"];
         };
         /**
          * @description Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT
@@ -1031,9 +1107,10 @@ export interface components {
              *     | `task.succeeded` | the result `succeeded` | `attempt_number` |
              *     | `task.failed` | a final failure (not retryable, or no attempts left) | `attempt_number` |
              *     | `task.needs_review` | the outcome of a running attempt is unknown, or it was cancelled while running | `attempt_number` |
-             *     | `task.cancelled` | cancelled (by an operator, or the worker reported `cancelled`) | `attempt_number` when an attempt was running |
+             *     | `task.cancelled` | cancelled (by an operator, or the worker reported `cancelled`) | by an operator: `state`, `previous_state`, and `previous_error` when the task had another error; by the worker: `attempt_number`, and `worker_error` with what it reported |
+             *     | `task.cancel_requested` | an operator asked to cancel a RUNNING task (the worker is told) | `state`, `previous_state` |
              *     | `task.expired` | its deadline passed | - |
-             *     | `task.resolved` | an operator resolved a NEEDS_REVIEW task | `outcome`, `state` |
+             *     | `task.resolved` | an operator resolved a NEEDS_REVIEW task | `outcome`, `state`, and `previous_error` when the task had another error |
              */
             type: string;
             namespace: string;
@@ -1311,6 +1388,26 @@ export interface operations {
                 };
                 content: {
                     "text/plain": string;
+                };
+            };
+        };
+    };
+    getFavicon: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An SVG image. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/svg+xml": string;
                 };
             };
         };

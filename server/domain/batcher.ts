@@ -22,13 +22,29 @@
  * say the database as a whole failed (see `mayBeOneItemsFault`): unreachable, timed out, busy
  * (deadlocks that outlasted their retries). Each item alone would fail the same way, and running
  * the halves would only multiply the wait of requests that must answer 503 promptly.
+ *
+ * A group is bounded by bytes as well as by items (`weight`, `maxWeight`): items carry tenant
+ * data (a payload, a result), and a group whose data would not fit in one database packet is not
+ * formed - the items past the bound wait for the next group (an item alone always goes).
+ *
+ * Every wait is bounded by the deadline of the request the item belongs to (deadline.ts): an
+ * item still waiting for its group when its request's time is up is answered UNAVAILABLE at
+ * once - it is then left out of any group not yet started, and a group already running goes on
+ * without it (its outcome is unknown to the caller, who retries with the same identity, which
+ * every batch function here makes safe). A group runs with the latest deadline of its items.
  */
 import { OrbitError } from '../errors.ts';
+import { currentDeadline, withFreshDeadline, withoutDeadline } from '../deadline.ts';
 
 interface Pending<I, O> {
   item: I;
   resolve: (value: O) => void;
   reject: (error: unknown) => void;
+  /** The request's deadline (epoch ms), or undefined for background work. */
+  deadlineMs: number | undefined;
+  /** Answered already (at its deadline): the group's answer is dropped. */
+  settled: boolean;
+  timer: NodeJS.Timeout | undefined;
 }
 
 interface KeyState<I, O> {
@@ -36,7 +52,7 @@ interface KeyState<I, O> {
   inFlight: number;
 }
 
-export interface BatcherOptions {
+export interface BatcherOptions<I = unknown> {
   /** Most items in one transaction. */
   maxBatch: number;
   /** Transactions of one key running at once (2 lets one batch's inserts overlap the other's commit). */
@@ -46,6 +62,18 @@ export interface BatcherOptions {
    * worth running again in halves (default: `mayBeOneItemsFault`).
    */
   isolate?: (error: unknown) => boolean;
+  /** How much of `maxWeight` an item takes (e.g. an upper bound of its encoded bytes); 0 when not given. */
+  weight?: (item: I) => number;
+  /** The most weight in one group (asked each time a group is formed); an item heavier than it goes alone. */
+  maxWeight?: () => number;
+}
+
+/** What an item still waiting at its request's deadline is answered. */
+export function deadlineExceeded(): OrbitError {
+  return new OrbitError(
+    'UNAVAILABLE',
+    'the database did not answer in time; the outcome is unknown - retry with the same identity (Idempotency-Key, attempt_id)',
+  );
 }
 
 /**
@@ -56,6 +84,8 @@ export interface BatcherOptions {
  * every batch fails alike.
  */
 const ITEM_SQLSTATE_CLASSES = new Set(['21', '22', '23']);
+/** ER_NET_PACKET_TOO_LARGE: the server refused a packet larger than its max_allowed_packet. */
+const PACKET_TOO_LARGE_ERRNO = 1153;
 
 /**
  * The default of `BatcherOptions.isolate`. True for errors that may come from one item: an
@@ -69,38 +99,86 @@ export function mayBeOneItemsFault(error: unknown): boolean {
   if (error instanceof OrbitError) return error.code !== 'UNAVAILABLE';
   if (typeof error !== 'object' || error === null) return true;
   const e = error as { sqlState?: unknown; code?: unknown; errno?: unknown; fatal?: unknown };
+  // A statement too large for the database's packet: some item's data made it so.
+  if (e.code === 'ORBIT_PACKET_TOO_LARGE' || e.errno === PACKET_TOO_LARGE_ERRNO) return true;
   if (e.fatal === true) return false;
   if (typeof e.sqlState === 'string') return ITEM_SQLSTATE_CLASSES.has(e.sqlState.slice(0, 2));
   return e.code === undefined && e.errno === undefined;
 }
 
-export class KeyedBatcher<I, O> {
+export class KeyedBatcher<I = unknown, O = unknown> {
   private readonly keys = new Map<string, KeyState<I, O>>();
   private readonly isolate: (error: unknown) => boolean;
 
   constructor(
     /** Must return one output per input, in order. */
     private readonly run: (key: string, items: I[]) => Promise<O[]>,
-    private readonly options: BatcherOptions,
+    private readonly options: BatcherOptions<I>,
   ) {
     this.isolate = options.isolate ?? mayBeOneItemsFault;
   }
 
   submit(key: string, item: I): Promise<O> {
+    const deadlineMs = currentDeadline();
     return new Promise<O>((resolve, reject) => {
       let state = this.keys.get(key);
       if (!state) {
         state = { queue: [], inFlight: 0 };
         this.keys.set(key, state);
       }
-      state.queue.push({ item, resolve, reject });
+      const pending: Pending<I, O> = {
+        item,
+        settled: false,
+        deadlineMs,
+        timer: undefined,
+        resolve: (value) => {
+          if (pending.settled) return;
+          pending.settled = true;
+          clearTimeout(pending.timer);
+          resolve(value);
+        },
+        reject: (error) => {
+          if (pending.settled) return;
+          pending.settled = true;
+          clearTimeout(pending.timer);
+          reject(error);
+        },
+      };
+      if (deadlineMs !== undefined) {
+        pending.timer = setTimeout(() => pending.reject(deadlineExceeded()), Math.max(0, deadlineMs - Date.now()));
+        pending.timer.unref?.();
+      }
+      state.queue.push(pending);
       this.pump(key, state);
     });
   }
 
+  /** The next group: items whose request is still waiting, up to maxBatch items and maxWeight. */
+  private nextBatch(state: KeyState<I, O>): Pending<I, O>[] {
+    const batch: Pending<I, O>[] = [];
+    const maxWeight = this.options.maxWeight?.() ?? Number.POSITIVE_INFINITY;
+    let weight = 0;
+    while (state.queue.length > 0 && batch.length < this.options.maxBatch) {
+      const next = state.queue[0] as Pending<I, O>;
+      if (next.settled) {
+        state.queue.shift();
+        continue;
+      }
+      const w = this.options.weight?.(next.item) ?? 0;
+      if (batch.length > 0 && weight + w > maxWeight) break;
+      weight += w;
+      batch.push(state.queue.shift() as Pending<I, O>);
+    }
+    return batch;
+  }
+
   private pump(key: string, state: KeyState<I, O>): void {
     while (state.inFlight < this.options.maxInFlight && state.queue.length > 0) {
-      const batch = state.queue.splice(0, this.options.maxBatch);
+      const batch = this.nextBatch(state);
+      if (batch.length === 0) {
+        if (state.inFlight === 0) this.keys.delete(key);
+        return;
+      }
       state.inFlight += 1;
       // The isolation runs of a batch that threw stay in its slot, one after another: they
       // count against maxInFlight like the batch itself.
@@ -112,16 +190,29 @@ export class KeyedBatcher<I, O> {
     }
   }
 
+  /**
+   * Runs the group with the latest deadline of its items (none when one of them has none): not
+   * in the context of whichever request happened to start it, whose deadline may be long past.
+   */
+  private runGroup(key: string, batch: Pending<I, O>[]): Promise<O[]> {
+    const items = batch.map((p) => p.item);
+    const deadlines = batch.map((p) => p.deadlineMs);
+    const run = () => this.run(key, items);
+    if (deadlines.some((d) => d === undefined)) return withoutDeadline(run);
+    const latest = Math.max(...(deadlines as number[]));
+    return withFreshDeadline(latest - Date.now(), run);
+  }
+
   /** Runs `batch` and settles each request with its own output; isolates a batch that throws. */
-  private async settle(key: string, batch: Pending<I, O>[]): Promise<void> {
+  private async settle(key: string, group: Pending<I, O>[]): Promise<void> {
+    // Items answered at their deadline meanwhile (an isolation run comes later) are left out.
+    const batch = group.filter((p) => !p.settled);
+    if (batch.length === 0) return;
     let outputs: O[];
     try {
       // Awaited inside this async function, a batch function that throws synchronously is
       // caught too (before, it left the key's slot taken for good).
-      outputs = await this.run(
-        key,
-        batch.map((p) => p.item),
-      );
+      outputs = await this.runGroup(key, batch);
     } catch (error) {
       let split = false;
       try {

@@ -12,7 +12,9 @@
  *                         ceil(room / (other waiting nodes + 1)) - the node's fair share
  *   the pick            = candidates in claim order (priority, then oldest available_at, then
  *                         task id), while the budget lasts, each queue's room lasts, and the
- *                         candidate's (queue, resource_key) has fewer than key_concurrency holders
+ *                         candidate's (queue, resource_key) has fewer than key_concurrency holders,
+ *                         and while their payloads stay within MAX_CLAIMED_PAYLOAD_BYTES (the
+ *                         first attempt of a claim always goes, whatever its size)
  */
 import { claimRoomUnderRate, type WindowState } from './start-window.ts';
 
@@ -73,8 +75,18 @@ export function claimBudget(input: { max: number; sessionRoom: number; applicati
   return { wanted, budget };
 }
 
+/**
+ * The most payload one `claimed` frame carries (bytes of the payloads' JSON): tasks are a
+ * tenant's data, up to 256 KiB each, and a claim of 1000 of them would be a frame of 256 MiB
+ * that no worker should have to take. A claim that reaches it gets fewer attempts than it
+ * asked for - in claim order, the next claim goes on from there - and at least one.
+ */
+export const MAX_CLAIMED_PAYLOAD_BYTES = 8 * 1024 * 1024;
+
 /** A claimable task, as the pick needs it. */
 export interface ClaimCandidate {
+  /** The size of its payload's JSON in bytes. */
+  payloadBytes: number;
   /** The queue's id (any stable text, e.g. hex); keys the queue allowances. */
   queue: string;
   /** The task's id in hex: the last tie-break of the claim order. */
@@ -115,25 +127,42 @@ export interface Pick<C> {
    * Non-empty: another look without those keys may find more work.
    */
   fullKeys: string[];
+  /** The payload bound stopped the pick: the claim is full, another look would not add to it. */
+  stoppedBySize: boolean;
 }
 
 /**
  * One round of picking: goes through the candidates in claim order and grants each one while
  * `left` lasts, its queue has room, and - for a keyed task - its permit has fewer holders than
  * the queue's key_concurrency. `holders` must know every key among the candidates (a key it does
- * not know counts as having no holders). Tasks without a key need no permit.
+ * not know counts as having no holders). Tasks without a key need no permit. The pick stops at
+ * the first candidate whose payload would pass `payloadBytesLeft` (when given) - unless nothing
+ * of the claim is granted yet (`firstOfClaim`): then it goes, so a claim is never empty for size.
  */
 export function pickCandidates<C extends ClaimCandidate>(
   candidates: readonly C[],
-  input: { left: number; queues: ReadonlyMap<string, QueueAllowance>; holders: ReadonlyMap<string, number> },
+  input: {
+    left: number;
+    queues: ReadonlyMap<string, QueueAllowance>;
+    holders: ReadonlyMap<string, number>;
+    payloadBytesLeft?: number;
+    firstOfClaim?: boolean;
+  },
 ): Pick<C> {
   const queues = new Map([...input.queues].map(([id, q]) => [id, { ...q }]));
   const holders = new Map(input.holders);
   const picked: C[] = [];
   const fullKeys: string[] = [];
+  let bytesLeft = input.payloadBytesLeft ?? Number.POSITIVE_INFINITY;
+  let stoppedBySize = false;
   for (const c of [...candidates].sort(claimOrder)) {
     const queue = queues.get(c.queue);
     if (picked.length >= input.left || !queue || queue.room <= 0) continue;
+    const alwaysGoes = input.firstOfClaim === true && picked.length === 0;
+    if (c.payloadBytes > bytesLeft && !alwaysGoes) {
+      stoppedBySize = true;
+      break;
+    }
     if (c.resourceKey !== null) {
       const key = permitKey(c.queue, c.resourceKey);
       const held = holders.get(key) ?? 0;
@@ -144,7 +173,8 @@ export function pickCandidates<C extends ClaimCandidate>(
       holders.set(key, held + 1);
     }
     queue.room -= 1;
+    bytesLeft -= c.payloadBytes;
     picked.push(c);
   }
-  return { picked, queues, holders, fullKeys };
+  return { picked, queues, holders, fullKeys, stoppedBySize };
 }

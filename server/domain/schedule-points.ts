@@ -202,3 +202,16 @@ export function countWaiting(
   }
   return { count, through };
 }
+
+/** The longest pause before a failing schedule is tried again. */
+export const MAX_FAILURE_RETRY_MS = 60_000;
+
+/**
+ * How long a schedule whose round failed `consecutiveFailures` times in a row (1 or more) waits
+ * before it is tried again: 1 s, doubled with each failure, at most a minute - so a schedule that
+ * keeps failing costs the loop at most one attempt a minute, while a passing fault heals fast.
+ */
+export function failureRetryDelayMs(consecutiveFailures: number): number {
+  const doublings = Math.min(Math.max(consecutiveFailures, 1) - 1, 16);
+  return Math.min(MAX_FAILURE_RETRY_MS, 1000 * 2 ** doublings);
+}

@@ -28,6 +28,9 @@ export interface TaskFacts {
 
 export type AttemptOutcome = 'succeeded' | 'failed' | 'cancelled';
 
+/** What an operator decides for a NEEDS_REVIEW task (`POST /v1/tasks/{id}:resolve`). */
+export type ResolveOutcome = 'succeeded' | 'failed' | 'retry';
+
 export interface Transition {
   state: TaskState;
   /** For WAITING: when the task may be claimed again. */
@@ -62,4 +65,14 @@ export function afterLostLease(task: TaskFacts, nowMs: number): Transition {
 /** A reservation that was never started expired or was given back: it was not an attempt. */
 export function afterUnstartedReservation(task: Pick<TaskFacts, 'deadlineMs'>, nowMs: number): Transition {
   return nowMs >= task.deadlineMs ? { state: 'EXPIRED' } : { state: 'WAITING' };
+}
+
+/**
+ * An operator's decision on a NEEDS_REVIEW task: `succeeded` and `failed` end it, `retry` puts it
+ * back to WAITING, claimable at once (the store allows one more attempt).
+ */
+export function afterResolve(outcome: ResolveOutcome): Transition {
+  if (outcome === 'succeeded') return { state: 'SUCCEEDED' };
+  if (outcome === 'failed') return { state: 'FAILED' };
+  return { state: 'WAITING' };
 }

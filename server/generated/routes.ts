@@ -25,6 +25,7 @@ export type OperationId =
   | "getConsole"
   | "getConsoleScript"
   | "getConsoleStylesheet"
+  | "getFavicon"
   | "connectWorker"
   | "getApplicationResources"
   | "configureApplicationResources"
@@ -270,6 +271,24 @@ export const routes: readonly RouteSpec[] = [
       path: validators.getConsoleStylesheet_path,
       query: validators.getConsoleStylesheet_query,
       headers: validators.getConsoleStylesheet_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "getFavicon",
+    method: "GET",
+    path: "/favicon.ico",
+    honoPath: "/favicon.ico",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: null,
+    raw: true,
+    validate: {
+      path: validators.getFavicon_path,
+      query: validators.getFavicon_query,
+      headers: validators.getFavicon_headers,
       body: null,
     },
   },
@@ -774,7 +793,7 @@ export interface OperationInput<Id extends OperationId> {
 }
 
 /** Operations answered without the envelope (health, spec, metrics, the WebSocket upgrade). */
-export type RawOperationId = "getHealth" | "getReadiness" | "getOpenApiDocument" | "getMetrics" | "getAsyncApiDocument" | "getApiReference" | "getApiReferenceScript" | "getConsole" | "getConsoleScript" | "getConsoleStylesheet" | "connectWorker";
+export type RawOperationId = "getHealth" | "getReadiness" | "getOpenApiDocument" | "getMetrics" | "getAsyncApiDocument" | "getApiReference" | "getApiReferenceScript" | "getConsole" | "getConsoleScript" | "getConsoleStylesheet" | "getFavicon" | "connectWorker";
 /** What an enveloped handler returns as `data`; raw handlers return a Response. */
 export type OperationOutput<Id extends OperationId> = Id extends RawOperationId ? Response : SuccessData<operations[Id]>;
 

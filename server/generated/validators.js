@@ -1485,8 +1485,7 @@ return errors === 0;
 }
 validate57.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema69 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-const pattern4 = new RegExp("^[!-~]{1,128}$", "u");
+const schema69 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1499,8 +1498,126 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema69,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema69.type,parentSchema:schema69,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate58.errors = vErrors;
+return errors === 0;
+}
+validate58.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema70 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate59.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema70,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema70.type,parentSchema:schema70,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate59.errors = vErrors;
+return errors === 0;
+}
+validate59.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema71 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate60.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema71,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema71.type,parentSchema:schema71,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate60.errors = vErrors;
+return errors === 0;
+}
+validate60.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema72 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const pattern4 = new RegExp("^[!-~]{1,128}$", "u");
+
+function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate61.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema69.required,parentSchema:schema69,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema72.required,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1511,7 +1628,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema69,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1525,7 +1642,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema69.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema72.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -1536,7 +1653,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema69.properties["Idempotency-Key"].type,parentSchema:schema69.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema72.properties["Idempotency-Key"].type,parentSchema:schema72.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -1548,7 +1665,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema69.type,parentSchema:schema69,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema72.type,parentSchema:schema72,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -1557,23 +1674,23 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate58.errors = vErrors;
+validate61.errors = vErrors;
 return errors === 0;
 }
-validate58.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate61.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema70 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureApplicationResourcesRequest"};
-const schema72 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required; nothing keeps its old value by omission.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000}}};
-const schema73 = {"type":"string","description":"A configuration revision - a non-zero uint64 as a decimal string.","pattern":"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const schema74 = {"type":"string","description":"Why - written to the audit record. Not blank; at most 1024 Unicode characters.","minLength":1,"maxLength":1024,"pattern":"\\S"};
+const schema73 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureApplicationResourcesRequest"};
+const schema75 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required; nothing keeps its old value by omission.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000}}};
+const schema76 = {"type":"string","description":"A configuration revision - a non-zero uint64 as a decimal string.","pattern":"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const schema77 = {"type":"string","description":"Why - written to the audit record. Not blank; at most 1024 Unicode characters.","minLength":1,"maxLength":1024,"pattern":"\\S"};
 const pattern5 = new RegExp("^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
 const pattern6 = new RegExp("\\S", "u");
 const func1 = require("ajv/dist/runtime/ucs2length").default;
 
-function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate61.evaluated;
+const evaluated0 = validate64.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1582,7 +1699,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.expected_revision === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema72.required,parentSchema:schema72,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema75.required,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1592,7 +1709,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema72.required,parentSchema:schema72,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema75.required,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1602,7 +1719,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.max_unfinished_tasks === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema72.required,parentSchema:schema72,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema75.required,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -1612,7 +1729,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data.max_concurrency === undefined){
-const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema72.required,parentSchema:schema72,data};
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema75.required,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -1622,7 +1739,7 @@ vErrors.push(err3);
 errors++;
 }
 if(data.rate_per_second === undefined){
-const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema72.required,parentSchema:schema72,data};
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema75.required,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -1633,7 +1750,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second"))){
-const err5 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema72,data};
+const err5 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -1647,7 +1764,7 @@ if(data.expected_revision !== undefined){
 let data0 = data.expected_revision;
 if(typeof data0 === "string"){
 if(!pattern5.test(data0)){
-const err6 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema73,data:data0};
+const err6 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema76,data:data0};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -1658,7 +1775,7 @@ errors++;
 }
 }
 else {
-const err7 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema73.type,parentSchema:schema73,data:data0};
+const err7 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema76.type,parentSchema:schema76,data:data0};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -1672,7 +1789,7 @@ if(data.reason !== undefined){
 let data1 = data.reason;
 if(typeof data1 === "string"){
 if(func1(data1) > 1024){
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -1682,7 +1799,7 @@ vErrors.push(err8);
 errors++;
 }
 if(func1(data1) < 1){
-const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -1692,7 +1809,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!pattern6.test(data1)){
-const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -1703,7 +1820,7 @@ errors++;
 }
 }
 else {
-const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -1716,7 +1833,7 @@ errors++;
 if(data.max_unfinished_tasks !== undefined){
 let data2 = data.max_unfinished_tasks;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err12 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema72.properties.max_unfinished_tasks.type,parentSchema:schema72.properties.max_unfinished_tasks,data:data2};
+const err12 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema75.properties.max_unfinished_tasks.type,parentSchema:schema75.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -1727,7 +1844,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 100000000 || isNaN(data2)){
-const err13 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema72.properties.max_unfinished_tasks,data:data2};
+const err13 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema75.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -1737,7 +1854,7 @@ vErrors.push(err13);
 errors++;
 }
 if(data2 < 1 || isNaN(data2)){
-const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema72.properties.max_unfinished_tasks,data:data2};
+const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema75.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -1751,7 +1868,7 @@ errors++;
 if(data.max_concurrency !== undefined){
 let data3 = data.max_concurrency;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err15 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema72.properties.max_concurrency.type,parentSchema:schema72.properties.max_concurrency,data:data3};
+const err15 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema75.properties.max_concurrency.type,parentSchema:schema75.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -1762,7 +1879,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 1000000 || isNaN(data3)){
-const err16 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema72.properties.max_concurrency,data:data3};
+const err16 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema75.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -1772,7 +1889,7 @@ vErrors.push(err16);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema72.properties.max_concurrency,data:data3};
+const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema75.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -1786,7 +1903,7 @@ errors++;
 if(data.rate_per_second !== undefined){
 let data4 = data.rate_per_second;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err18 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema72.properties.rate_per_second.type,parentSchema:schema72.properties.rate_per_second,data:data4};
+const err18 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema75.properties.rate_per_second.type,parentSchema:schema75.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -1797,7 +1914,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 10000000 || isNaN(data4)){
-const err19 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema72.properties.rate_per_second,data:data4};
+const err19 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema75.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -1807,7 +1924,7 @@ vErrors.push(err19);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema72.properties.rate_per_second,data:data4};
+const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema75.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -1820,7 +1937,7 @@ errors++;
 }
 }
 else {
-const err21 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema72.type,parentSchema:schema72,data};
+const err21 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema75.type,parentSchema:schema75,data};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -1829,179 +1946,37 @@ vErrors.push(err21);
 }
 errors++;
 }
-validate61.errors = vErrors;
-return errors === 0;
-}
-validate61.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate59.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate59.errors = vErrors;
-return errors === 0;
-}
-validate59.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema75 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate63.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema75,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema75.type,parentSchema:schema75,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate63.errors = vErrors;
-return errors === 0;
-}
-validate63.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema76 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-const schema77 = {"type":"string","description":"Opaque page cursor.","pattern":"^[A-Za-z0-9_-]{1,200}$"};
-const pattern7 = new RegExp("^[A-Za-z0-9_-]{1,200}$", "u");
-
-function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate64.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema76,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema76.properties.limit.type,parentSchema:schema76.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema76.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema76.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema76.type,parentSchema:schema76,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
 validate64.errors = vErrors;
 return errors === 0;
 }
 validate64.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema78 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate65.evaluated;
+const evaluated0 = validate62.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate64(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
+errors = vErrors.length;
+}
+validate62.errors = vErrors;
+return errors === 0;
+}
+validate62.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema78 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate66.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2030,51 +2005,14 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate65.errors = vErrors;
-return errors === 0;
-}
-validate65.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema79 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate66.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema79,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema79.type,parentSchema:schema79,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
 validate66.errors = vErrors;
 return errors === 0;
 }
 validate66.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema80 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema79 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema80 = {"type":"string","description":"Opaque page cursor.","pattern":"^[A-Za-z0-9_-]{1,200}$"};
+const pattern7 = new RegExp("^[A-Za-z0-9_-]{1,200}$", "u");
 
 function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2088,7 +2026,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema80,data};
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema79,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2098,8 +2037,10 @@ vErrors.push(err0);
 errors++;
 }
 }
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema80.type,parentSchema:schema80,data};
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema79.properties.limit.type,parentSchema:schema79.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2108,12 +2049,71 @@ vErrors.push(err1);
 }
 errors++;
 }
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema79.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema79.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern7.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema80,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema80.type,parentSchema:schema80,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema79.type,parentSchema:schema79,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
 validate67.errors = vErrors;
 return errors === 0;
 }
 validate67.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema81 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema81 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2126,8 +2126,125 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema81,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema81.type,parentSchema:schema81,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate68.errors = vErrors;
+return errors === 0;
+}
+validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema82 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate69.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema82,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema82.type,parentSchema:schema82,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate69.errors = vErrors;
+return errors === 0;
+}
+validate69.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema83 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate70.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema83,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema83.type,parentSchema:schema83,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate70.errors = vErrors;
+return errors === 0;
+}
+validate70.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema84 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate71.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema81.required,parentSchema:schema81,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema84.required,parentSchema:schema84,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2138,7 +2255,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema81,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema84,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2152,7 +2269,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema81.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema84.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2163,7 +2280,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema81.properties["Idempotency-Key"].type,parentSchema:schema81.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.properties["Idempotency-Key"].type,parentSchema:schema84.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2175,7 +2292,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema81.type,parentSchema:schema81,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema84.type,parentSchema:schema84,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2184,20 +2301,20 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate68.errors = vErrors;
+validate71.errors = vErrors;
 return errors === 0;
 }
-validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate71.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema82 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateQueueRequest"};
-const schema83 = {"type":"object","additionalProperties":false,"description":"Limits left out take their defaults (100000, 1000, 10000, key_concurrency 1, not paused).","required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
-const schema84 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
+const schema85 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateQueueRequest"};
+const schema86 = {"type":"object","additionalProperties":false,"description":"Limits left out take their defaults (100000, 1000, 10000, key_concurrency 1, not paused).","required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+const schema87 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
 const pattern9 = new RegExp("^[a-z0-9][a-z0-9._-]{0,62}$", "u");
 
-function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate70.evaluated;
+const evaluated0 = validate73.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2206,7 +2323,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema83.required,parentSchema:schema83,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema86.required,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2216,7 +2333,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema83.required,parentSchema:schema83,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema86.required,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2227,7 +2344,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((((key0 === "name") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema83,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2241,7 +2358,7 @@ if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2252,7 +2369,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2266,7 +2383,7 @@ if(data.reason !== undefined){
 let data1 = data.reason;
 if(typeof data1 === "string"){
 if(func1(data1) > 1024){
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -2276,7 +2393,7 @@ vErrors.push(err5);
 errors++;
 }
 if(func1(data1) < 1){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -2286,7 +2403,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!pattern6.test(data1)){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -2297,7 +2414,7 @@ errors++;
 }
 }
 else {
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -2310,7 +2427,7 @@ errors++;
 if(data.max_unfinished_tasks !== undefined){
 let data2 = data.max_unfinished_tasks;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err9 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.max_unfinished_tasks.type,parentSchema:schema83.properties.max_unfinished_tasks,data:data2};
+const err9 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.max_unfinished_tasks.type,parentSchema:schema86.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -2321,7 +2438,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 100000000 || isNaN(data2)){
-const err10 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema83.properties.max_unfinished_tasks,data:data2};
+const err10 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema86.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -2331,7 +2448,7 @@ vErrors.push(err10);
 errors++;
 }
 if(data2 < 1 || isNaN(data2)){
-const err11 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.max_unfinished_tasks,data:data2};
+const err11 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema86.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -2345,7 +2462,7 @@ errors++;
 if(data.max_concurrency !== undefined){
 let data3 = data.max_concurrency;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err12 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.max_concurrency.type,parentSchema:schema83.properties.max_concurrency,data:data3};
+const err12 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.max_concurrency.type,parentSchema:schema86.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -2356,7 +2473,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 1000000 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema83.properties.max_concurrency,data:data3};
+const err13 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema86.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -2366,7 +2483,7 @@ vErrors.push(err13);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.max_concurrency,data:data3};
+const err14 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema86.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -2380,7 +2497,7 @@ errors++;
 if(data.rate_per_second !== undefined){
 let data4 = data.rate_per_second;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err15 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.rate_per_second.type,parentSchema:schema83.properties.rate_per_second,data:data4};
+const err15 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.rate_per_second.type,parentSchema:schema86.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -2391,7 +2508,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 10000000 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema83.properties.rate_per_second,data:data4};
+const err16 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema86.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -2401,7 +2518,7 @@ vErrors.push(err16);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err17 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.rate_per_second,data:data4};
+const err17 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema86.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -2415,7 +2532,7 @@ errors++;
 if(data.key_concurrency !== undefined){
 let data5 = data.key_concurrency;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err18 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema83.properties.key_concurrency.type,parentSchema:schema83.properties.key_concurrency,data:data5};
+const err18 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.key_concurrency.type,parentSchema:schema86.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -2426,7 +2543,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 1000 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema83.properties.key_concurrency,data:data5};
+const err19 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema86.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -2436,7 +2553,7 @@ vErrors.push(err19);
 errors++;
 }
 if(data5 < 1 || isNaN(data5)){
-const err20 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema83.properties.key_concurrency,data:data5};
+const err20 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema86.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -2450,7 +2567,7 @@ errors++;
 if(data.paused !== undefined){
 let data6 = data.paused;
 if(typeof data6 !== "boolean"){
-const err21 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema83.properties.paused.type,parentSchema:schema83.properties.paused,data:data6};
+const err21 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema86.properties.paused.type,parentSchema:schema86.properties.paused,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -2462,7 +2579,7 @@ errors++;
 }
 }
 else {
-const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema83.type,parentSchema:schema83,data};
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema86.type,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -2471,32 +2588,11 @@ vErrors.push(err22);
 }
 errors++;
 }
-validate70.errors = vErrors;
+validate73.errors = vErrors;
 return errors === 0;
 }
-validate70.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate73.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate69.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate70(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate70.errors : vErrors.concat(validate70.errors);
-errors = vErrors.length;
-}
-validate69.errors = vErrors;
-return errors === 0;
-}
-validate69.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema86 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2508,149 +2604,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema86.required,parentSchema:schema86,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema86,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema86.type,parentSchema:schema86,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate73(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate73.errors : vErrors.concat(validate73.errors);
+errors = vErrors.length;
 }
 validate72.errors = vErrors;
 return errors === 0;
 }
 validate72.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema88 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate73.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema88,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema88.type,parentSchema:schema88,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate73.errors = vErrors;
-return errors === 0;
-}
-validate73.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema89 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate74.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema89,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema89.type,parentSchema:schema89,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate74.errors = vErrors;
-return errors === 0;
-}
-validate74.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema90 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema89 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2664,7 +2627,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema90.required,parentSchema:schema90,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema89.required,parentSchema:schema89,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2675,7 +2638,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema90,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema89,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2689,7 +2652,7 @@ if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2700,7 +2663,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2712,7 +2675,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema90.type,parentSchema:schema90,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema89.type,parentSchema:schema89,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2726,12 +2689,51 @@ return errors === 0;
 }
 validate75.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema92 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema91 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate76.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema91,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema91.type,parentSchema:schema91,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate76.errors = vErrors;
+return errors === 0;
+}
+validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema92 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate77.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2760,17 +2762,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate76.errors = vErrors;
+validate77.errors = vErrors;
 return errors === 0;
 }
-validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema93 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema93 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate77.evaluated;
+const evaluated0 = validate78.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2778,8 +2780,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema93.required,parentSchema:schema93,data};
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema93.required,parentSchema:schema93,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2789,7 +2791,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "queue")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema93,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -2800,11 +2802,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.queue !== undefined){
+let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema93.properties["Idempotency-Key"],data:data0};
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2815,7 +2817,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema93.properties["Idempotency-Key"].type,parentSchema:schema93.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2836,13 +2838,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate77.errors = vErrors;
+validate78.errors = vErrors;
 return errors === 0;
 }
-validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema94 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureQueueRequest"};
-const schema95 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second","key_concurrency","paused"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+const schema95 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2855,8 +2856,124 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema95.type,parentSchema:schema95,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate79.errors = vErrors;
+return errors === 0;
+}
+validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema96 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate80.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema96.required,parentSchema:schema96,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema96,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema96.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema96.properties["Idempotency-Key"].type,parentSchema:schema96.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema96.type,parentSchema:schema96,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate80.errors = vErrors;
+return errors === 0;
+}
+validate80.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema97 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureQueueRequest"};
+const schema98 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second","key_concurrency","paused"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate82.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.expected_revision === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2866,7 +2983,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2876,7 +2993,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.max_unfinished_tasks === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2886,7 +3003,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data.max_concurrency === undefined){
-const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2896,7 +3013,7 @@ vErrors.push(err3);
 errors++;
 }
 if(data.rate_per_second === undefined){
-const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2906,7 +3023,7 @@ vErrors.push(err4);
 errors++;
 }
 if(data.key_concurrency === undefined){
-const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "key_concurrency"},message:"must have required property '"+"key_concurrency"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "key_concurrency"},message:"must have required property '"+"key_concurrency"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -2916,7 +3033,7 @@ vErrors.push(err5);
 errors++;
 }
 if(data.paused === undefined){
-const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "paused"},message:"must have required property '"+"paused"+"'",schema:schema95.required,parentSchema:schema95,data};
+const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "paused"},message:"must have required property '"+"paused"+"'",schema:schema98.required,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -2927,7 +3044,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
-const err7 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema95,data};
+const err7 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -2941,7 +3058,7 @@ if(data.expected_revision !== undefined){
 let data0 = data.expected_revision;
 if(typeof data0 === "string"){
 if(!pattern5.test(data0)){
-const err8 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema73,data:data0};
+const err8 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema76,data:data0};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -2952,7 +3069,7 @@ errors++;
 }
 }
 else {
-const err9 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema73.type,parentSchema:schema73,data:data0};
+const err9 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema76.type,parentSchema:schema76,data:data0};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -2966,7 +3083,7 @@ if(data.reason !== undefined){
 let data1 = data.reason;
 if(typeof data1 === "string"){
 if(func1(data1) > 1024){
-const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -2976,7 +3093,7 @@ vErrors.push(err10);
 errors++;
 }
 if(func1(data1) < 1){
-const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -2986,7 +3103,7 @@ vErrors.push(err11);
 errors++;
 }
 if(!pattern6.test(data1)){
-const err12 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+const err12 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -2997,7 +3114,7 @@ errors++;
 }
 }
 else {
-const err13 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+const err13 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3010,7 +3127,7 @@ errors++;
 if(data.max_unfinished_tasks !== undefined){
 let data2 = data.max_unfinished_tasks;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.max_unfinished_tasks.type,parentSchema:schema95.properties.max_unfinished_tasks,data:data2};
+const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema98.properties.max_unfinished_tasks.type,parentSchema:schema98.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3021,7 +3138,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 100000000 || isNaN(data2)){
-const err15 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema95.properties.max_unfinished_tasks,data:data2};
+const err15 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema98.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3031,7 +3148,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data2 < 1 || isNaN(data2)){
-const err16 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.max_unfinished_tasks,data:data2};
+const err16 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema98.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3045,7 +3162,7 @@ errors++;
 if(data.max_concurrency !== undefined){
 let data3 = data.max_concurrency;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.max_concurrency.type,parentSchema:schema95.properties.max_concurrency,data:data3};
+const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema98.properties.max_concurrency.type,parentSchema:schema98.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3056,7 +3173,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 1000000 || isNaN(data3)){
-const err18 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema95.properties.max_concurrency,data:data3};
+const err18 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema98.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3066,7 +3183,7 @@ vErrors.push(err18);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err19 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.max_concurrency,data:data3};
+const err19 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema98.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3080,7 +3197,7 @@ errors++;
 if(data.rate_per_second !== undefined){
 let data4 = data.rate_per_second;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.rate_per_second.type,parentSchema:schema95.properties.rate_per_second,data:data4};
+const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema98.properties.rate_per_second.type,parentSchema:schema98.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3091,7 +3208,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 10000000 || isNaN(data4)){
-const err21 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema95.properties.rate_per_second,data:data4};
+const err21 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema98.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3101,7 +3218,7 @@ vErrors.push(err21);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err22 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.rate_per_second,data:data4};
+const err22 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema98.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3115,7 +3232,7 @@ errors++;
 if(data.key_concurrency !== undefined){
 let data5 = data.key_concurrency;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err23 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema95.properties.key_concurrency.type,parentSchema:schema95.properties.key_concurrency,data:data5};
+const err23 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema98.properties.key_concurrency.type,parentSchema:schema98.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -3126,7 +3243,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 1000 || isNaN(data5)){
-const err24 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema95.properties.key_concurrency,data:data5};
+const err24 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema98.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -3136,7 +3253,7 @@ vErrors.push(err24);
 errors++;
 }
 if(data5 < 1 || isNaN(data5)){
-const err25 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema95.properties.key_concurrency,data:data5};
+const err25 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema98.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -3150,7 +3267,7 @@ errors++;
 if(data.paused !== undefined){
 let data6 = data.paused;
 if(typeof data6 !== "boolean"){
-const err26 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema95.properties.paused.type,parentSchema:schema95.properties.paused,data:data6};
+const err26 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema98.properties.paused.type,parentSchema:schema98.properties.paused,data:data6};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -3162,7 +3279,7 @@ errors++;
 }
 }
 else {
-const err27 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema95.type,parentSchema:schema95,data};
+const err27 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema98.type,parentSchema:schema98,data};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -3171,32 +3288,11 @@ vErrors.push(err27);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate82.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate78.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate79(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
-errors = vErrors.length;
-}
-validate78.errors = vErrors;
-return errors === 0;
-}
-validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema98 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3208,9 +3304,30 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate82(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate82.errors : vErrors.concat(validate82.errors);
+errors = vErrors.length;
+}
+validate81.errors = vErrors;
+return errors === 0;
+}
+validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema101 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate84.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema98.required,parentSchema:schema98,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema101.required,parentSchema:schema101,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3221,7 +3338,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema98,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema101,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3235,7 +3352,7 @@ if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3246,7 +3363,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3258,7 +3375,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema98.type,parentSchema:schema98,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema101.type,parentSchema:schema101,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3267,18 +3384,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate81.errors = vErrors;
+validate84.errors = vErrors;
 return errors === 0;
 }
-validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate84.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema100 = {"type":"object","additionalProperties":false,"required":[],"properties":{"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-const schema101 = {"type":"string","enum":["WAITING","LEASED","RUNNING","NEEDS_REVIEW","SUCCEEDED","FAILED","CANCELLED","EXPIRED"]};
+const schema103 = {"type":"object","additionalProperties":false,"required":[],"properties":{"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema104 = {"type":"string","enum":["WAITING","LEASED","RUNNING","NEEDS_REVIEW","SUCCEEDED","FAILED","CANCELLED","EXPIRED"]};
 
-function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate82.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3288,7 +3405,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!(((key0 === "state") || (key0 === "limit")) || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema100,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema103,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3301,7 +3418,7 @@ errors++;
 if(data.state !== undefined){
 let data0 = data.state;
 if(typeof data0 !== "string"){
-const err1 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema101.type,parentSchema:schema101,data:data0};
+const err1 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema104.type,parentSchema:schema104,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3311,7 +3428,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!((((((((data0 === "WAITING") || (data0 === "LEASED")) || (data0 === "RUNNING")) || (data0 === "NEEDS_REVIEW")) || (data0 === "SUCCEEDED")) || (data0 === "FAILED")) || (data0 === "CANCELLED")) || (data0 === "EXPIRED"))){
-const err2 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema101.enum},message:"must be equal to one of the allowed values",schema:schema101.enum,parentSchema:schema101,data:data0};
+const err2 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema104.enum},message:"must be equal to one of the allowed values",schema:schema104.enum,parentSchema:schema104,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3324,7 +3441,7 @@ errors++;
 if(data.limit !== undefined){
 let data1 = data.limit;
 if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema100.properties.limit.type,parentSchema:schema100.properties.limit,data:data1};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema103.properties.limit.type,parentSchema:schema103.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3335,7 +3452,7 @@ errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
 if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema100.properties.limit,data:data1};
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema103.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3345,7 +3462,7 @@ vErrors.push(err4);
 errors++;
 }
 if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema100.properties.limit,data:data1};
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema103.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -3360,7 +3477,7 @@ if(data.cursor !== undefined){
 let data2 = data.cursor;
 if(typeof data2 === "string"){
 if(!pattern7.test(data2)){
-const err6 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data2};
+const err6 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema80,data:data2};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -3371,7 +3488,7 @@ errors++;
 }
 }
 else {
-const err7 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data2};
+const err7 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema80.type,parentSchema:schema80,data:data2};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -3383,7 +3500,7 @@ errors++;
 }
 }
 else {
-const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema100.type,parentSchema:schema100,data};
+const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema103.type,parentSchema:schema103,data};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -3392,132 +3509,17 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate82.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema103 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate83.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema103,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema103.type,parentSchema:schema103,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate83.errors = vErrors;
-return errors === 0;
-}
-validate83.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema104 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
-
-function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate84.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema104.required,parentSchema:schema104,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate84.errors = vErrors;
-return errors === 0;
-}
-validate84.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema106 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate85.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3546,17 +3548,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate85.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema107 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema107 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate86.evaluated;
+const evaluated0 = validate87.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3564,8 +3566,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema107.required,parentSchema:schema107,data};
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema107.required,parentSchema:schema107,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3575,7 +3577,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "queue")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -3586,11 +3588,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.queue !== undefined){
+let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema107.properties["Idempotency-Key"],data:data0};
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3601,7 +3603,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema107.properties["Idempotency-Key"].type,parentSchema:schema107.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3622,21 +3624,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate86.errors = vErrors;
+validate87.errors = vErrors;
 return errors === 0;
 }
-validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema108 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
-const schema109 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
-const schema110 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
-const schema111 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
-const schema112 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
-const schema113 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
-const schema114 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
-const schema115 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
-const schema116 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
-const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
+const schema109 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3649,8 +3642,132 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate88.errors = vErrors;
+return errors === 0;
+}
+validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema110 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate89.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema110.required,parentSchema:schema110,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema110,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema110.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema110.properties["Idempotency-Key"].type,parentSchema:schema110.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate89.errors = vErrors;
+return errors === 0;
+}
+validate89.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema111 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
+const schema112 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema113 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
+const schema114 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
+const schema115 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
+const schema116 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
+const schema117 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
+const schema118 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
+const schema119 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
+const pattern20 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
+
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate91.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.payload === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema109.required,parentSchema:schema109,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema112.required,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3661,7 +3778,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((((key0 === "payload") || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3674,7 +3791,7 @@ errors++;
 if(data.payload !== undefined){
 let data0 = data.payload;
 if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
-const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data:data0};
+const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3684,7 +3801,7 @@ vErrors.push(err2);
 errors++;
 }
 if(Buffer.byteLength(JSON.stringify(data0), "utf8") > 262144){
-const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema110,data:data0};
+const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3697,7 +3814,7 @@ errors++;
 if(data.priority !== undefined){
 let data1 = data.priority;
 if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema111.type,parentSchema:schema111,data:data1};
+const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3708,7 +3825,7 @@ errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
 if(data1 > 9 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema111,data:data1};
+const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema114,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -3718,7 +3835,7 @@ vErrors.push(err5);
 errors++;
 }
 if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema111,data:data1};
+const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema114,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -3733,7 +3850,7 @@ if(data.resource_key !== undefined){
 let data2 = data.resource_key;
 if(typeof data2 === "string"){
 if(func1(data2) > 128){
-const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema112,data:data2};
+const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema115,data:data2};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -3743,7 +3860,7 @@ vErrors.push(err7);
 errors++;
 }
 if(func1(data2) < 1){
-const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema112,data:data2};
+const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema115,data:data2};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -3753,7 +3870,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!pattern20.test(data2)){
-const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema112,data:data2};
+const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema115,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -3764,7 +3881,7 @@ errors++;
 }
 }
 else {
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.type,parentSchema:schema112,data:data2};
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema115.type,parentSchema:schema115,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -3777,7 +3894,7 @@ errors++;
 if(data.max_attempts !== undefined){
 let data3 = data.max_attempts;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.type,parentSchema:schema113,data:data3};
+const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema116.type,parentSchema:schema116,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -3788,7 +3905,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 100 || isNaN(data3)){
-const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema113,data:data3};
+const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema116,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -3798,7 +3915,7 @@ vErrors.push(err12);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113,data:data3};
+const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema116,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3812,7 +3929,7 @@ errors++;
 if(data.deadline_seconds !== undefined){
 let data4 = data.deadline_seconds;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data4};
+const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema117.type,parentSchema:schema117,data:data4};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3823,7 +3940,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 31536000 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema114,data:data4};
+const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema117,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3833,7 +3950,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114,data:data4};
+const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema117,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3847,7 +3964,7 @@ errors++;
 if(data.delay_seconds !== undefined){
 let data5 = data.delay_seconds;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema115.type,parentSchema:schema115,data:data5};
+const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema118.type,parentSchema:schema118,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3858,7 +3975,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 31535999 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema115,data:data5};
+const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema118,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3868,7 +3985,7 @@ vErrors.push(err18);
 errors++;
 }
 if(data5 < 0 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema115,data:data5};
+const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema118,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3882,7 +3999,7 @@ errors++;
 if(data.on_unknown_outcome !== undefined){
 let data6 = data.on_unknown_outcome;
 if(typeof data6 !== "string"){
-const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema116.type,parentSchema:schema116,data:data6};
+const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data6};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3892,7 +4009,7 @@ vErrors.push(err20);
 errors++;
 }
 if(!((data6 === "retry") || (data6 === "review"))){
-const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema116.enum},message:"must be equal to one of the allowed values",schema:schema116.enum,parentSchema:schema116,data:data6};
+const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values",schema:schema119.enum,parentSchema:schema119,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3904,7 +4021,7 @@ errors++;
 }
 }
 else {
-const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema112.type,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3913,32 +4030,11 @@ vErrors.push(err22);
 }
 errors++;
 }
-validate88.errors = vErrors;
+validate91.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate87.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate88(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate88.errors : vErrors.concat(validate88.errors);
-errors = vErrors.length;
-}
-validate87.errors = vErrors;
-return errors === 0;
-}
-validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema117 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3950,9 +4046,30 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate91(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate91.errors : vErrors.concat(validate91.errors);
+errors = vErrors.length;
+}
+validate90.errors = vErrors;
+return errors === 0;
+}
+validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema120 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate93.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema117.required,parentSchema:schema117,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema120.required,parentSchema:schema120,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3963,7 +4080,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema117,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema120,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3977,7 +4094,7 @@ if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3988,7 +4105,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4000,191 +4117,12 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema117.type,parentSchema:schema117,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema120.type,parentSchema:schema120,data};
 if(vErrors === null){
 vErrors = [err4];
 }
 else {
 vErrors.push(err4);
-}
-errors++;
-}
-validate90.errors = vErrors;
-return errors === 0;
-}
-validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema119 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate91.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema119,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema119.type,parentSchema:schema119,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate91.errors = vErrors;
-return errors === 0;
-}
-validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema120 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate92.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema120,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema120.type,parentSchema:schema120,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate92.errors = vErrors;
-return errors === 0;
-}
-validate92.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema121 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
-const schema122 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
-
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate93.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.tasks === undefined){
-const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema122.required,parentSchema:schema122,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "tasks")){
-const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema122,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.tasks !== undefined){
-let data0 = data.tasks;
-if(Array.isArray(data0)){
-if(data0.length > 1000){
-const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema122.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0.length < 1){
-const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema122.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-const len0 = data0.length;
-for(let i0=0; i0<len0; i0++){
-let data1 = data0[i0];
-if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.properties.tasks.items.type,parentSchema:schema122.properties.tasks.items,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema122.properties.tasks.type,parentSchema:schema122.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.type,parentSchema:schema122,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -4193,9 +4131,7 @@ return errors === 0;
 }
 validate93.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema123 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-const schema124 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
-const pattern22 = new RegExp("^[0-9a-f]{32}$", "u");
+const schema122 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4208,8 +4144,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema123.required,parentSchema:schema123,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema122,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4218,9 +4154,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema123,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.type,parentSchema:schema122,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4229,49 +4165,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema123.type,parentSchema:schema123,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate94.errors = vErrors;
 return errors === 0;
 }
 validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema125 = {"type":"object","additionalProperties":false,"required":[],"properties":{"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
+const schema123 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4285,8 +4184,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!(key0 === "wait_seconds")){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema123,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4296,10 +4194,8 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.wait_seconds !== undefined){
-let data0 = data.wait_seconds;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema125.properties.wait_seconds.type,parentSchema:schema125.properties.wait_seconds,data:data0};
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema123.type,parentSchema:schema123,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4308,46 +4204,13 @@ vErrors.push(err1);
 }
 errors++;
 }
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 30 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema125.properties.wait_seconds,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 0 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema125.properties.wait_seconds,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate95.errors = vErrors;
 return errors === 0;
 }
 validate95.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema126 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema124 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
+const schema125 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
 
 function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4360,8 +4223,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema126,data};
+if(data.tasks === undefined){
+const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema125.required,parentSchema:schema125,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4370,9 +4233,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema126.type,parentSchema:schema126,data};
+for(const key0 in data){
+if(!(key0 === "tasks")){
+const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4381,12 +4244,75 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.tasks !== undefined){
+let data0 = data.tasks;
+if(Array.isArray(data0)){
+if(data0.length > 1000){
+const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema125.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0.length < 1){
+const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema125.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+let data1 = data0[i0];
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.properties.tasks.items.type,parentSchema:schema125.properties.tasks.items,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema125.properties.tasks.type,parentSchema:schema125.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
 validate96.errors = vErrors;
 return errors === 0;
 }
 validate96.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema127 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema126 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema127 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
+const pattern22 = new RegExp("^[0-9a-f]{32}$", "u");
 
 function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4400,7 +4326,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema127.required,parentSchema:schema127,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema126.required,parentSchema:schema126,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4411,7 +4337,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema127,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema126,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4425,7 +4351,7 @@ if(data.task_id !== undefined){
 let data0 = data.task_id;
 if(typeof data0 === "string"){
 if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4436,7 +4362,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4448,7 +4374,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema127.type,parentSchema:schema127,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema126.type,parentSchema:schema126,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4462,12 +4388,88 @@ return errors === 0;
 }
 validate97.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema129 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema128 = {"type":"object","additionalProperties":false,"required":[],"properties":{"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
 
 function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate98.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!(key0 === "wait_seconds")){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema128,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.wait_seconds !== undefined){
+let data0 = data.wait_seconds;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema128.properties.wait_seconds.type,parentSchema:schema128.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 30 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema128.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 0 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema128.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema128.type,parentSchema:schema128,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate98.errors = vErrors;
+return errors === 0;
+}
+validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema129 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate99.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4496,17 +4498,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate98.errors = vErrors;
+validate99.errors = vErrors;
 return errors === 0;
 }
-validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate99.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema130 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema130 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate99.evaluated;
+const evaluated0 = validate100.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4514,8 +4516,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema130.required,parentSchema:schema130,data};
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema130.required,parentSchema:schema130,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4525,7 +4527,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "task_id")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema130,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -4536,11 +4538,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.task_id !== undefined){
+let data0 = data.task_id;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema130.properties["Idempotency-Key"],data:data0};
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4551,7 +4553,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.properties["Idempotency-Key"].type,parentSchema:schema130.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4572,13 +4574,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate99.errors = vErrors;
+validate100.errors = vErrors;
 return errors === 0;
 }
-validate99.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate100.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema131 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
-const schema132 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+const schema132 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4591,8 +4592,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema132.required,parentSchema:schema132,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4601,71 +4602,14 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema132,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema132.type,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err1];
 }
 else {
 vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema132.type,parentSchema:schema132,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -4674,147 +4618,12 @@ return errors === 0;
 }
 validate101.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
+const schema133 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate100.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate101(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate101.errors : vErrors.concat(validate101.errors);
-errors = vErrors.length;
-}
-validate100.errors = vErrors;
-return errors === 0;
-}
-validate100.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema134 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate103.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema134.required,parentSchema:schema134,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema134,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema134.type,parentSchema:schema134,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate103.errors = vErrors;
-return errors === 0;
-}
-validate103.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema136 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate104.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema136,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema136.type,parentSchema:schema136,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate104.errors = vErrors;
-return errors === 0;
-}
-validate104.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema137 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate105.evaluated;
+const evaluated0 = validate102.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4823,7 +4632,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema137.required,parentSchema:schema137,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema133.required,parentSchema:schema133,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4834,7 +4643,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema137,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema133,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4848,7 +4657,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema137.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema133.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4859,7 +4668,200 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema137.properties["Idempotency-Key"].type,parentSchema:schema137.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema133.properties["Idempotency-Key"].type,parentSchema:schema133.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema133.type,parentSchema:schema133,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate102.errors = vErrors;
+return errors === 0;
+}
+validate102.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema134 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
+const schema135 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate104.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema135.required,parentSchema:schema135,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema135,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema135.type,parentSchema:schema135,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate104.errors = vErrors;
+return errors === 0;
+}
+validate104.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate103.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate104(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate104.errors : vErrors.concat(validate104.errors);
+errors = vErrors.length;
+}
+validate103.errors = vErrors;
+return errors === 0;
+}
+validate103.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema137 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate106.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema137.required,parentSchema:schema137,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema137,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4880,14 +4882,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate105.errors = vErrors;
+validate106.errors = vErrors;
 return errors === 0;
 }
-validate105.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate106.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema138 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
-const schema139 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue"}}};
-const schema141 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
+const schema139 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4900,8 +4900,125 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema139,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema139.type,parentSchema:schema139,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate107.errors = vErrors;
+return errors === 0;
+}
+validate107.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema140 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate108.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema140.required,parentSchema:schema140,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema140,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema140.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema140.properties["Idempotency-Key"].type,parentSchema:schema140.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema140.type,parentSchema:schema140,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate108.errors = vErrors;
+return errors === 0;
+}
+validate108.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema141 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
+const schema142 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue","description":"With `succeeded` or `failed`, the task's result from now on (ignored with `retry`)."},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue","description":"With `failed`, the task's error from now on (ignored otherwise; see resolveTask)."}}};
+const schema144 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
+
+function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate110.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.outcome === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema139.required,parentSchema:schema139,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema142.required,parentSchema:schema142,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4911,7 +5028,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema139.required,parentSchema:schema139,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema142.required,parentSchema:schema142,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4922,7 +5039,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((key0 === "outcome") || (key0 === "reason")) || (key0 === "result")) || (key0 === "error"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema139,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema142,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4935,7 +5052,7 @@ errors++;
 if(data.outcome !== undefined){
 let data0 = data.outcome;
 if(typeof data0 !== "string"){
-const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema139.properties.outcome.type,parentSchema:schema139.properties.outcome,data:data0};
+const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.properties.outcome.type,parentSchema:schema142.properties.outcome,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4945,7 +5062,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!(((data0 === "succeeded") || (data0 === "failed")) || (data0 === "retry"))){
-const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema139.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema139.properties.outcome.enum,parentSchema:schema139.properties.outcome,data:data0};
+const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema142.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema142.properties.outcome.enum,parentSchema:schema142.properties.outcome,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4959,7 +5076,7 @@ if(data.reason !== undefined){
 let data1 = data.reason;
 if(typeof data1 === "string"){
 if(func1(data1) > 1024){
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -4969,7 +5086,7 @@ vErrors.push(err5);
 errors++;
 }
 if(func1(data1) < 1){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -4979,7 +5096,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!pattern6.test(data1)){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -4990,7 +5107,7 @@ errors++;
 }
 }
 else {
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -5002,7 +5119,7 @@ errors++;
 }
 }
 else {
-const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema139.type,parentSchema:schema139,data};
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema142.type,parentSchema:schema142,data};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -5011,32 +5128,11 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate107.errors = vErrors;
+validate110.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate110.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate106.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate107(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate107.errors : vErrors.concat(validate107.errors);
-errors = vErrors.length;
-}
-validate106.errors = vErrors;
-return errors === 0;
-}
-validate106.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema143 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5048,9 +5144,30 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate110(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate110.errors : vErrors.concat(validate110.errors);
+errors = vErrors.length;
+}
+validate109.errors = vErrors;
+return errors === 0;
+}
+validate109.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema146 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate112.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema143.required,parentSchema:schema143,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema146.required,parentSchema:schema146,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5061,7 +5178,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema143,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema146,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5075,7 +5192,7 @@ if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
 if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5086,7 +5203,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5098,7 +5215,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema143.type,parentSchema:schema143,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema146.type,parentSchema:schema146,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5107,17 +5224,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate109.errors = vErrors;
+validate112.errors = vErrors;
 return errors === 0;
 }
-validate109.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate112.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema145 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema148 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
-function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate110.evaluated;
+const evaluated0 = validate113.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5127,7 +5244,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema145,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema148,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5140,7 +5257,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema145.properties.limit.type,parentSchema:schema145.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema148.properties.limit.type,parentSchema:schema148.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5151,7 +5268,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema145.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema148.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5161,7 +5278,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema145.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema148.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5176,7 +5293,7 @@ if(data.cursor !== undefined){
 let data1 = data.cursor;
 if(typeof data1 === "string"){
 if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema80,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5187,7 +5304,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema80.type,parentSchema:schema80,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -5199,7 +5316,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema145.type,parentSchema:schema145,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema148.type,parentSchema:schema148,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5208,132 +5325,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate110.errors = vErrors;
+validate113.errors = vErrors;
 return errors === 0;
 }
-validate110.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema147 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate111.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema147.type,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate111.errors = vErrors;
-return errors === 0;
-}
-validate111.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema148 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
-
-function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate112.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema148.required,parentSchema:schema148,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema148,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern9.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema148.type,parentSchema:schema148,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate112.errors = vErrors;
-return errors === 0;
-}
-validate112.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate113.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema150 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate113.evaluated;
+const evaluated0 = validate114.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5362,17 +5364,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate113.errors = vErrors;
+validate114.errors = vErrors;
 return errors === 0;
 }
-validate113.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate114.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema151 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema151 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate114.evaluated;
+const evaluated0 = validate115.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5380,8 +5382,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema151.required,parentSchema:schema151,data};
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema151.required,parentSchema:schema151,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5391,7 +5393,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "queue")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema151,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -5402,11 +5404,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.queue !== undefined){
+let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema151.properties["Idempotency-Key"],data:data0};
+if(!pattern9.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5417,7 +5419,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema151.properties["Idempotency-Key"].type,parentSchema:schema151.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5438,20 +5440,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate114.errors = vErrors;
+validate115.errors = vErrors;
 return errors === 0;
 }
-validate114.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate115.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema152 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
-const schema153 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
-const schema154 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema156 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
-const schema163 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
-const schema164 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
-const func13 = Object.prototype.hasOwnProperty;
-const pattern33 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
-const pattern36 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
+const schema153 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5464,8 +5458,131 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema153.type,parentSchema:schema153,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate116.errors = vErrors;
+return errors === 0;
+}
+validate116.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema154 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate117.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema154.required,parentSchema:schema154,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema154,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema154.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema154.properties["Idempotency-Key"].type,parentSchema:schema154.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema154.type,parentSchema:schema154,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate117.errors = vErrors;
+return errors === 0;
+}
+validate117.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema155 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
+const schema156 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
+const schema157 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema159 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
+const schema166 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
+const schema167 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
+const func13 = Object.prototype.hasOwnProperty;
+const pattern33 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
+const pattern36 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
+
+function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate119.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema153.required,parentSchema:schema153,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema156.required,parentSchema:schema156,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5475,7 +5592,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema153.required,parentSchema:schema153,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema156.required,parentSchema:schema156,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5485,7 +5602,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.payload === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema153.required,parentSchema:schema153,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema156.required,parentSchema:schema156,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5495,8 +5612,8 @@ vErrors.push(err2);
 errors++;
 }
 for(const key0 in data){
-if(!(func13.call(schema153.properties, key0))){
-const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema153,data};
+if(!(func13.call(schema156.properties, key0))){
+const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema156,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5510,7 +5627,7 @@ if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
 if(!pattern33.test(data0)){
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema154,data:data0};
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema157,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5521,7 +5638,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema154.type,parentSchema:schema154,data:data0};
+const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema157.type,parentSchema:schema157,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -5535,7 +5652,7 @@ if(data.reason !== undefined){
 let data1 = data.reason;
 if(typeof data1 === "string"){
 if(func1(data1) > 1024){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5545,7 +5662,7 @@ vErrors.push(err6);
 errors++;
 }
 if(func1(data1) < 1){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -5555,7 +5672,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!pattern6.test(data1)){
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -5566,7 +5683,7 @@ errors++;
 }
 }
 else {
-const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -5580,7 +5697,7 @@ if(data.cron !== undefined){
 let data2 = data.cron;
 if(typeof data2 === "string"){
 if(func1(data2) > 200){
-const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema156,data:data2};
+const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema159,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -5590,7 +5707,7 @@ vErrors.push(err10);
 errors++;
 }
 if(func1(data2) < 1){
-const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema156,data:data2};
+const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema159,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -5601,7 +5718,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema156.type,parentSchema:schema156,data:data2};
+const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema159.type,parentSchema:schema159,data:data2};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -5614,7 +5731,7 @@ errors++;
 if(data.interval_seconds !== undefined){
 let data3 = data.interval_seconds;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema153.properties.interval_seconds.type,parentSchema:schema153.properties.interval_seconds,data:data3};
+const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema156.properties.interval_seconds.type,parentSchema:schema156.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -5625,7 +5742,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 31536000 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema153.properties.interval_seconds,data:data3};
+const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema156.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -5635,7 +5752,7 @@ vErrors.push(err14);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema153.properties.interval_seconds,data:data3};
+const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema156.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -5650,7 +5767,7 @@ if(data.timezone !== undefined){
 let data4 = data.timezone;
 if(typeof data4 === "string"){
 if(func1(data4) > 64){
-const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema153.properties.timezone,data:data4};
+const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema156.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -5660,7 +5777,7 @@ vErrors.push(err16);
 errors++;
 }
 if(func1(data4) < 1){
-const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema153.properties.timezone,data:data4};
+const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema156.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -5671,7 +5788,7 @@ errors++;
 }
 }
 else {
-const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.properties.timezone.type,parentSchema:schema153.properties.timezone,data:data4};
+const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema156.properties.timezone.type,parentSchema:schema156.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -5684,7 +5801,7 @@ errors++;
 if(data.payload !== undefined){
 let data5 = data.payload;
 if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err19 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data:data5};
+const err19 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema113.type,parentSchema:schema113,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -5694,7 +5811,7 @@ vErrors.push(err19);
 errors++;
 }
 if(Buffer.byteLength(JSON.stringify(data5), "utf8") > 262144){
-const err20 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema110,data:data5};
+const err20 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema113,data:data5};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -5707,7 +5824,7 @@ errors++;
 if(data.priority !== undefined){
 let data6 = data.priority;
 if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err21 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema111.type,parentSchema:schema111,data:data6};
+const err21 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -5718,7 +5835,7 @@ errors++;
 }
 if((typeof data6 == "number") && (isFinite(data6))){
 if(data6 > 9 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema111,data:data6};
+const err22 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema114,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -5728,7 +5845,7 @@ vErrors.push(err22);
 errors++;
 }
 if(data6 < 0 || isNaN(data6)){
-const err23 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema111,data:data6};
+const err23 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema114,data:data6};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -5743,7 +5860,7 @@ if(data.resource_key !== undefined){
 let data7 = data.resource_key;
 if(typeof data7 === "string"){
 if(func1(data7) > 128){
-const err24 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema112,data:data7};
+const err24 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema115,data:data7};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -5753,7 +5870,7 @@ vErrors.push(err24);
 errors++;
 }
 if(func1(data7) < 1){
-const err25 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema112,data:data7};
+const err25 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema115,data:data7};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -5763,7 +5880,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!pattern20.test(data7)){
-const err26 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema112,data:data7};
+const err26 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema115,data:data7};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -5774,7 +5891,7 @@ errors++;
 }
 }
 else {
-const err27 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.type,parentSchema:schema112,data:data7};
+const err27 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema115.type,parentSchema:schema115,data:data7};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -5787,7 +5904,7 @@ errors++;
 if(data.max_attempts !== undefined){
 let data8 = data.max_attempts;
 if(!(((typeof data8 == "number") && (!(data8 % 1) && !isNaN(data8))) && (isFinite(data8)))){
-const err28 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.type,parentSchema:schema113,data:data8};
+const err28 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema116.type,parentSchema:schema116,data:data8};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -5798,7 +5915,7 @@ errors++;
 }
 if((typeof data8 == "number") && (isFinite(data8))){
 if(data8 > 100 || isNaN(data8)){
-const err29 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema113,data:data8};
+const err29 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema116,data:data8};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -5808,7 +5925,7 @@ vErrors.push(err29);
 errors++;
 }
 if(data8 < 1 || isNaN(data8)){
-const err30 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113,data:data8};
+const err30 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema116,data:data8};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -5822,7 +5939,7 @@ errors++;
 if(data.deadline_seconds !== undefined){
 let data9 = data.deadline_seconds;
 if(!(((typeof data9 == "number") && (!(data9 % 1) && !isNaN(data9))) && (isFinite(data9)))){
-const err31 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data9};
+const err31 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema117.type,parentSchema:schema117,data:data9};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -5833,7 +5950,7 @@ errors++;
 }
 if((typeof data9 == "number") && (isFinite(data9))){
 if(data9 > 31536000 || isNaN(data9)){
-const err32 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema114,data:data9};
+const err32 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema117,data:data9};
 if(vErrors === null){
 vErrors = [err32];
 }
@@ -5843,7 +5960,7 @@ vErrors.push(err32);
 errors++;
 }
 if(data9 < 1 || isNaN(data9)){
-const err33 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114,data:data9};
+const err33 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema117,data:data9};
 if(vErrors === null){
 vErrors = [err33];
 }
@@ -5857,7 +5974,7 @@ errors++;
 if(data.on_unknown_outcome !== undefined){
 let data10 = data.on_unknown_outcome;
 if(typeof data10 !== "string"){
-const err34 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema116.type,parentSchema:schema116,data:data10};
+const err34 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data10};
 if(vErrors === null){
 vErrors = [err34];
 }
@@ -5867,7 +5984,7 @@ vErrors.push(err34);
 errors++;
 }
 if(!((data10 === "retry") || (data10 === "review"))){
-const err35 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema116.enum},message:"must be equal to one of the allowed values",schema:schema116.enum,parentSchema:schema116,data:data10};
+const err35 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values",schema:schema119.enum,parentSchema:schema119,data:data10};
 if(vErrors === null){
 vErrors = [err35];
 }
@@ -5880,7 +5997,7 @@ errors++;
 if(data.misfire_policy !== undefined){
 let data11 = data.misfire_policy;
 if(typeof data11 !== "string"){
-const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema163.type,parentSchema:schema163,data:data11};
+const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema166.type,parentSchema:schema166,data:data11};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -5890,7 +6007,7 @@ vErrors.push(err36);
 errors++;
 }
 if(!(((data11 === "skip") || (data11 === "fire_once")) || (data11 === "fire_all"))){
-const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema163.enum},message:"must be equal to one of the allowed values",schema:schema163.enum,parentSchema:schema163,data:data11};
+const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema166.enum},message:"must be equal to one of the allowed values",schema:schema166.enum,parentSchema:schema166,data:data11};
 if(vErrors === null){
 vErrors = [err37];
 }
@@ -5903,7 +6020,7 @@ errors++;
 if(data.misfire_window_seconds !== undefined){
 let data12 = data.misfire_window_seconds;
 if(!(((typeof data12 == "number") && (!(data12 % 1) && !isNaN(data12))) && (isFinite(data12)))){
-const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema153.properties.misfire_window_seconds.type,parentSchema:schema153.properties.misfire_window_seconds,data:data12};
+const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema156.properties.misfire_window_seconds.type,parentSchema:schema156.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -5914,7 +6031,7 @@ errors++;
 }
 if((typeof data12 == "number") && (isFinite(data12))){
 if(data12 > 86400 || isNaN(data12)){
-const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema153.properties.misfire_window_seconds,data:data12};
+const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema156.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -5924,7 +6041,7 @@ vErrors.push(err39);
 errors++;
 }
 if(data12 < 1 || isNaN(data12)){
-const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema153.properties.misfire_window_seconds,data:data12};
+const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema156.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -5939,7 +6056,7 @@ if(data.start_at !== undefined){
 let data13 = data.start_at;
 if(typeof data13 === "string"){
 if(!pattern36.test(data13)){
-const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema164,data:data13};
+const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema167,data:data13};
 if(vErrors === null){
 vErrors = [err41];
 }
@@ -5950,7 +6067,7 @@ errors++;
 }
 }
 else {
-const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema164.type,parentSchema:schema164,data:data13};
+const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema167.type,parentSchema:schema167,data:data13};
 if(vErrors === null){
 vErrors = [err42];
 }
@@ -5962,7 +6079,7 @@ errors++;
 }
 }
 else {
-const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema153.type,parentSchema:schema153,data};
+const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema156.type,parentSchema:schema156,data};
 if(vErrors === null){
 vErrors = [err43];
 }
@@ -5971,32 +6088,11 @@ vErrors.push(err43);
 }
 errors++;
 }
-validate116.errors = vErrors;
+validate119.errors = vErrors;
 return errors === 0;
 }
-validate116.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate119.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate115.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate116(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate116.errors : vErrors.concat(validate116.errors);
-errors = vErrors.length;
-}
-validate115.errors = vErrors;
-return errors === 0;
-}
-validate115.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema165 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6008,149 +6104,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema165.required,parentSchema:schema165,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema165,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema165.type,parentSchema:schema165,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate119(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate119.errors : vErrors.concat(validate119.errors);
+errors = vErrors.length;
 }
 validate118.errors = vErrors;
 return errors === 0;
 }
 validate118.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema167 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate119.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema167,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema167.type,parentSchema:schema167,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate119.errors = vErrors;
-return errors === 0;
-}
-validate119.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema168 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate120.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema168,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema168.type,parentSchema:schema168,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate120.errors = vErrors;
-return errors === 0;
-}
-validate120.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema169 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema168 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6164,7 +6127,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema169.required,parentSchema:schema169,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema168.required,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6175,7 +6138,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema169,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6189,7 +6152,7 @@ if(data.schedule_id !== undefined){
 let data0 = data.schedule_id;
 if(typeof data0 === "string"){
 if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6200,7 +6163,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6212,7 +6175,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema169.type,parentSchema:schema169,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema168.type,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6226,12 +6189,51 @@ return errors === 0;
 }
 validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema171 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema170 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate122.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema170,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema170.type,parentSchema:schema170,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate122.errors = vErrors;
+return errors === 0;
+}
+validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema171 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate123.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6260,17 +6262,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate122.errors = vErrors;
+validate123.errors = vErrors;
 return errors === 0;
 }
-validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate123.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema172 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema172 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate123.evaluated;
+const evaluated0 = validate124.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6278,8 +6280,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema172.required,parentSchema:schema172,data};
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema172.required,parentSchema:schema172,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6289,7 +6291,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "schedule_id")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema172,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -6300,11 +6302,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema172.properties["Idempotency-Key"],data:data0};
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6315,7 +6317,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema172.properties["Idempotency-Key"].type,parentSchema:schema172.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6336,13 +6338,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate123.errors = vErrors;
+validate124.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema173 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
-const schema174 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+const schema174 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6355,8 +6356,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema174.required,parentSchema:schema174,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema174,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6365,71 +6366,14 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema174,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema174.type,parentSchema:schema174,data};
 if(vErrors === null){
 vErrors = [err1];
 }
 else {
 vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema174.type,parentSchema:schema174,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -6438,147 +6382,12 @@ return errors === 0;
 }
 validate125.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
+const schema175 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate124.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate125(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate125.errors : vErrors.concat(validate125.errors);
-errors = vErrors.length;
-}
-validate124.errors = vErrors;
-return errors === 0;
-}
-validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema176 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate127.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema176.required,parentSchema:schema176,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema176,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema176.type,parentSchema:schema176,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate127.errors = vErrors;
-return errors === 0;
-}
-validate127.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema178 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate128.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema178,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema178.type,parentSchema:schema178,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate128.errors = vErrors;
-return errors === 0;
-}
-validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema179 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate129.evaluated;
+const evaluated0 = validate126.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6587,7 +6396,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema179.required,parentSchema:schema179,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema175.required,parentSchema:schema175,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6598,7 +6407,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema179,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema175,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6612,7 +6421,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema175.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6623,7 +6432,200 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema179.properties["Idempotency-Key"].type,parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema175.properties["Idempotency-Key"].type,parentSchema:schema175.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema175.type,parentSchema:schema175,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate126.errors = vErrors;
+return errors === 0;
+}
+validate126.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema176 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+const schema177 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate128.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema177.required,parentSchema:schema177,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema177,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema177.type,parentSchema:schema177,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate128.errors = vErrors;
+return errors === 0;
+}
+validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate127.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate128(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate128.errors : vErrors.concat(validate128.errors);
+errors = vErrors.length;
+}
+validate127.errors = vErrors;
+return errors === 0;
+}
+validate127.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema179 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate130.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema179.required,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6644,12 +6646,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate129.errors = vErrors;
+validate130.errors = vErrors;
 return errors === 0;
 }
-validate129.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate130.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema180 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+const schema181 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6662,8 +6664,123 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema181.type,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate131.errors = vErrors;
+return errors === 0;
+}
+validate131.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema182 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate132.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema182.required,parentSchema:schema182,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema182,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema182.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema182.properties["Idempotency-Key"].type,parentSchema:schema182.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema182.type,parentSchema:schema182,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate132.errors = vErrors;
+return errors === 0;
+}
+validate132.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema183 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate134.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema174.required,parentSchema:schema174,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema177.required,parentSchema:schema177,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6674,7 +6791,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema174,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema177,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6688,7 +6805,7 @@ if(data.reason !== undefined){
 let data0 = data.reason;
 if(typeof data0 === "string"){
 if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6698,7 +6815,7 @@ vErrors.push(err2);
 errors++;
 }
 if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6708,7 +6825,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6719,7 +6836,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6731,167 +6848,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema174.type,parentSchema:schema174,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate131.errors = vErrors;
-return errors === 0;
-}
-validate131.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate130.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate131(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate131.errors : vErrors.concat(validate131.errors);
-errors = vErrors.length;
-}
-validate130.errors = vErrors;
-return errors === 0;
-}
-validate130.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema183 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate133.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema183,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema183.type,parentSchema:schema183,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate133.errors = vErrors;
-return errors === 0;
-}
-validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema184 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-
-function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate134.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema184,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema184.properties.limit.type,parentSchema:schema184.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema184.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema184.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema184.type,parentSchema:schema184,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema177.type,parentSchema:schema177,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6905,12 +6862,32 @@ return errors === 0;
 }
 validate134.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema186 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate135.evaluated;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate134(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate134.errors : vErrors.concat(validate134.errors);
+errors = vErrors.length;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema186 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate136.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6939,51 +6916,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate135.errors = vErrors;
-return errors === 0;
-}
-validate135.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema187 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate136.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
 validate136.errors = vErrors;
 return errors === 0;
 }
 validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema188 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema187 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
 function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6997,7 +6935,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema188,data};
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7007,8 +6946,10 @@ vErrors.push(err0);
 errors++;
 }
 }
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema188.type,parentSchema:schema188,data};
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema187.properties.limit.type,parentSchema:schema187.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7017,12 +6958,71 @@ vErrors.push(err1);
 }
 errors++;
 }
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema187.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema187.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern7.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema80,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema80.type,parentSchema:schema80,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
 validate137.errors = vErrors;
 return errors === 0;
 }
 validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema189 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema189 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7035,8 +7035,125 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema189,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema189.type,parentSchema:schema189,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate138.errors = vErrors;
+return errors === 0;
+}
+validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema190 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate139.errors = vErrors;
+return errors === 0;
+}
+validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema191 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate140.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema191,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema191.type,parentSchema:schema191,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate140.errors = vErrors;
+return errors === 0;
+}
+validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema192 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate141.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema189.required,parentSchema:schema189,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema192.required,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7047,7 +7164,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema189,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7061,7 +7178,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema189.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema192.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7072,7 +7189,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema189.properties["Idempotency-Key"].type,parentSchema:schema189.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema192.properties["Idempotency-Key"].type,parentSchema:schema192.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7084,7 +7201,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema189.type,parentSchema:schema189,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema192.type,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7093,22 +7210,22 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate138.errors = vErrors;
+validate141.errors = vErrors;
 return errors === 0;
 }
-validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate141.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema190 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
-const schema191 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
-const schema192 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema194 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
+const schema193 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
+const schema194 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
+const schema195 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema197 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
 const pattern48 = new RegExp("^[a-z]+(\\.[a-z_]+)+$", "u");
 const func0 = require("ajv/dist/runtime/equal").default;
 
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate140.evaluated;
+const evaluated0 = validate143.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7117,7 +7234,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema191.required,parentSchema:schema191,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema194.required,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7127,7 +7244,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema191.required,parentSchema:schema191,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema194.required,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7138,7 +7255,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((key0 === "name") || (key0 === "reason")) || (key0 === "types")) || (key0 === "queues")) || (key0 === "from"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema191,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7152,7 +7269,7 @@ if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
 if(!pattern33.test(data0)){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema192,data:data0};
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema195,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7163,7 +7280,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema192.type,parentSchema:schema192,data:data0};
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema195.type,parentSchema:schema195,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7177,7 +7294,7 @@ if(data.reason !== undefined){
 let data1 = data.reason;
 if(typeof data1 === "string"){
 if(func1(data1) > 1024){
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data1};
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -7187,7 +7304,7 @@ vErrors.push(err5);
 errors++;
 }
 if(func1(data1) < 1){
-const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data1};
+const err6 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -7197,7 +7314,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!pattern6.test(data1)){
-const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data1};
+const err7 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -7208,7 +7325,7 @@ errors++;
 }
 }
 else {
-const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data1};
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -7222,7 +7339,7 @@ if(data.types !== undefined){
 let data2 = data.types;
 if(Array.isArray(data2)){
 if(data2.length > 50){
-const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema191.properties.types,data:data2};
+const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema194.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -7232,7 +7349,7 @@ vErrors.push(err9);
 errors++;
 }
 if(data2.length < 1){
-const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema191.properties.types,data:data2};
+const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema194.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -7246,7 +7363,7 @@ for(let i0=0; i0<len0; i0++){
 let data3 = data2[i0];
 if(typeof data3 === "string"){
 if(!pattern48.test(data3)){
-const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema194,data:data3};
+const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema197,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -7257,7 +7374,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema194.type,parentSchema:schema194,data:data3};
+const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema197.type,parentSchema:schema197,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -7274,7 +7391,7 @@ outer0:
 for(;i1--;){
 for(j0 = i1; j0--;){
 if(func0(data2[i1], data2[j0])){
-const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema191.properties.types,data:data2};
+const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema194.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -7289,7 +7406,7 @@ break outer0;
 }
 }
 else {
-const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema191.properties.types.type,parentSchema:schema191.properties.types,data:data2};
+const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema194.properties.types.type,parentSchema:schema194.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -7303,7 +7420,7 @@ if(data.queues !== undefined){
 let data4 = data.queues;
 if(Array.isArray(data4)){
 if(data4.length > 100){
-const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema191.properties.queues,data:data4};
+const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema194.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -7313,7 +7430,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4.length < 1){
-const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema191.properties.queues,data:data4};
+const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema194.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -7327,7 +7444,7 @@ for(let i2=0; i2<len1; i2++){
 let data5 = data4[i2];
 if(typeof data5 === "string"){
 if(!pattern9.test(data5)){
-const err17 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema84,data:data5};
+const err17 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema87,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -7338,7 +7455,7 @@ errors++;
 }
 }
 else {
-const err18 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.type,parentSchema:schema84,data:data5};
+const err18 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema87.type,parentSchema:schema87,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -7355,7 +7472,7 @@ outer1:
 for(;i3--;){
 for(j1 = i3; j1--;){
 if(func0(data4[i3], data4[j1])){
-const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema191.properties.queues,data:data4};
+const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema194.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -7370,7 +7487,7 @@ break outer1;
 }
 }
 else {
-const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema191.properties.queues.type,parentSchema:schema191.properties.queues,data:data4};
+const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema194.properties.queues.type,parentSchema:schema194.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -7383,7 +7500,7 @@ errors++;
 if(data.from !== undefined){
 let data6 = data.from;
 if(typeof data6 !== "string"){
-const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema191.properties.from.type,parentSchema:schema191.properties.from,data:data6};
+const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema194.properties.from.type,parentSchema:schema194.properties.from,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -7393,7 +7510,7 @@ vErrors.push(err21);
 errors++;
 }
 if(!((data6 === "now") || (data6 === "beginning"))){
-const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema191.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema191.properties.from.enum,parentSchema:schema191.properties.from,data:data6};
+const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema194.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema194.properties.from.enum,parentSchema:schema194.properties.from,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -7405,7 +7522,7 @@ errors++;
 }
 }
 else {
-const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema191.type,parentSchema:schema191,data};
+const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema194.type,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -7414,32 +7531,11 @@ vErrors.push(err23);
 }
 errors++;
 }
-validate140.errors = vErrors;
+validate143.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate143.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate139.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate140(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate140.errors : vErrors.concat(validate140.errors);
-errors = vErrors.length;
-}
-validate139.errors = vErrors;
-return errors === 0;
-}
-validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema196 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7451,149 +7547,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema196.required,parentSchema:schema196,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema196,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema196.type,parentSchema:schema196,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
+errors = vErrors.length;
 }
 validate142.errors = vErrors;
 return errors === 0;
 }
 validate142.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema198 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate143.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema198,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema198.type,parentSchema:schema198,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate143.errors = vErrors;
-return errors === 0;
-}
-validate143.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema199 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate144.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema199,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema199.type,parentSchema:schema199,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate144.errors = vErrors;
-return errors === 0;
-}
-validate144.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema200 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema199 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7607,7 +7570,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema200.required,parentSchema:schema200,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema199.required,parentSchema:schema199,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7618,7 +7581,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema200,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema199,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7632,7 +7595,7 @@ if(data.subscription_id !== undefined){
 let data0 = data.subscription_id;
 if(typeof data0 === "string"){
 if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7643,7 +7606,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7655,7 +7618,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema200.type,parentSchema:schema200,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema199.type,parentSchema:schema199,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7669,12 +7632,51 @@ return errors === 0;
 }
 validate145.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema202 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema201 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate146.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema201,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema201.type,parentSchema:schema201,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate146.errors = vErrors;
+return errors === 0;
+}
+validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema202 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate147.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7703,17 +7705,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate146.errors = vErrors;
+validate147.errors = vErrors;
 return errors === 0;
 }
-validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema203 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema203 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate147.evaluated;
+const evaluated0 = validate148.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7721,8 +7723,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema203.required,parentSchema:schema203,data};
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema203.required,parentSchema:schema203,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7732,7 +7734,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "subscription_id")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema203,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -7743,11 +7745,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema203.properties["Idempotency-Key"],data:data0};
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7758,7 +7760,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema203.properties["Idempotency-Key"].type,parentSchema:schema203.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7779,13 +7781,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate147.errors = vErrors;
+validate148.errors = vErrors;
 return errors === 0;
 }
-validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema204 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
-const schema205 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+const schema205 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7798,8 +7799,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema205.required,parentSchema:schema205,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7808,71 +7809,14 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
 if(vErrors === null){
 vErrors = [err1];
 }
 else {
 vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -7881,147 +7825,12 @@ return errors === 0;
 }
 validate149.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
+const schema206 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate148.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate149(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate149.errors : vErrors.concat(validate149.errors);
-errors = vErrors.length;
-}
-validate148.errors = vErrors;
-return errors === 0;
-}
-validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema207 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate151.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema207.required,parentSchema:schema207,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema207,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema207.type,parentSchema:schema207,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate151.errors = vErrors;
-return errors === 0;
-}
-validate151.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema209 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate152.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema209,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema209.type,parentSchema:schema209,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate152.errors = vErrors;
-return errors === 0;
-}
-validate152.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema210 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate153.evaluated;
+const evaluated0 = validate150.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8030,7 +7839,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema210.required,parentSchema:schema210,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema206.required,parentSchema:schema206,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8041,7 +7850,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema210,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema206,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8055,7 +7864,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema210.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema206.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8066,7 +7875,200 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema210.properties["Idempotency-Key"].type,parentSchema:schema210.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema206.properties["Idempotency-Key"].type,parentSchema:schema206.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema206.type,parentSchema:schema206,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate150.errors = vErrors;
+return errors === 0;
+}
+validate150.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema207 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+const schema208 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate152.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema208.required,parentSchema:schema208,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema208,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema208.type,parentSchema:schema208,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate152.errors = vErrors;
+return errors === 0;
+}
+validate152.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate151.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate152(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate152.errors : vErrors.concat(validate152.errors);
+errors = vErrors.length;
+}
+validate151.errors = vErrors;
+return errors === 0;
+}
+validate151.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema210 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate154.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema210.required,parentSchema:schema210,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema210,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8087,12 +8089,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate153.errors = vErrors;
+validate154.errors = vErrors;
 return errors === 0;
 }
-validate153.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate154.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema211 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+const schema212 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8105,8 +8107,123 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema212,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema212.type,parentSchema:schema212,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate155.errors = vErrors;
+return errors === 0;
+}
+validate155.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema213 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate156.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema213.required,parentSchema:schema213,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema213,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema213.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema213.properties["Idempotency-Key"].type,parentSchema:schema213.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema213.type,parentSchema:schema213,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate156.errors = vErrors;
+return errors === 0;
+}
+validate156.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema214 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+
+function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate158.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema205.required,parentSchema:schema205,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema208.required,parentSchema:schema208,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8117,7 +8234,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema208,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8131,7 +8248,7 @@ if(data.reason !== undefined){
 let data0 = data.reason;
 if(typeof data0 === "string"){
 if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema74,data:data0};
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8141,7 +8258,7 @@ vErrors.push(err2);
 errors++;
 }
 if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema74,data:data0};
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8151,7 +8268,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema74,data:data0};
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -8162,7 +8279,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema74.type,parentSchema:schema74,data:data0};
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -8174,7 +8291,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema208.type,parentSchema:schema208,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -8183,32 +8300,11 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate155.errors = vErrors;
+validate158.errors = vErrors;
 return errors === 0;
 }
-validate155.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate154.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate155(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate155.errors : vErrors.concat(validate155.errors);
-errors = vErrors.length;
-}
-validate154.errors = vErrors;
-return errors === 0;
-}
-validate154.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema214 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8220,221 +8316,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema214.required,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate158(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate158.errors : vErrors.concat(validate158.errors);
+errors = vErrors.length;
 }
 validate157.errors = vErrors;
 return errors === 0;
 }
 validate157.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema216 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
-
-function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate158.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "wait_seconds"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema216,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema216.properties.limit.type,parentSchema:schema216.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema216.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema216.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.wait_seconds !== undefined){
-let data1 = data.wait_seconds;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema216.properties.wait_seconds.type,parentSchema:schema216.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 30 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema216.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema216.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema216.type,parentSchema:schema216,data};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-validate158.errors = vErrors;
-return errors === 0;
-}
-validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema217 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate159.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema217,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema217.type,parentSchema:schema217,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate159.errors = vErrors;
-return errors === 0;
-}
-validate159.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema218 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema217 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8448,7 +8339,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema218.required,parentSchema:schema218,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema217.required,parentSchema:schema217,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8459,7 +8350,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema218,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema217,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8473,7 +8364,7 @@ if(data.subscription_id !== undefined){
 let data0 = data.subscription_id;
 if(typeof data0 === "string"){
 if(!pattern22.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema124,data:data0};
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8484,7 +8375,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema124.type,parentSchema:schema124,data:data0};
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8496,7 +8387,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema218.type,parentSchema:schema218,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema217.type,parentSchema:schema217,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -8510,12 +8401,123 @@ return errors === 0;
 }
 validate160.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema220 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema219 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
 
 function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate161.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "wait_seconds"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema219.properties.limit.type,parentSchema:schema219.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema219.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema219.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.wait_seconds !== undefined){
+let data1 = data.wait_seconds;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema219.properties.wait_seconds.type,parentSchema:schema219.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 30 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema219.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data1 < 0 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema219.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema219.type,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+validate161.errors = vErrors;
+return errors === 0;
+}
+validate161.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema220 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate162.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8544,17 +8546,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate161.errors = vErrors;
+validate162.errors = vErrors;
 return errors === 0;
 }
-validate161.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate162.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema221 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema221 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate162.evaluated;
+const evaluated0 = validate163.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8562,8 +8564,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema221.required,parentSchema:schema221,data};
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema221.required,parentSchema:schema221,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8573,7 +8575,7 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
+if(!(key0 === "subscription_id")){
 const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema221,data};
 if(vErrors === null){
 vErrors = [err1];
@@ -8584,11 +8586,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
 if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema221.properties["Idempotency-Key"],data:data0};
+if(!pattern22.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8599,7 +8601,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema221.properties["Idempotency-Key"].type,parentSchema:schema221.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema127.type,parentSchema:schema127,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8620,15 +8622,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate162.errors = vErrors;
+validate163.errors = vErrors;
 return errors === 0;
 }
-validate162.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate163.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema222 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
-const schema223 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
-const schema224 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern60 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const schema223 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8641,8 +8640,126 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate164.errors = vErrors;
+return errors === 0;
+}
+validate164.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema224 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate165.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema224.required,parentSchema:schema224,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema224,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema224.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema224.properties["Idempotency-Key"].type,parentSchema:schema224.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema224.type,parentSchema:schema224,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate165.errors = vErrors;
+return errors === 0;
+}
+validate165.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema225 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
+const schema226 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
+const schema227 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const pattern60 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+
+function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate167.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.sequence === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema223.required,parentSchema:schema223,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema226.required,parentSchema:schema226,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8653,7 +8770,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "sequence")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema226,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8667,7 +8784,7 @@ if(data.sequence !== undefined){
 let data0 = data.sequence;
 if(typeof data0 === "string"){
 if(!pattern60.test(data0)){
-const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema224,data:data0};
+const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema227,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8678,7 +8795,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema224.type,parentSchema:schema224,data:data0};
+const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema227.type,parentSchema:schema227,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8690,7 +8807,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema226.type,parentSchema:schema226,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -8699,32 +8816,11 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate164.errors = vErrors;
+validate167.errors = vErrors;
 return errors === 0;
 }
-validate164.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate167.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate163.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate164(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate164.errors : vErrors.concat(validate164.errors);
-errors = vErrors.length;
-}
-validate163.errors = vErrors;
-return errors === 0;
-}
-validate163.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema225 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8736,140 +8832,21 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema225,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema225.type,parentSchema:schema225,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
+if(!(validate167(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate167.errors : vErrors.concat(validate167.errors);
+errors = vErrors.length;
 }
 validate166.errors = vErrors;
 return errors === 0;
 }
 validate166.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema226 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-
-function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate167.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema226,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema226.properties.limit.type,parentSchema:schema226.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema226.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema226.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern7.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema77,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema226.type,parentSchema:schema226,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate167.errors = vErrors;
-return errors === 0;
-}
-validate167.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
 const schema228 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate168.evaluated;
+const evaluated0 = validate169.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8898,51 +8875,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate168.errors = vErrors;
-return errors === 0;
-}
-validate168.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema229 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate169.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema229,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema229.type,parentSchema:schema229,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
 validate169.errors = vErrors;
 return errors === 0;
 }
 validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema230 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema229 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
 function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8956,8 +8894,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "after") || (key0 === "limit"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema230,data};
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8967,11 +8905,10 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.after !== undefined){
-let data0 = data.after;
-if(typeof data0 === "string"){
-if(!pattern60.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema224,data:data0};
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema229.properties.limit.type,parentSchema:schema229.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8980,9 +8917,9 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema224.type,parentSchema:schema224,data:data0};
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema229.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8991,11 +8928,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-if(data.limit !== undefined){
-let data1 = data.limit;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema230.properties.limit.type,parentSchema:schema230.properties.limit,data:data1};
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema229.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9004,9 +8938,13 @@ vErrors.push(err3);
 }
 errors++;
 }
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema230.properties.limit,data:data1};
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern7.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema80,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -9015,8 +8953,9 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema230.properties.limit,data:data1};
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema80.type,parentSchema:schema80,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -9027,9 +8966,8 @@ errors++;
 }
 }
 }
-}
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema230.type,parentSchema:schema230,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema229.type,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9043,12 +8981,51 @@ return errors === 0;
 }
 validate170.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema232 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema231 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate171.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema231,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema231.type,parentSchema:schema231,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate171.errors = vErrors;
+return errors === 0;
+}
+validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema232 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate172.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9077,13 +9054,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate171.errors = vErrors;
+validate172.errors = vErrors;
 return errors === 0;
 }
-validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema233 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
-const schema234 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema233 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
 
 function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9096,8 +9072,149 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "after") || (key0 === "limit"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema233,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.after !== undefined){
+let data0 = data.after;
+if(typeof data0 === "string"){
+if(!pattern60.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema227,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema227.type,parentSchema:schema227,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema233.properties.limit.type,parentSchema:schema233.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema233.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema233.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema233.type,parentSchema:schema233,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate173.errors = vErrors;
+return errors === 0;
+}
+validate173.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema235 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate174.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema235,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema235.type,parentSchema:schema235,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate174.errors = vErrors;
+return errors === 0;
+}
+validate174.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema236 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
+const schema237 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+
+function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate176.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.idempotency_key === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema234.required,parentSchema:schema234,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema237.required,parentSchema:schema237,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9107,7 +9224,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.payload === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema234.required,parentSchema:schema234,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema237.required,parentSchema:schema237,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9118,7 +9235,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema234,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema237,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9132,7 +9249,7 @@ if(data.idempotency_key !== undefined){
 let data0 = data.idempotency_key;
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema234.properties.idempotency_key,data:data0};
+const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema237.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9143,7 +9260,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema234.properties.idempotency_key.type,parentSchema:schema234.properties.idempotency_key,data:data0};
+const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema237.properties.idempotency_key.type,parentSchema:schema237.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -9156,7 +9273,7 @@ errors++;
 if(data.payload !== undefined){
 let data1 = data.payload;
 if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data:data1};
+const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema113.type,parentSchema:schema113,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -9166,7 +9283,7 @@ vErrors.push(err5);
 errors++;
 }
 if(Buffer.byteLength(JSON.stringify(data1), "utf8") > 262144){
-const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema110,data:data1};
+const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema113,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9179,7 +9296,7 @@ errors++;
 if(data.priority !== undefined){
 let data2 = data.priority;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema111.type,parentSchema:schema111,data:data2};
+const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data2};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -9190,7 +9307,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 9 || isNaN(data2)){
-const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema111,data:data2};
+const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema114,data:data2};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -9200,7 +9317,7 @@ vErrors.push(err8);
 errors++;
 }
 if(data2 < 0 || isNaN(data2)){
-const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema111,data:data2};
+const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema114,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -9215,7 +9332,7 @@ if(data.resource_key !== undefined){
 let data3 = data.resource_key;
 if(typeof data3 === "string"){
 if(func1(data3) > 128){
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema112,data:data3};
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema115,data:data3};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -9225,7 +9342,7 @@ vErrors.push(err10);
 errors++;
 }
 if(func1(data3) < 1){
-const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema112,data:data3};
+const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema115,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -9235,7 +9352,7 @@ vErrors.push(err11);
 errors++;
 }
 if(!pattern20.test(data3)){
-const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema112,data:data3};
+const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema115,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -9246,7 +9363,7 @@ errors++;
 }
 }
 else {
-const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema112.type,parentSchema:schema112,data:data3};
+const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema115.type,parentSchema:schema115,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -9259,7 +9376,7 @@ errors++;
 if(data.max_attempts !== undefined){
 let data4 = data.max_attempts;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.type,parentSchema:schema113,data:data4};
+const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema116.type,parentSchema:schema116,data:data4};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -9270,7 +9387,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 100 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema113,data:data4};
+const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema116,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -9280,7 +9397,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113,data:data4};
+const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema116,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -9294,7 +9411,7 @@ errors++;
 if(data.deadline_seconds !== undefined){
 let data5 = data.deadline_seconds;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema114.type,parentSchema:schema114,data:data5};
+const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema117.type,parentSchema:schema117,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -9305,7 +9422,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 31536000 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema114,data:data5};
+const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema117,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -9315,7 +9432,7 @@ vErrors.push(err18);
 errors++;
 }
 if(data5 < 1 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema114,data:data5};
+const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema117,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -9329,7 +9446,7 @@ errors++;
 if(data.delay_seconds !== undefined){
 let data6 = data.delay_seconds;
 if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema115.type,parentSchema:schema115,data:data6};
+const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema118.type,parentSchema:schema118,data:data6};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -9340,7 +9457,7 @@ errors++;
 }
 if((typeof data6 == "number") && (isFinite(data6))){
 if(data6 > 31535999 || isNaN(data6)){
-const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema115,data:data6};
+const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema118,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -9350,7 +9467,7 @@ vErrors.push(err21);
 errors++;
 }
 if(data6 < 0 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema115,data:data6};
+const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema118,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -9364,7 +9481,7 @@ errors++;
 if(data.on_unknown_outcome !== undefined){
 let data7 = data.on_unknown_outcome;
 if(typeof data7 !== "string"){
-const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema116.type,parentSchema:schema116,data:data7};
+const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data7};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -9374,7 +9491,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!((data7 === "retry") || (data7 === "review"))){
-const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema116.enum},message:"must be equal to one of the allowed values",schema:schema116.enum,parentSchema:schema116,data:data7};
+const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values",schema:schema119.enum,parentSchema:schema119,data:data7};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -9386,7 +9503,7 @@ errors++;
 }
 }
 else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema234.type,parentSchema:schema234,data};
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema237.type,parentSchema:schema237,data};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -9395,29 +9512,29 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate173.errors = vErrors;
+validate176.errors = vErrors;
 return errors === 0;
 }
-validate173.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate176.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate172.evaluated;
+const evaluated0 = validate175.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate173(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate173.errors : vErrors.concat(validate173.errors);
+if(!(validate176(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate176.errors : vErrors.concat(validate176.errors);
 errors = vErrors.length;
 }
-validate172.errors = vErrors;
+validate175.errors = vErrors;
 return errors === 0;
 }
-validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate175.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as connectWorker_path, validate51 as connectWorker_query, validate52 as connectWorker_headers, validate53 as getApplicationResources_path, validate54 as getApplicationResources_query, validate55 as getApplicationResources_headers, validate56 as configureApplicationResources_path, validate57 as configureApplicationResources_query, validate58 as configureApplicationResources_headers, validate59 as configureApplicationResources_body, validate63 as listQueues_path, validate64 as listQueues_query, validate65 as listQueues_headers, validate66 as createQueue_path, validate67 as createQueue_query, validate68 as createQueue_headers, validate69 as createQueue_body, validate72 as getQueue_path, validate73 as getQueue_query, validate74 as getQueue_headers, validate75 as configureQueue_path, validate76 as configureQueue_query, validate77 as configureQueue_headers, validate78 as configureQueue_body, validate81 as listTasks_path, validate82 as listTasks_query, validate83 as listTasks_headers, validate84 as submitTask_path, validate85 as submitTask_query, validate86 as submitTask_headers, validate87 as submitTask_body, validate90 as submitTasks_path, validate91 as submitTasks_query, validate92 as submitTasks_headers, validate93 as submitTasks_body, validate94 as getTask_path, validate95 as getTask_query, validate96 as getTask_headers, validate97 as cancelTask_path, validate98 as cancelTask_query, validate99 as cancelTask_headers, validate100 as cancelTask_body, validate103 as resolveTask_path, validate104 as resolveTask_query, validate105 as resolveTask_headers, validate106 as resolveTask_body, validate109 as listSchedules_path, validate110 as listSchedules_query, validate111 as listSchedules_headers, validate112 as createSchedule_path, validate113 as createSchedule_query, validate114 as createSchedule_headers, validate115 as createSchedule_body, validate118 as getSchedule_path, validate119 as getSchedule_query, validate120 as getSchedule_headers, validate121 as pauseSchedule_path, validate122 as pauseSchedule_query, validate123 as pauseSchedule_headers, validate124 as pauseSchedule_body, validate127 as resumeSchedule_path, validate128 as resumeSchedule_query, validate129 as resumeSchedule_headers, validate130 as resumeSchedule_body, validate133 as listSubscriptions_path, validate134 as listSubscriptions_query, validate135 as listSubscriptions_headers, validate136 as createSubscription_path, validate137 as createSubscription_query, validate138 as createSubscription_headers, validate139 as createSubscription_body, validate142 as getSubscription_path, validate143 as getSubscription_query, validate144 as getSubscription_headers, validate145 as pauseSubscription_path, validate146 as pauseSubscription_query, validate147 as pauseSubscription_headers, validate148 as pauseSubscription_body, validate151 as resumeSubscription_path, validate152 as resumeSubscription_query, validate153 as resumeSubscription_headers, validate154 as resumeSubscription_body, validate157 as readSubscription_path, validate158 as readSubscription_query, validate159 as readSubscription_headers, validate160 as ackSubscription_path, validate161 as ackSubscription_query, validate162 as ackSubscription_headers, validate163 as ackSubscription_body, validate166 as listAuditEvents_path, validate167 as listAuditEvents_query, validate168 as listAuditEvents_headers, validate169 as listEvents_path, validate170 as listEvents_query, validate171 as listEvents_headers, validate172 as schema_SubmitTaskItem };
+export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as getFavicon_path, validate51 as getFavicon_query, validate52 as getFavicon_headers, validate53 as connectWorker_path, validate54 as connectWorker_query, validate55 as connectWorker_headers, validate56 as getApplicationResources_path, validate57 as getApplicationResources_query, validate58 as getApplicationResources_headers, validate59 as configureApplicationResources_path, validate60 as configureApplicationResources_query, validate61 as configureApplicationResources_headers, validate62 as configureApplicationResources_body, validate66 as listQueues_path, validate67 as listQueues_query, validate68 as listQueues_headers, validate69 as createQueue_path, validate70 as createQueue_query, validate71 as createQueue_headers, validate72 as createQueue_body, validate75 as getQueue_path, validate76 as getQueue_query, validate77 as getQueue_headers, validate78 as configureQueue_path, validate79 as configureQueue_query, validate80 as configureQueue_headers, validate81 as configureQueue_body, validate84 as listTasks_path, validate85 as listTasks_query, validate86 as listTasks_headers, validate87 as submitTask_path, validate88 as submitTask_query, validate89 as submitTask_headers, validate90 as submitTask_body, validate93 as submitTasks_path, validate94 as submitTasks_query, validate95 as submitTasks_headers, validate96 as submitTasks_body, validate97 as getTask_path, validate98 as getTask_query, validate99 as getTask_headers, validate100 as cancelTask_path, validate101 as cancelTask_query, validate102 as cancelTask_headers, validate103 as cancelTask_body, validate106 as resolveTask_path, validate107 as resolveTask_query, validate108 as resolveTask_headers, validate109 as resolveTask_body, validate112 as listSchedules_path, validate113 as listSchedules_query, validate114 as listSchedules_headers, validate115 as createSchedule_path, validate116 as createSchedule_query, validate117 as createSchedule_headers, validate118 as createSchedule_body, validate121 as getSchedule_path, validate122 as getSchedule_query, validate123 as getSchedule_headers, validate124 as pauseSchedule_path, validate125 as pauseSchedule_query, validate126 as pauseSchedule_headers, validate127 as pauseSchedule_body, validate130 as resumeSchedule_path, validate131 as resumeSchedule_query, validate132 as resumeSchedule_headers, validate133 as resumeSchedule_body, validate136 as listSubscriptions_path, validate137 as listSubscriptions_query, validate138 as listSubscriptions_headers, validate139 as createSubscription_path, validate140 as createSubscription_query, validate141 as createSubscription_headers, validate142 as createSubscription_body, validate145 as getSubscription_path, validate146 as getSubscription_query, validate147 as getSubscription_headers, validate148 as pauseSubscription_path, validate149 as pauseSubscription_query, validate150 as pauseSubscription_headers, validate151 as pauseSubscription_body, validate154 as resumeSubscription_path, validate155 as resumeSubscription_query, validate156 as resumeSubscription_headers, validate157 as resumeSubscription_body, validate160 as readSubscription_path, validate161 as readSubscription_query, validate162 as readSubscription_headers, validate163 as ackSubscription_path, validate164 as ackSubscription_query, validate165 as ackSubscription_headers, validate166 as ackSubscription_body, validate169 as listAuditEvents_path, validate170 as listAuditEvents_query, validate171 as listAuditEvents_headers, validate172 as listEvents_path, validate173 as listEvents_query, validate174 as listEvents_headers, validate175 as schema_SubmitTaskItem };

@@ -1,9 +1,12 @@
 /**
- * The Hono app: a request id for every request, the generated operations, and one error
- * handler that renders every failure as the envelope. Tests call `app.request()` directly.
+ * The Hono app: a request id for every request, the generated operations, one error handler
+ * that renders every failure as the envelope, and one middleware that gives every answer
+ * `X-Content-Type-Options: nosniff` and counts it in `orbit_http_requests_total{operation,
+ * status}`. Tests call `app.request()` directly.
  */
 import { Hono } from 'hono';
 import { newRequestId } from '../ids.ts';
+import { withDeadline } from '../deadline.ts';
 import { OrbitError } from '../errors.ts';
 import { credentialAuthenticate } from '../store/tenancy/credentials.ts';
 import type { Handlers } from '../generated/routes.ts';
@@ -52,12 +55,30 @@ export function bearerAuthenticator(deps: AppDeps) {
   };
 }
 
+/**
+ * The `operation` label of a request that matches no operation (an unknown path: 404; a known
+ * path with another method: 405). One fixed value, not the path, so that whatever a client
+ * sends the label has one series more than the spec has operations.
+ */
+export const UNMATCHED_OPERATION = 'unmatched';
+
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   // Routing sees the path as sent; parameters are decoded once, by the operations (operations.ts).
   const app = new Hono<AppEnv>({ getPath: (request) => rawPathOf(request.url) });
   app.use(async (c, next) => {
     c.set('requestId', newRequestId());
-    await next();
+    // Every database wait of the request - authentication, the operation, the error handler's
+    // look-up - shares one bound (deadline.ts): a database that stops answering makes the
+    // request answer 503 within it, however many waits it would have made.
+    await withDeadline(deps.requestTimeoutMs, next);
+    // After the route, the error handler or notFound made the answer (a handler's throw is
+    // rendered by onError below before this resumes), so this sees every answer, refusals
+    // included - the one place that adds what every answer carries and counts it.
+    c.res.headers.set('X-Content-Type-Options', 'nosniff');
+    // An upgrade the worker route took is answered by the WebSocket server (101), not with the
+    // app's placeholder response (server/worker/upgrade.ts).
+    const status = (c.env as { accepted?: boolean } | undefined)?.accepted === true ? 101 : c.res.status;
+    deps.metrics.httpRequests.inc({ operation: c.get('operation') ?? UNMATCHED_OPERATION, status: String(status) });
   });
   mountOperations(app, createHandlers(deps), bearerAuthenticator(deps));
   app.notFound((c) => {

@@ -28,10 +28,18 @@ export interface AppDeps {
   pages: PageAssets;
   /** How long a successful authentication is reused by this process (0: never). */
   authCacheMs: number;
+  /**
+   * The most one request may spend waiting on the database in all (ORBIT_DB_TIMEOUT_MS); past it
+   * the request answers 503 UNAVAILABLE. A long-poll's own wait does not count: its reads do.
+   */
+  requestTimeoutMs: number;
   /** (namespace, queue name) → queue id, for the operations that name a queue in their path. */
   queueIds: QueueIdCache;
   /** Worker sessions (the WebSocket side); null where only HTTP is served (tests of the HTTP API). */
   workers: { connect(c: Context, principal: Principal): Promise<Response> } | null;
-  /** Readiness: the database answers and no migration is pending. */
+  /**
+   * Readiness: the database answers and no migration is pending - asked on a connection of its
+   * own, answered within READINESS_TIMEOUT_MS whatever the database does.
+   */
   ready(): Promise<{ ok: boolean; detail?: string }>;
 }

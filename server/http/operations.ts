@@ -223,6 +223,8 @@ export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestCon
     const template = pathTemplate(route.path);
     const handler = handlers[route.operationId] as (input: OperationInput<OperationId>, context: RequestContext) => Promise<unknown>;
     app.on(route.method, route.honoPath, async (c) => {
+      // First, so that every answer of this route - refusals included - is counted under it (app.ts).
+      c.set('operation', route.operationId);
       const requestId = c.get('requestId');
       // Only the worker session is an HTTP upgrade (server/worker/upgrade.ts marks such requests).
       if (route.operationId !== 'connectWorker' && (c.env as { viaUpgrade?: boolean } | undefined)?.viaUpgrade === true) {

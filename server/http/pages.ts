@@ -2,7 +2,8 @@
  * The pages Orbit serves itself, with everything they load, so they work with no internet: the
  * API reference (/docs: openapi.yaml rendered by Redoc's standalone bundle, from the `redoc`
  * package), the worker protocol document (/asyncapi.yaml), and the live quota console (/console:
- * console/index.html and the bundle console/build.mjs makes). Read once, when the app is built.
+ * console/index.html and the bundle console/build.mjs makes), and the icon of all of them
+ * (/favicon.ico: console/favicon.svg). Read once, when the app is built.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -20,6 +21,8 @@ export interface PageAssets {
   /** null when the console has not been built (`npm run build`). */
   consoleScript: Buffer | null;
   consoleStylesheet: Buffer | null;
+  /** An SVG image, served at /favicon.ico. */
+  favicon: Buffer;
 }
 
 const DOCS_HTML = `<!doctype html>
@@ -28,6 +31,7 @@ const DOCS_HTML = `<!doctype html>
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
   <title>Orbit API reference</title>
+  <link rel="icon" href="/favicon.ico" type="image/svg+xml">
   <style>
     body { margin: 0; }
     .orbit-bar { font-family: system-ui, sans-serif; padding: 0.6rem 1.25rem; background: #1d2330; color: #fff; display: flex; gap: 1.5rem; align-items: baseline; }
@@ -52,6 +56,22 @@ function readOrNull(path: string): Buffer | null {
   return existsSync(path) ? readFileSync(path) : null;
 }
 
+/**
+ * Redoc's bundle with its one load from the internet taken out. The side menu's footer ("API docs
+ * by Redocly") always renders `<img src="https://cdn.redoc.ly/redoc/logo-mini.svg">`: Redoc has no
+ * option or theme setting to leave it out, and a stylesheet rule cannot stop it either (an <img>
+ * is fetched even when it is not displayed). Here the bundle's hard-coded absolute `src` props
+ * become `data:,`, which is no image: it fails to load without any request, and the logo's own
+ * onError handler in Redoc (which hides a logo that cannot be loaded) removes it, so the footer
+ * shows the text alone. No CSP violation, nothing in the browser console. Matching every
+ * `src:"https://..."` rather than that one URL keeps this working if Redoc moves its logo; if a
+ * new Redoc loads something from the internet in another way, the browser test
+ * (test/integration/pages-browser.test.ts) fails, naming the URL.
+ */
+function offlineRedocBundle(bundle: Buffer): Buffer {
+  return Buffer.from(bundle.toString('utf8').replace(/\bsrc:"https?:\/\/[^"]*"/g, 'src:"data:,"'), 'utf8');
+}
+
 function redocBundlePath(): string | null {
   try {
     return createRequire(import.meta.url).resolve('redoc/bundles/redoc.standalone.js');
@@ -62,20 +82,23 @@ function redocBundlePath(): string | null {
 
 export function loadPageAssets(): PageAssets {
   const redoc = redocBundlePath();
+  const redocScript = redoc === null ? null : readOrNull(redoc);
   return {
     asyncApiDocument: readFileSync(ASYNCAPI_PATH, 'utf8'),
     docsHtml: DOCS_HTML,
-    redocScript: redoc === null ? null : readOrNull(redoc),
+    redocScript: redocScript === null ? null : offlineRedocBundle(redocScript),
     consoleHtml: readFileSync(`${CONSOLE_DIR}index.html`, 'utf8'),
     consoleScript: readOrNull(`${CONSOLE_DIR}dist/console.js`),
     consoleStylesheet: readOrNull(`${CONSOLE_DIR}dist/console.css`),
+    favicon: readFileSync(`${CONSOLE_DIR}favicon.svg`),
   };
 }
 
 /**
  * What the browser may do on these pages: load only from Orbit itself (the console's API calls
  * included), never be framed. Redoc styles itself with inline <style> elements and runs its
- * search in a blob: worker.
+ * search in a blob: worker. The console has no inline style at all (`style-src 'self'` refuses
+ * style attributes too): what it computes, like a usage bar's width, it sets through the CSSOM.
  */
 export const CONSOLE_SECURITY_HEADERS: Record<string, string> = {
   'Content-Security-Policy':

@@ -1,8 +1,9 @@
 /**
  * Worker sessions of this server process: the WebSocket upgrade, group commit of Starts and
  * results per application, the heartbeat that keeps this process's sessions alive in the
- * database, and `cancel_requested` notifications for running attempts whose task was cancelled
- * (the cancel may have arrived at any server process; the database tells).
+ * database, `cancel_requested` notifications for running attempts whose task was cancelled
+ * (the cancel may have arrived at any server process; the database tells), and the end of
+ * sessions whose credential may no longer act (revoked or disabled anywhere; the database tells).
  */
 import type { Context } from 'hono';
 import type { UpgradeWebSocket } from 'hono/ws';
@@ -12,12 +13,18 @@ import type { Principal } from '../domain/principal.ts';
 import { KeyedBatcher } from '../domain/batcher.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
-import type { Database } from '../store/database/database.ts';
+import { DEFAULT_DATABASE_TIMEOUT_MS, type Database } from '../store/database/database.ts';
 import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts/attempts.ts';
-import { attemptCompleteBatch, sessionReleaseReservations, type CompleteAnswer, type CompleteItem } from '../store/attempts/attempt-results.ts';
+import {
+  attemptCompleteBatch,
+  completionBytes,
+  sessionReleaseReservations,
+  type CompleteAnswer,
+  type CompleteItem,
+} from '../store/attempts/attempt-results.ts';
 import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempts/attempt-fast-paths.ts';
 import { attemptTakeCancelNotices } from '../store/attempts/cancel-notices.ts';
-import { sessionHeartbeat, sessionMarkClosed } from '../store/attempts/sessions.ts';
+import { sessionHeartbeat, sessionMarkClosed, sessionsWithInvalidCredential } from '../store/attempts/sessions.ts';
 import { attemptClaimGroup, type ClaimOutcome, type ClaimRequest, type ClaimedAttemptInfo } from '../store/attempts/claims.ts';
 import type { SessionInfo } from '../store/attempts/sessions.ts';
 import { WorkerSession } from './session.ts';
@@ -45,6 +52,17 @@ export interface WorkerGatewayOptions {
   leaseSeconds: number;
   /** How often running attempts of this process's sessions are checked for a cancel intent. */
   cancelPollMs?: number;
+  /**
+   * The longest a frame's database work may take in all (ORBIT_DB_TIMEOUT_MS): past it the frame
+   * is answered with an `error` UNAVAILABLE (deadline.ts). Default DEFAULT_DATABASE_TIMEOUT_MS.
+   */
+  frameTimeoutMs?: number;
+  /**
+   * How often the credentials of this process's sessions are checked (default 1000 ms): a
+   * session whose credential was revoked or expired, or whose namespace or application was
+   * disabled, is ended within about this long, whether or not its worker sends anything.
+   */
+  credentialCheckMs?: number;
 }
 
 export class WorkerGateway {
@@ -52,6 +70,7 @@ export class WorkerGateway {
   readonly log: Logger;
   readonly metrics: Metrics;
   readonly leaseSeconds: number;
+  readonly frameTimeoutMs: number;
   private upgradeWebSocket: UpgradeWebSocket<unknown> | null = null;
   private readonly sessions = new Map<string, WorkerSession>();
   private readonly starts: KeyedBatcher<StartItem & KnownAttempt, StartAnswer>;
@@ -65,6 +84,7 @@ export class WorkerGateway {
     this.log = options.log;
     this.metrics = options.metrics;
     this.leaseSeconds = options.leaseSeconds;
+    this.frameTimeoutMs = options.frameTimeoutMs ?? DEFAULT_DATABASE_TIMEOUT_MS;
     const timed = <T>(operation: string, work: () => Promise<T>) => {
       const end = this.metrics.transactionSeconds.startTimer({ operation });
       return work().finally(end);
@@ -98,7 +118,8 @@ export class WorkerGateway {
           }
           return (await attemptCompleteBatch(this.db, { applicationId, items })).answers;
         }),
-      { maxBatch: 128, maxInFlight: 1 },
+      // Bounded by bytes too: the fast path's one UPDATE carries every result of the group.
+      { maxBatch: 128, maxInFlight: 1, weight: (item: CompleteItem & KnownAttempt) => completionBytes(item), maxWeight: () => this.db.packets.budgetBytes / 2 },
     );
     // Claims of one application group-commit too: the claims of every session of this process
     // that arrive while the previous group runs are decided together, in one transaction
@@ -110,9 +131,11 @@ export class WorkerGateway {
     });
     const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));
     const cancels = setInterval(() => void this.notifyCancellations(), options.cancelPollMs ?? 250);
+    const credentials = setInterval(() => void this.endInvalidSessions(), options.credentialCheckMs ?? 1000);
     heartbeat.unref();
     cancels.unref();
-    this.timers.push(heartbeat, cancels);
+    credentials.unref();
+    this.timers.push(heartbeat, cancels, credentials);
   }
 
   /** A session's claim, decided in its application's next claim group. */
@@ -148,11 +171,7 @@ export class WorkerGateway {
         void session?.onMessage(event.data);
       },
       onClose: () => {
-        const closing = session?.onClose();
-        if (closing) {
-          this.closing.add(closing);
-          void closing.finally(() => this.closing.delete(closing));
-        }
+        if (session) this.trackClosing(session.onClose());
       },
     }));
     const response = await middleware(c, async () => {});
@@ -168,7 +187,13 @@ export class WorkerGateway {
     this.metrics.workerSessions.set(this.sessions.size);
   }
 
-  /** Called when a session's socket closed: give back its unstarted reservations and close its row. */
+  /** Remembers a session's closing work, so `close()` waits for its reservations to go back. */
+  trackClosing(closing: Promise<void>): void {
+    this.closing.add(closing);
+    void closing.finally(() => this.closing.delete(closing));
+  }
+
+  /** Called when a session's socket closed, or the server ended it: give back its unstarted reservations and close its row. */
   async unregister(session: WorkerSession): Promise<void> {
     const info = session.info;
     if (!info) return;
@@ -212,6 +237,34 @@ export class WorkerGateway {
       this.log.warn({ err: error }, 'cancel notification round failed');
     } finally {
       this.notifying = false;
+    }
+  }
+
+  private checkingCredentials = false;
+
+  /**
+   * Ends the sessions of this process whose credential may no longer act. A revoke or disable
+   * happens on any process (or in orbit-admin) and the per-process authentication cache does
+   * not hear of it, so each round asks the database, in one read for all sessions; without it a
+   * session would carry on until its next claim, and an idle one forever. The session sends an
+   * `error` UNAUTHENTICATED with the cause, closes with 4401 and is closed as on a disconnect.
+   * A failed round (the database is down) ends nothing: the next one asks again.
+   */
+  private async endInvalidSessions(): Promise<void> {
+    if (this.checkingCredentials || this.sessions.size === 0) return;
+    this.checkingCredentials = true;
+    try {
+      const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
+      for (const { sessionId, cause } of await sessionsWithInvalidCredential(this.db, ids)) {
+        const session = this.sessions.get(idToHex(sessionId));
+        if (!session) continue;
+        this.log.info({ session: idToHex(sessionId), cause }, 'ending a worker session: its credential may no longer act');
+        session.end(new OrbitError('UNAUTHENTICATED', cause));
+      }
+    } catch (error) {
+      this.log.warn({ err: error }, 'credential check of worker sessions failed');
+    } finally {
+      this.checkingCredentials = false;
     }
   }
 

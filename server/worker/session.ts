@@ -13,8 +13,16 @@ import { attemptRenew, type AttemptRef } from '../store/attempts/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempts/attempt-results.ts';
 import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
 import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } from '../generated/frames.ts';
-import { encodeFrame, errorFrame, parseWorkerFrame } from './frames.ts';
+import { encodeFrame, errorFrame, MAX_FRAME_BYTES, parseWorkerFrame } from './frames.ts';
 import type { WorkerGateway } from './gateway.ts';
+import { withDeadline } from '../deadline.ts';
+
+/** A frame's size in bytes as received (text or binary). */
+function frameBytes(data: unknown): number {
+  if (typeof data === 'string') return Buffer.byteLength(data, 'utf8');
+  if (data instanceof ArrayBuffer || ArrayBuffer.isView(data)) return data.byteLength;
+  return MAX_FRAME_BYTES;
+}
 
 interface HeldAttempt extends AttemptRef {
   claimedAtMs: number;
@@ -29,6 +37,8 @@ export class WorkerSession {
   /** Recently finished attempts, so a repeated `complete` (a lost answer) gets the same answer. */
   private readonly finished = new Map<string, { outcome: string; taskState: string }>();
   private closed = false;
+  /** The server is ending this session (`end`): it takes no more frames, and `end` closes it. */
+  private ending = false;
 
   constructor(
     private readonly gateway: WorkerGateway,
@@ -49,8 +59,19 @@ export class WorkerSession {
     }
   }
 
-  /** Frames are handled concurrently (so Starts and results of many attempts batch), except that everything waits for `hello`. */
-  async onMessage(data: unknown): Promise<void> {
+  /**
+   * Frames are handled concurrently (so Starts and results of many attempts batch), except that
+   * everything waits for `hello`. Each frame is answered within the gateway's frame timeout
+   * (ORBIT_DB_TIMEOUT_MS): every database wait it makes is bounded by it (deadline.ts).
+   */
+  onMessage(data: unknown): Promise<void> {
+    return withDeadline(this.gateway.frameTimeoutMs, () => this.handle(data));
+  }
+
+  private async handle(data: unknown): Promise<void> {
+    // A session the server ends takes no more frames, as if its socket had closed: what the
+    // worker sent meanwhile is not carried out (its running attempts are left to their leases).
+    if (this.closed || this.ending) return;
     let frame: WorkerFrame;
     try {
       frame = parseWorkerFrame(data);
@@ -80,16 +101,41 @@ export class WorkerSession {
         case 'renew':
           return await this.onRenew(frame.attempt_id);
         case 'complete':
-          return await this.onComplete(frame);
+          return await this.onComplete(frame, frameBytes(data));
         case 'release':
           return await this.onRelease(frame.attempt_id);
       }
     } catch (error) {
       const orbitError = await toCallerError(error, this.gateway.db, this.principal);
       if (orbitError.status >= 500) this.gateway.log.error({ err: error, frame: frame.type }, orbitError.message);
-      this.send(errorFrame(orbitError, ids));
-      if (orbitError.code === 'UNAUTHENTICATED') this.socket.close(4401, 'unauthenticated');
+      if (orbitError.code === 'UNAUTHENTICATED') this.end(orbitError, ids);
+      else this.send(errorFrame(orbitError, ids));
     }
+  }
+
+  /**
+   * The server ends the session because its credential may no longer act (found by a frame, or
+   * by the gateway's periodic check). The session row is closed and its unstarted reservations
+   * given back first, exactly as on a disconnect - so a worker that hears of the end finds them
+   * released already, and the cleanup does not wait for a close handshake the worker may never
+   * answer; then the `error` frame says why and the socket closes with 4401.
+   */
+  end(error: OrbitError, ids: { attempt_id?: string; claim_id?: string } = {}): void {
+    if (this.closed || this.ending) return;
+    this.ending = true;
+    this.gateway.trackClosing(this.finishEnd(error, ids));
+  }
+
+  private async finishEnd(error: OrbitError, ids: { attempt_id?: string; claim_id?: string }): Promise<void> {
+    await this.hello?.catch(() => {});
+    await this.gateway.unregister(this);
+    this.send(errorFrame(error, ids));
+    try {
+      this.socket.close(4401, 'unauthenticated');
+    } catch {
+      // Already going away.
+    }
+    this.closed = true;
   }
 
   private async onHello(frame: HelloFrame): Promise<void> {
@@ -190,7 +236,8 @@ export class WorkerSession {
     this.send({ type: 'renewed', attempt_id: attemptId, lease_expires_at: new Date(leaseExpiresAtMs).toISOString() });
   }
 
-  private async onComplete(frame: CompleteFrame): Promise<void> {
+  /** `bytes`: the frame's size, an upper bound of its result's and error's JSON (results are grouped by it). */
+  private async onComplete(frame: CompleteFrame, bytes: number): Promise<void> {
     if (frame.outcome !== 'failed' && frame.retryable !== undefined) {
       throw new OrbitError('INVALID_ARGUMENT', 'retryable: only with outcome failed', {
         details: { field: 'retryable', location: 'frame', reason: 'only with outcome failed' },
@@ -209,6 +256,7 @@ export class WorkerSession {
       result: frame.result,
       error: frame.error,
       retryable: frame.retryable ?? false,
+      frameBytes: bytes,
     });
     if (answer.kind === 'not_started') {
       throw new OrbitError('STATE_CONFLICT', `attempt ${frame.attempt_id} was never started: start it, or release it`);
@@ -242,6 +290,8 @@ export class WorkerSession {
   async onClose(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // Closing in the middle of `end`, which does the cleanup itself.
+    if (this.ending) return;
     await this.hello?.catch(() => {});
     await this.gateway.unregister(this);
   }

@@ -155,8 +155,9 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
 
   /**
    * One request: never 5xx; a refusal is the envelope and changes nothing; an operation that may
-   * wait answers within 2.5 s (its targets here are settled or have events to read). Cut off
-   * after 5 s, when a waiting request answers at once, so no run waits for long.
+   * wait answers at once (its targets here are settled or have events to read): within 10 s,
+   * generous for a loaded machine, where a request that waits is cut off after 20 s (it then
+   * answers at once) - so a wait of 10 s or more asked for and taken fails, and no run waits longer.
    */
   async function exchange(where: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<TestResponse> {
     const before = await dbFingerprint(t.db);
@@ -164,7 +165,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     let response: TestResponse;
     const started = Date.now();
     try {
-      response = await sendRaw(api.app, method, path, headers, body, AbortSignal.timeout(5000));
+      response = await sendRaw(api.app, method, path, headers, body, AbortSignal.timeout(20_000));
     } catch (error) {
       assert.fail(`${where}: the request could not be made (${(error as Error).message}); the generator produced something fetch refuses`);
     }
@@ -172,7 +173,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
     assertNever5xx(response, where, log);
     if (findOperation(method, path)?.parameters.some((p) => p.name === 'wait_seconds'))
       assert.ok(
-        ms < 2500,
+        ms < 10_000,
         `${where}: answered ${response.status} after ${ms} ms; nothing here should wait (a settled task, a subscription with events to read)`,
       );
     if (response.status >= 400) {
@@ -307,7 +308,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const response = await exchange(where, op.method, path, headers, body);
         expectForValue(where, op, value, response);
       },
-      { numRuns: 500, timeLimitMs: 6_000 },
+      { numRuns: 500 },
     );
   });
 
@@ -335,7 +336,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const response = await exchange(where, op.method, path, headers, body);
         expectForValue(where, op, decodedOnce, response);
       },
-      { numRuns: 200, timeLimitMs: 3_000 },
+      { numRuns: 200 },
     );
   });
 
@@ -385,7 +386,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
           assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: param, location: 'path' }, log);
         } else expectForValue(where, op, decoded, response);
       },
-      { numRuns: 250, timeLimitMs: 3_000 },
+      { numRuns: 250 },
     );
   });
 
@@ -405,7 +406,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const headers = method === 'POST' ? postHeaders() : authorized();
         await exchange(`${method} ${path}`, method, path, headers, method === 'POST' ? '{}' : undefined);
       },
-      { numRuns: 120, timeLimitMs: 2_000 },
+      { numRuns: 120 },
     );
   });
 
@@ -542,7 +543,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
           }
         }
       },
-      { numRuns: 500, timeLimitMs: 6_000 },
+      { numRuns: 500 },
     );
   });
 
@@ -616,7 +617,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const expected = Math.min(Number(params.get('limit') ?? 50), Number(row?.n));
         assert.equal(response.body.data.events.length, expected, `${where}: the first ${expected} events after the beginning`);
       },
-      { numRuns: 200, timeLimitMs: 3_000 },
+      { numRuns: 200 },
     );
     console.log(
       `# fuzz: wait_seconds and limit outcomes: ${[...outcomes]
@@ -725,7 +726,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
           );
         }
       },
-      { numRuns: 400, timeLimitMs: 5_000 },
+      { numRuns: 400 },
     );
   });
 
@@ -762,7 +763,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         else if (ambiguous) assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: ['name', 'Content-Type'] }, log);
         else assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'Content-Type', location: 'header' }, log);
       },
-      { numRuns: 250, timeLimitMs: 3_000 },
+      { numRuns: 250 },
     );
   });
 
@@ -794,7 +795,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         if (valid) assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'priority', location: 'body' }, log);
         else assertRefused(response, where, { status: 400, code: 'INVALID_ARGUMENT', field: 'Idempotency-Key', location: 'header' }, log);
       },
-      { numRuns: 300, timeLimitMs: 3_000 },
+      { numRuns: 300 },
     );
   });
 
@@ -819,7 +820,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         assert.equal(response.headers.get('x-request-id'), response.body.request_id, `${where}: X-Request-Id must equal request_id`);
         assert.notEqual(response.body.request_id, input.trim(), `${where}: the client's X-Request-Id was echoed instead of a fresh id`);
       },
-      { numRuns: 150, timeLimitMs: 2_000 },
+      { numRuns: 150 },
     );
   });
 
@@ -882,7 +883,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         if (details?.allow !== undefined)
           assert.deepEqual([...details.allow].sort(), [...allow].sort(), `${where}: details.allow differs from the Allow header`);
       },
-      { numRuns: 400, timeLimitMs: 5_000 },
+      { numRuns: 400 },
     );
   });
 
@@ -903,7 +904,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
         const response = await exchange(where, method, path, method === 'GET' ? authorized() : postHeaders(), method === 'GET' ? undefined : '{}');
         assertRefused(response, where, { status: 404, code: 'NOT_FOUND' }, log);
       },
-      { numRuns: 150, timeLimitMs: 2_000 },
+      { numRuns: 150 },
     );
   });
 });

@@ -1004,8 +1004,9 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
         test(c.field === null ? `${c.name} is accepted` : c.name, async () => {
           const path = `${fill(op.path, op.operationId)}${c.query}`;
           const started = Date.now();
-          // Cut off after 3 s: the server then answers at once, and the time below says it waited.
-          const raw = await api.app.request(path, { headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(3000) });
+          // Cut off after 20 s: the server then answers at once, and the time below says it waited
+          // (the bound is generous for a loaded machine, yet below the cut-off and the largest wait_seconds).
+          const raw = await api.app.request(path, { headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(20_000) });
           const text = await raw.text();
           const ms = Date.now() - started;
           let body: unknown;
@@ -1021,7 +1022,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           }
           assert.equal(response.status, 200, `${op.operationId}: ${c.name}: valid per openapi.yaml, got ${response.status}: ${text.slice(0, 300)}`);
           assertMatchesSpec(op.operationId, 200, response.body);
-          assert.ok(ms < 2000, `${op.operationId}: ${c.name}: the target answers at once (settled, or with events to read), yet it took ${ms} ms`);
+          assert.ok(ms < 10_000, `${op.operationId}: ${c.name}: the target answers at once (settled, or with events to read), yet it took ${ms} ms`);
         });
       }
     });

@@ -7,6 +7,7 @@ import { createApp } from '../../server/http/app.ts';
 import { buildDeps } from '../../server/deps.ts';
 import { loadConfig } from '../../server/config.ts';
 import { silentLogger } from '../../server/log.ts';
+import { TEST_DATABASE_TIMEOUT_MS } from './server-process.ts';
 import { DatabaseClock } from '../../server/store/database/clock.ts';
 import type { Database } from '../../server/store/database/database.ts';
 
@@ -35,7 +36,12 @@ export async function testApp(db: Database, options: { authCacheMs?: number; adm
     db,
     clock,
     log: silentLogger(),
-    config: { authCacheMs: options.authCacheMs ?? defaults.authCacheMs, admissionInFlight: options.admissionInFlight ?? defaults.admissionInFlight },
+    config: {
+      authCacheMs: options.authCacheMs ?? defaults.authCacheMs,
+      admissionInFlight: options.admissionInFlight ?? defaults.admissionInFlight,
+      // Slow is not down on a loaded test machine (helpers/server-process.ts).
+      databaseTimeoutMs: TEST_DATABASE_TIMEOUT_MS,
+    },
     workers: null,
   });
   const app = createApp(deps);

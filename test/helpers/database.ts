@@ -18,9 +18,16 @@ export const CHECK_LOCK_ORDER = process.env.ORBIT_CHECK_LOCK_ORDER === '1';
 /** `npm test` sets ORBIT_CHECK_SHARD_ROUTING=1: every statement of the tests' database and of the servers they start is checked to route by application_id. */
 export const CHECK_SHARD_ROUTING = process.env.ORBIT_CHECK_SHARD_ROUTING === '1';
 
-/** The server settings of an in-process test server: the defaults, with the lock-order check as `npm test` asks. */
+/**
+ * The server settings of an in-process test server: the defaults, with the lock-order check as
+ * `npm test` asks, and a generous database bound (slow is not down on a loaded test machine).
+ */
 export function testConfig(): ServerConfig {
-  return loadConfig({ ORBIT_CHECK_LOCK_ORDER: CHECK_LOCK_ORDER ? '1' : '0', ORBIT_CHECK_SHARD_ROUTING: CHECK_SHARD_ROUTING ? '1' : '0' });
+  return loadConfig({
+    ORBIT_CHECK_LOCK_ORDER: CHECK_LOCK_ORDER ? '1' : '0',
+    ORBIT_CHECK_SHARD_ROUTING: CHECK_SHARD_ROUTING ? '1' : '0',
+    ORBIT_DB_TIMEOUT_MS: '30000',
+  });
 }
 
 export interface TestDatabase {
@@ -34,7 +41,8 @@ export async function freshDatabase(label = 'test'): Promise<TestDatabase> {
   const name = `orbit_${label.replace(/[^a-z0-9]/gi, '_').slice(0, 24)}_${randomBytes(4).toString('hex')}`;
   const url = `${testServerUrl()}/${name}`;
   await migrate(url);
-  const db = createDatabase({ url, connectionLimit: 30, checkLockOrder: CHECK_LOCK_ORDER, checkShardRouting: CHECK_SHARD_ROUTING });
+  // Generous per-wait timeouts: the tests' own reads must not fail because the machine is busy.
+  const db = createDatabase({ url, connectionLimit: 30, timeoutMs: 30_000, checkLockOrder: CHECK_LOCK_ORDER, checkShardRouting: CHECK_SHARD_ROUTING });
   return {
     name,
     url,

@@ -1,9 +1,10 @@
 /**
  * Shared machinery of the property-based fuzz tests (test/contract/fuzz-*.test.ts):
  *
- * - `runProperty`: fast-check with a fixed seed (ORBIT_FUZZ_SEED overrides it), a bounded
- *   number of runs (ORBIT_FUZZ_RUNS_SCALE multiplies them) and a time limit per property; a
- *   failure names the property, the seed and path to replay it, and the shrunk counter-example.
+ * - `runProperty`: fast-check with a fixed seed (ORBIT_FUZZ_SEED overrides it) and a fixed
+ *   number of runs (ORBIT_FUZZ_RUNS_SCALE multiplies them) - the same cases on every machine,
+ *   however fast; a failure names the property, the seed and path to replay it, and the shrunk
+ *   counter-example.
  * - `dbFingerprint`: CHECKSUM TABLE of every orbit_ table plus row counts, to prove that a
  *   refused request or frame changed nothing.
  * - `assertRefused` / `assertNever5xx`: the error envelope of openapi.yaml, X-Request-Id, the
@@ -55,15 +56,22 @@ export function summarize(value: unknown, max = 1500): string {
 }
 
 export interface PropertyOptions {
+  /** Exactly this many generated cases (times ORBIT_FUZZ_RUNS_SCALE), whatever the machine's speed. */
   numRuns: number;
-  /** Stops generating (and shrinking) after this long; the runs done so far count. Default 5 s. */
-  timeLimitMs?: number;
 }
 
 /**
- * Runs one property. Throws an Error naming the property, seed, replay path, shrunk
- * counter-example and the predicate's error (its message carries the server's log line when
- * there was one).
+ * How long shrinking a counter-example may take. Only a failure is shrunk, and only the report
+ * depends on it (how small the counter-example shown is): whether a property passes never
+ * depends on the clock.
+ */
+const SHRINK_TIME_LIMIT_MS = 20_000;
+
+/**
+ * Runs one property: exactly `numRuns` cases (no time limit: a slow, loaded machine runs the
+ * same cases as a fast one, only slower). Throws an Error naming the property, seed, replay
+ * path, shrunk counter-example and the predicate's error (its message carries the server's log
+ * line when there was one).
  */
 export async function runProperty<T>(
   name: string,
@@ -73,21 +81,21 @@ export async function runProperty<T>(
 ): Promise<void> {
   const seed = propertySeed(name);
   const numRuns = Math.max(1, Math.round(options.numRuns * RUNS_SCALE));
-  // fc.interruptAfterTimeLimit races the run in progress against the clock and abandons it,
-  // still running: its request would land in the middle of the next property (whose "a refused
-  // request changed nothing" fingerprints then see it). So the abandoned run is awaited here,
-  // and if it fails that is a failure too (not shrunk).
-  let inFlight: { value: T; done: Promise<unknown> } | null = null;
-  const details = await fc.check(
+  // The runs: every case to its end, stopping at the first failure (not shrunk here).
+  const found = await fc.check(fc.asyncProperty(arbitrary, predicate), { seed, numRuns, endOnFailure: true });
+  if (!found.failed) return;
+  // Shrinking the failure, from its path, within SHRINK_TIME_LIMIT_MS. fc.interruptAfterTimeLimit
+  // abandons the run in progress, still running: its request would land in the middle of the
+  // next property (whose "a refused request changed nothing" fingerprints then see it), so the
+  // abandoned run is awaited here.
+  let inFlight: Promise<unknown> | null = null;
+  const shrunk = await fc.check(
     fc.asyncProperty(arbitrary, async (value) => {
       const run = predicate(value);
-      const current = {
-        value,
-        done: run.then(
-          () => null,
-          (error: unknown) => error ?? new Error('rejected'),
-        ),
-      };
+      const current = run.then(
+        () => null,
+        () => null,
+      );
       inFlight = current;
       try {
         await run;
@@ -95,40 +103,25 @@ export async function runProperty<T>(
         if (inFlight === current) inFlight = null;
       }
     }),
-    { seed, numRuns, endOnFailure: false, plugins: [fc.interruptAfterTimeLimit(options.timeLimitMs ?? 5000)] },
+    { seed, numRuns, path: found.counterexamplePath ?? undefined, endOnFailure: false, plugins: [fc.interruptAfterTimeLimit(SHRINK_TIME_LIMIT_MS)] },
   );
-  const abandoned = inFlight as { value: T; done: Promise<unknown> } | null;
-  const lateError = abandoned ? await abandoned.done : null;
-  if (!details.failed && abandoned && lateError !== null) {
-    const message = lateError instanceof Error ? lateError.message : String(lateError);
-    throw new Error(
-      [
-        `property "${name}" failed in the run the time limit cut short (after ${details.numRuns} run(s); not shrunk)`,
-        `  seed: ORBIT_FUZZ_SEED=${FUZZ_SEED} (property seed ${seed})`,
-        `  counterexample: ${summarize(abandoned.value)}`,
-        `  error: ${message.split('\n').join('\n    ')}`,
-      ].join('\n'),
-      { cause: lateError },
-    );
-  }
-  if (details.failed) {
-    const error = details.errorInstance;
-    const message = error instanceof Error ? error.message : String(error);
-    const counterexample = details.counterexample ? summarize((details.counterexample as unknown[])[0]) : '(none)';
-    const failure = new Error(
-      [
-        `property "${name}" failed after ${details.numRuns} run(s), shrunk ${details.numShrinks} time(s)${details.interrupted ? ' (shrinking cut short by the time limit)' : ''}`,
-        `  seed: ORBIT_FUZZ_SEED=${FUZZ_SEED} (property seed ${seed}, path "${details.counterexamplePath}")`,
-        `  counterexample: ${counterexample}`,
-        `  error: ${message.split('\n').join('\n    ')}`,
-      ].join('\n'),
-      { cause: error },
-    );
-    throw failure;
-  }
-  if (details.interrupted) {
-    console.log(`# fuzz: "${name}" stopped by its time limit after ${details.numRuns}/${numRuns} runs (seed ${FUZZ_SEED})`);
-  }
+  if (inFlight) await inFlight;
+  // The replay failed again: its shrunk counter-example; else (it passed this time) the one found.
+  const details = shrunk.failed ? shrunk : found;
+  const error = details.errorInstance;
+  const message = error instanceof Error ? error.message : String(error);
+  const counterexample = details.counterexample ? summarize((details.counterexample as unknown[])[0]) : '(none)';
+  throw new Error(
+    [
+      `property "${name}" failed after ${found.numRuns} run(s), shrunk ${shrunk.failed ? shrunk.numShrinks : 0} time(s)${
+        shrunk.failed && shrunk.interrupted ? ' (shrinking cut short by its time limit)' : shrunk.failed ? '' : ' (the replay to shrink it passed)'
+      }`,
+      `  seed: ORBIT_FUZZ_SEED=${FUZZ_SEED} (property seed ${seed}, path "${details.counterexamplePath}")`,
+      `  counterexample: ${counterexample}`,
+      `  error: ${message.split('\n').join('\n    ')}`,
+    ].join('\n'),
+    { cause: error },
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,8 +171,10 @@ export async function dbFingerprint(db: Database, options: FingerprintOptions = 
     );
   }
   const quota = await db.rows<Record<string, unknown>>(
-    `SELECT 'application' AS level, HEX(application_id) AS id, revision, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
-     UNION ALL SELECT 'queue', name, revision, unfinished_tasks, active_attempts, pending_starts FROM orbit_queues ORDER BY 1, 2`,
+    // Ordered by a unique key: queue names repeat across namespaces (two `default` queues), and
+    // rows that tie may come back in either order.
+    `SELECT 'application' AS level, HEX(application_id) AS id, '' AS queue_id, revision, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
+     UNION ALL SELECT 'queue', name, HEX(queue_id), revision, unfinished_tasks, active_attempts, pending_starts FROM orbit_queues ORDER BY 1, 2, 3`,
   );
   out.quota = JSON.stringify(quota);
   return out;

@@ -9,6 +9,9 @@ import { createInterface } from 'node:readline';
 
 const BIN = fileURLToPath(new URL('../../bin/orbit-server.mjs', import.meta.url));
 
+/** The database bound of the servers and apps tests start, unless a test sets its own (see server-process.ts). */
+export const TEST_DATABASE_TIMEOUT_MS = 30_000;
+
 export interface ServerProcess {
   url: string;
   child: ChildProcess;
@@ -22,7 +25,16 @@ export interface ServerProcess {
 
 export async function startServerProcess(databaseUrl: string, env: Record<string, string> = {}): Promise<ServerProcess> {
   const child = spawn(process.execPath, [BIN], {
-    env: { ...process.env, ORBIT_DATABASE_URL: databaseUrl, ORBIT_LISTEN: '127.0.0.1:0', ORBIT_LOG_LEVEL: 'info', ...env },
+    env: {
+      ...process.env,
+      ORBIT_DATABASE_URL: databaseUrl,
+      ORBIT_LISTEN: '127.0.0.1:0',
+      ORBIT_LOG_LEVEL: 'info',
+      // A request that is merely slow on a loaded machine must not turn into a 503 that an exact
+      // count then misses: tests about the bound itself (database-freeze, database-outage) set it.
+      ORBIT_DB_TIMEOUT_MS: String(TEST_DATABASE_TIMEOUT_MS),
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: Array<Record<string, unknown>> = [];

@@ -13,24 +13,24 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import WebSocket from 'ws';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { startWorkerProcess, type WorkerProcess } from '../helpers/worker-process.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { connectWorker, onServer, privateDatabasePid, readiness, startPrivateDatabase, stopPrivateDatabaseAt, timedFetch } from '../helpers/outage.ts';
 import { sqlToMillis } from '../../server/time.ts';
-// @ts-expect-error - a plain ES module of the repository's scripts, no type declarations
-import { ensureDatabase, stopPrivateDatabase } from '../../scripts/local-db.mjs';
 
-/** The servers' database timeout: a statement, a connect or a pool wait longer than this fails. */
+/** The servers' database timeout: what one request may wait on the database in all. */
 const DB_TIMEOUT_MS = 1500;
 /** What "bounded" means for a request during an outage: the timeout plus generous slack for a busy 2-core machine. */
 const ANSWER_BOUND_MS = DB_TIMEOUT_MS * 2 + 2500;
+/** A client gives up after this long: the request counts as a hang. */
+const GIVE_UP_MS = ANSWER_BOUND_MS + 5000;
 const SERVER_ENV = {
   ORBIT_LEASE_SECONDS: '3',
   ORBIT_RECOVERY_INTERVAL_MS: '200',
@@ -51,8 +51,6 @@ interface Outcome {
   envelope: boolean;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 describe('database outage: killed and paused, two servers, submitters and workers', () => {
   const root = mkdtempSync(join(tmpdir(), 'orbit-outage-'));
   let serverUrl: string;
@@ -63,31 +61,9 @@ describe('database outage: killed and paused, two servers, submitters and worker
   let phase: Phase = 'normal';
   const outcomes: Outcome[] = [];
 
-  async function startDatabase(): Promise<string> {
-    // The private server of scripts/local-db.mjs, under this test's own folder.
-    const saved = { force: process.env.ORBIT_LOCAL_DB, url: process.env.ORBIT_DATABASE_URL };
-    process.env.ORBIT_LOCAL_DB = 'force';
-    delete process.env.ORBIT_DATABASE_URL;
-    try {
-      return (await ensureDatabase({ root, log: () => {} })).url as string;
-    } finally {
-      if (saved.force === undefined) delete process.env.ORBIT_LOCAL_DB;
-      else process.env.ORBIT_LOCAL_DB = saved.force;
-      if (saved.url !== undefined) process.env.ORBIT_DATABASE_URL = saved.url;
-    }
-  }
-  const databasePid = () => Number(readFileSync(join(root, '.local', 'mariadb', 'mariadb.pid'), 'utf8').trim());
-
   before(async () => {
-    serverUrl = await startDatabase();
-    const saved = process.env.ORBIT_TEST_DATABASE_URL;
-    process.env.ORBIT_TEST_DATABASE_URL = serverUrl;
-    try {
-      t = await freshDatabase('outage');
-    } finally {
-      if (saved === undefined) delete process.env.ORBIT_TEST_DATABASE_URL;
-      else process.env.ORBIT_TEST_DATABASE_URL = saved;
-    }
+    serverUrl = await startPrivateDatabase(root);
+    t = await onServer(serverUrl, () => freshDatabase('outage'));
     tenant = await createTenant(t.db, { namespace: 'outage', queues: ['work'], resourceAccess: true });
     servers = await Promise.all([0, 1].map(() => startServerProcess(t.url, SERVER_ENV)));
     for (const [i, server] of servers.entries()) {
@@ -99,46 +75,44 @@ describe('database outage: killed and paused, two servers, submitters and worker
     await Promise.all(workers.map((w) => w.stop()));
     await Promise.all(servers.map((s) => s.stop()));
     try {
-      process.kill(databasePid(), 'SIGCONT');
+      process.kill(privateDatabasePid(root), 'SIGCONT');
     } catch {
       // not stopped, or gone
     }
     await t?.db.close().catch(() => {});
-    await stopPrivateDatabase({ root }).catch(() => {});
+    await stopPrivateDatabaseAt(root).catch(() => {});
     rmSync(root, { recursive: true, force: true });
   });
 
-  /** One submission, timed; a request that does not answer within the bound counts as a hang (status 0). */
+  /** One submission, timed; a request that does not answer within GIVE_UP_MS counts as a hang (status 0). */
   async function submit(server: ServerProcess, key: string): Promise<Outcome> {
-    const started = Date.now();
     const at = phase;
-    try {
-      const response = await fetch(`${server.url}/v1/queues/work/tasks`, {
+    const answer = await timedFetch(
+      `${server.url}/v1/queues/work/tasks`,
+      {
         method: 'POST',
         headers: { Authorization: `Bearer ${tenant.token}`, 'Content-Type': 'application/json', 'Idempotency-Key': key },
         body: JSON.stringify({ payload: { key } }),
-        signal: AbortSignal.timeout(ANSWER_BOUND_MS + 5000),
-      });
-      const body = (await response.json()) as any;
-      const envelope =
-        typeof body?.request_id === 'string' &&
-        body.request_id === response.headers.get('x-request-id') &&
-        (body.data !== undefined || typeof body.error?.code === 'string');
-      return { key, phase: at, status: response.status, code: body?.error?.code, taskId: body?.data?.task?.task_id, ms: Date.now() - started, envelope };
-    } catch {
-      return { key, phase: at, status: 0, ms: Date.now() - started, envelope: false };
-    }
+      },
+      GIVE_UP_MS,
+    );
+    return {
+      key,
+      phase: at,
+      status: answer.status,
+      code: answer.body?.error?.code,
+      taskId: answer.body?.data?.task?.task_id,
+      ms: answer.ms,
+      envelope: answer.envelope,
+    };
   }
 
-  /** Four submitters, alternating between the two servers, until `stop` is set. */
+  /** Four submitters, alternating between the two servers, one request at a time each, until `stop` is set. */
   function startSubmitters(): { stop(): Promise<void> } {
     let stopping = false;
     let n = 0;
     const loops = [0, 1, 2, 3].map(async (i) => {
-      while (!stopping) {
-        outcomes.push(await submit(servers[(i + n) % 2]!, `outage-${i}-${n++}`));
-        await sleep(15);
-      }
+      while (!stopping) outcomes.push(await submit(servers[(i + n) % 2]!, `outage-${i}-${n++}`));
     });
     return {
       async stop() {
@@ -148,59 +122,24 @@ describe('database outage: killed and paused, two servers, submitters and worker
     };
   }
 
-  async function readiness(server: ServerProcess): Promise<{ status: number; ms: number }> {
-    const started = Date.now();
-    try {
-      const response = await fetch(`${server.url}/readyz`, { signal: AbortSignal.timeout(ANSWER_BOUND_MS + 5000) });
-      await response.text();
-      return { status: response.status, ms: Date.now() - started };
-    } catch {
-      return { status: 0, ms: Date.now() - started };
-    }
-  }
-
-  /** A new worker connection: the HTTP status of a refused upgrade and its body, or 101. */
-  async function connectWorker(server: ServerProcess): Promise<{ status: number; body: any; requestId: string | undefined; ms: number }> {
-    const started = Date.now();
-    return new Promise((resolve) => {
-      const socket = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workers/connect`, { headers: { Authorization: `Bearer ${tenant.token}` } });
-      const timer = setTimeout(() => {
-        socket.terminate();
-        resolve({ status: 0, body: null, requestId: undefined, ms: Date.now() - started });
-      }, ANSWER_BOUND_MS + 5000);
-      socket.on('open', () => {
-        clearTimeout(timer);
-        socket.close();
-        resolve({ status: 101, body: null, requestId: undefined, ms: Date.now() - started });
-      });
-      socket.on('unexpected-response', (_request, response) => {
-        let text = '';
-        response.on('data', (chunk: Buffer) => (text += chunk.toString()));
-        response.on('end', () => {
-          clearTimeout(timer);
-          let body: any = null;
-          try {
-            body = JSON.parse(text);
-          } catch {
-            // not JSON: the assertion below reports it
-          }
-          resolve({ status: response.statusCode ?? 0, body, requestId: response.headers['x-request-id'] as string | undefined, ms: Date.now() - started });
-        });
-      });
-      socket.on('error', () => {});
-    });
+  /** Waits until `count` more submissions of the current phase answered `status` (traffic, not time). */
+  async function answersInPhase(status: number, count: number): Promise<void> {
+    const p = phase;
+    const seen = () => outcomes.filter((o) => o.phase === p && o.status === status).length;
+    const target = seen() + count;
+    await waitFor(async () => seen() >= target, 60_000);
   }
 
   /** During an outage: /readyz is 503 on both servers, a new worker connection is refused with the envelope, both within the bound. */
   async function assertOutageSeen(label: string): Promise<void> {
     for (const server of servers) {
       const ready = await waitFor(async () => {
-        const r = await readiness(server);
+        const r = await readiness(server, GIVE_UP_MS);
         return r.status === 503 ? r : null;
       }, 15_000);
       assert.ok(ready.ms < ANSWER_BOUND_MS, `${label}: /readyz took ${ready.ms} ms`);
       const refused = await waitFor(async () => {
-        const r = await connectWorker(server);
+        const r = await connectWorker(server, tenant.token, GIVE_UP_MS);
         assert.notEqual(r.status, 0, `${label}: a worker upgrade hung`);
         return r.status === 503 ? r : null;
       }, 15_000);
@@ -211,34 +150,33 @@ describe('database outage: killed and paused, two servers, submitters and worker
   }
 
   async function assertReadyAgain(): Promise<void> {
-    for (const server of servers) await waitFor(async () => (await readiness(server)).status === 200, 60_000);
+    for (const server of servers) await waitFor(async () => (await readiness(server, GIVE_UP_MS)).status === 200, 60_000);
   }
 
   test('requests answer 503 within a bounded time during the outage; afterwards nothing is lost and counters equal a recount', async (context) => {
     const submitters = startSubmitters();
-    await sleep(2500);
+    await answersInPhase(200, 8);
 
     // 1. Killed and restarted.
-    const pid = databasePid();
-    process.kill(pid, 'SIGKILL');
+    process.kill(privateDatabasePid(root), 'SIGKILL');
     phase = 'killed';
     await assertOutageSeen('killed');
-    await sleep(1500);
-    const restartedUrl = await startDatabase();
+    await answersInPhase(503, 4);
+    const restartedUrl = await startPrivateDatabase(root);
     assert.equal(restartedUrl, serverUrl, 'the restarted database listens where it did');
     phase = 'restarted';
     await assertReadyAgain();
-    await sleep(2500);
+    await answersInPhase(200, 8);
 
     // 2. Paused: connections stay open, nothing answers.
-    process.kill(databasePid(), 'SIGSTOP');
+    process.kill(privateDatabasePid(root), 'SIGSTOP');
     phase = 'stopped';
     await assertOutageSeen('stopped');
-    await sleep(2000);
-    process.kill(databasePid(), 'SIGCONT');
+    await answersInPhase(503, 4);
+    process.kill(privateDatabasePid(root), 'SIGCONT');
     phase = 'resumed';
     await assertReadyAgain();
-    await sleep(2500);
+    await answersInPhase(200, 8);
     await submitters.stop();
 
     // Every answer was the envelope; no 500s, no hangs, each within the bound.

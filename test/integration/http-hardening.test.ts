@@ -118,20 +118,28 @@ describe('refusals name what is wrong, and no more', () => {
       { headers: { Authorization: `Bearer ${noConsume}` }, status: 403, code: 'PERMISSION_DENIED' },
     ];
     for (const c of cases) {
-      const answer = await new Promise<{ status: number; requestId: string | undefined; body: any }>((resolve, reject) => {
+      const answer = await new Promise<{ status: number; requestId: string | undefined; nosniff: unknown; body: any }>((resolve, reject) => {
         const socket = new WebSocket(`${server.url.replace('http', 'ws')}/v1/workers/connect`, { headers: c.headers });
         socket.on('open', () => reject(new Error('the upgrade was accepted')));
         socket.on('error', () => {});
         socket.on('unexpected-response', (_req, res) => {
           let text = '';
           res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, requestId: res.headers['x-request-id'] as string | undefined, body: JSON.parse(text) }));
+          res.on('end', () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              requestId: res.headers['x-request-id'] as string | undefined,
+              nosniff: res.headers['x-content-type-options'],
+              body: JSON.parse(text),
+            }),
+          );
         });
       });
       assert.equal(answer.status, c.status);
       assert.equal(answer.body.error.code, c.code);
       assert.match(answer.body.request_id, /^[0-9a-f]{32}$/);
       assert.equal(answer.requestId, answer.body.request_id);
+      assert.equal(answer.nosniff, 'nosniff', "the app's headers, as on every answer");
     }
     // The right credential still connects.
     await new Promise<void>((resolve, reject) => {

@@ -4,6 +4,10 @@
  * skips them; the misfire policies for points older than the window; pause and resume; a
  * disabled namespace; a process SIGKILLed while firing (no point twice, none lost); scope,
  * validation and idempotency of the operations.
+ *
+ * The loops run on their own time, so nothing here waits a fixed time for them: each check waits
+ * for the state it needs (points fired, deferred, handled), and what depends on when a round ran
+ * is judged in database time (the loops' clock), never against this process's clock.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,8 +16,10 @@ import { createCredential, createTenant, type TestTenant } from '../helpers/tena
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, configureQueue, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { sqlToMillis } from '../../server/time.ts';
 
 const LOOP = { ORBIT_SCHEDULE_INTERVAL_MS: '100' };
+/** Only for periods that are the behaviour under test (a quota kept full, a pause, a disabled namespace); never to wait for something. */
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('schedules, two server processes', () => {
@@ -72,6 +78,11 @@ describe('schedules, two server processes', () => {
     const ms = (v: string) => Date.parse(`${v.replace(' ', 'T').slice(0, 23)}Z`);
     return rows.map((r) => ({ task_id: r.task_id.toString('hex'), scheduled_for: ms(r.scheduled_for), created_at: ms(r.created_at), state: r.state }));
   }
+  /** The database's clock, the one the loops and created_at use (epoch ms). */
+  async function dbNow(): Promise<number> {
+    const [row] = await t.db.rows<{ now: string }>('SELECT NOW(3) AS now');
+    return sqlToMillis(row!.now);
+  }
   async function cancelAll(tenant: TestTenant, taskIds: string[]) {
     for (const id of taskIds) {
       const r = await call(url(1), 'POST', `/v1/tasks/${id}:cancel`, { token: tenant.token, key: key('cancel'), body: { reason: 'make room' } });
@@ -91,13 +102,14 @@ describe('schedules, two server processes', () => {
     assert.equal(s.fired, '0');
     const created = Date.parse(s.created_at);
     assert.equal(Date.parse(s.next_fire_at), created + 1000, 'the first point is one interval after creation');
-    await sleep(4_500);
-    const full = await get(tenant, s.schedule_id);
+    // Two points fire, then the quota is full: the next two wait (deferred_full counts them).
+    const full = await waitFor(async () => {
+      const now = await get(tenant, s.schedule_id);
+      return now.fired === '2' && Number(now.deferred_full) >= 2 ? now : null;
+    });
     const tasks = await tasksOf(s.schedule_id);
     assert.equal(tasks.length, 2, 'exactly as many tasks as the application admits');
-    assert.equal(full.fired, '2');
     assert.equal(full.skipped_misfire, '0', 'a full quota is never a misfire');
-    assert.ok(Number(full.deferred_full) >= 2, `deferred_full grows while full (${full.deferred_full})`);
     assert.deepEqual(
       tasks.map((x) => x.scheduled_for - created),
       [1000, 2000],
@@ -105,9 +117,13 @@ describe('schedules, two server processes', () => {
     const firstDeferred = Date.parse(full.next_fire_at);
     assert.equal(firstDeferred, created + 3000, 'the head stays at the first refused point');
     assert.equal(Date.parse(full.last_fire_at), created + 2000);
-    await sleep(1_200);
-    const later = await get(tenant, s.schedule_id, 1);
-    assert.ok(Number(later.deferred_full) > Number(full.deferred_full), 'each second one more point waits');
+    // Each second one more point waits (seen through the other server).
+    const later = await waitFor(async () => {
+      const now = await get(tenant, s.schedule_id, 1);
+      return Number(now.deferred_full) > Number(full.deferred_full) ? now : null;
+    });
+    assert.equal(later.fired, '2', 'still full: nothing more fired');
+    assert.equal(Date.parse(later.next_fire_at), firstDeferred, 'the head stays at the first refused point');
     // The task made for a point carries it, on both servers.
     const task = (await call(url(1), 'GET', `/v1/tasks/${tasks[0]!.task_id}`, { token: tenant.token })).body.data;
     assert.equal(task.schedule_id, s.schedule_id);
@@ -133,12 +149,13 @@ describe('schedules, two server processes', () => {
     const tenant = await tenantWithLimit('queue-full', 1_000);
     await configureQueue(url(), tenant.token, 'sched', { max_unfinished_tasks: 1 });
     const s = await create(tenant, { name: 'queue-full', interval_seconds: 1 });
-    await sleep(3_300);
-    const now = await get(tenant, s.schedule_id, 1);
+    // One point fires, then the queue is full and the next one waits.
+    const now = await waitFor(async () => {
+      const current = await get(tenant, s.schedule_id, 1);
+      return current.fired === '1' && Number(current.deferred_full) >= 1 ? current : null;
+    });
     assert.equal((await tasksOf(s.schedule_id)).length, 1);
-    assert.equal(now.fired, '1');
     assert.equal(now.skipped_misfire, '0');
-    assert.ok(Number(now.deferred_full) >= 1, JSON.stringify(now));
     const direct = await call(url(), 'POST', '/v1/queues/sched/tasks', { token: tenant.token, key: key('direct'), body: { payload: {} } });
     assert.equal(direct.status, 429);
     assert.equal(direct.body.error.code, 'QUEUE_FULL');
@@ -152,20 +169,32 @@ describe('schedules, two server processes', () => {
    * when it is processed is overdue: `skip` fires none of them, `fire_once` exactly one per run,
    * `fire_all` every one. The lag of a task (created_at - scheduled_for, both database time)
    * says whether its point was overdue when it fired.
+   *
+   * The quota is kept full for 4 s - a period, the behaviour under test - and the check waits
+   * until the points that waited have been handled (the head is past the moment room came back,
+   * in database time). What a loop could do late on a loaded machine on its own (a point that
+   * fell due just then, handled more than the window late) is a run of its own: the run made by
+   * the full quota is the points after the first task and before that head.
    */
   for (const policy of ['skip', 'fire_once', 'fire_all'] as const) {
     test(`misfire policy ${policy}: quota full for longer than the window`, async () => {
       const tenant = await tenantWithLimit(`policy-${policy.replace('_', '-')}`, 1);
       const windowMs = 1_000;
       const s = await create(tenant, { name: `policy-${policy}`, interval_seconds: 1, misfire_policy: policy, misfire_window_seconds: 1 });
-      const first = await waitFor(async () => ((await tasksOf(s.schedule_id)).length === 1 ? tasksOf(s.schedule_id) : null));
-      await sleep(4_000); // full: every point after the first waits, for longer than the window
+      // The schedule's first point (one interval after its creation): every point is this plus whole seconds.
+      const anchor = Date.parse(s.next_fire_at);
+      await waitFor(async () => ((await tasksOf(s.schedule_id)).length === 1 ? true : null));
+      await sleep(4_000); // the behaviour under test: full, every point after the first waits, for longer than the window
       await setApplicationLimit(tenant, 1_000);
-      await sleep(1_500);
+      const roomAt = await dbNow();
+      // Room again: the next rounds handle every waiting point by the policy, until the head is past `roomAt`.
+      const handledUpTo = await waitFor(async () => {
+        const head = Date.parse((await get(tenant, s.schedule_id)).next_fire_at);
+        return head > roomAt ? head : null;
+      });
       await pause(tenant, s.schedule_id);
       const final = await get(tenant, s.schedule_id);
       const tasks = await tasksOf(s.schedule_id);
-      const anchor = first[0]!.scheduled_for;
       const processed = Number(final.fired) + Number(final.skipped_misfire);
       // No point lost, none twice: the head is the point after every fired or skipped one.
       assert.equal(Date.parse(final.next_fire_at), anchor + processed * 1000, JSON.stringify(final));
@@ -173,17 +202,21 @@ describe('schedules, two server processes', () => {
       assert.equal(new Set(tasks.map((x) => x.scheduled_for)).size, tasks.length);
       for (const x of tasks) assert.equal((x.scheduled_for - anchor) % 1000, 0);
       assert.ok(Number(final.deferred_full) >= 1, 'the full quota deferred points');
-      const overdueFired = tasks.filter((x) => x.created_at - x.scheduled_for > windowMs);
+      const overdue = (x: { created_at: number; scheduled_for: number }) => x.created_at - x.scheduled_for > windowMs;
+      const overdueFired = tasks.filter(overdue);
+      // The points that waited for the full quota, and were handled once there was room.
+      const waited = tasks.filter((x) => x.scheduled_for > tasks[0]!.scheduled_for && x.scheduled_for < handledUpTo);
       const skipped = Number(final.skipped_misfire);
       if (policy === 'skip') {
         assert.ok(skipped >= 1, 'overdue points were dropped');
         assert.equal(overdueFired.length, 0, 'no task for an overdue point');
       } else if (policy === 'fire_once') {
         assert.ok(skipped >= 1, 'the other overdue points were dropped');
-        assert.equal(overdueFired.length, 1, 'exactly one task for the run of overdue points');
+        const once = waited.filter(overdue);
+        assert.equal(once.length, 1, `exactly one task for the run of overdue points: ${JSON.stringify(waited)}`);
         // It is the latest of the run: the points skipped come before it, and every point after it fired.
-        const onceAt = overdueFired[0]!.scheduled_for;
-        assert.ok(tasks.filter((x) => x.scheduled_for > onceAt).every((x, i) => x.scheduled_for === onceAt + (i + 1) * 1000));
+        const onceAt = once[0]!.scheduled_for;
+        assert.ok(waited.filter((x) => x.scheduled_for > onceAt).every((x, i) => x.scheduled_for === onceAt + (i + 1) * 1000));
       } else {
         assert.equal(skipped, 0, 'fire_all drops nothing');
         assert.ok(overdueFired.length >= 2, 'every overdue point fired');
@@ -203,8 +236,9 @@ describe('schedules, two server processes', () => {
     await waitFor(async () => ((await tasksOf(s.schedule_id)).length >= 1 ? true : null));
     const paused = await pause(tenant, s.schedule_id);
     assert.equal(paused.state, 'PAUSED');
+    // The pause took the schedule's row lock: a round in flight has committed, and none fires after it.
     const atPause = (await tasksOf(s.schedule_id)).length;
-    await sleep(2_500);
+    await sleep(2_500); // the behaviour under test: two points fall due while it is paused, and nothing fires
     assert.equal((await tasksOf(s.schedule_id)).length, atPause, 'a paused schedule fires nothing');
     const again = await call(url(), 'POST', `/v1/schedules/${s.schedule_id}:pause`, { token: tenant.token, key: key('pause'), body: { reason: 'twice' } });
     assert.equal(again.status, 409);
@@ -239,8 +273,13 @@ describe('schedules, two server processes', () => {
         ['schedule.pause', 'schedule'],
       ],
     );
-    const metrics = await (await fetch(`${url()}/metrics`)).text();
-    assert.match(metrics, /orbit_schedule_trigger_points_total\{outcome="fired"\} [1-9]/);
+    // Counted by the process that fired: whichever of the two it was, together they fired.
+    let fired = 0;
+    for (const server of servers) {
+      const metrics = await (await fetch(`${server.url}/metrics`)).text();
+      fired += Number(/^orbit_schedule_trigger_points_total\{outcome="fired"\} (\d+)/m.exec(metrics)?.[1] ?? 0);
+    }
+    assert.ok(fired >= tasks.length, `orbit_schedule_trigger_points_total{outcome="fired"}: ${fired} on both servers, ${tasks.length} tasks made`);
   });
 
   test('a schedule on a disabled namespace fires nothing and is not lost', async () => {
@@ -248,14 +287,23 @@ describe('schedules, two server processes', () => {
     const s = await create(tenant, { name: 'off', interval_seconds: 1, misfire_policy: 'fire_all' });
     await waitFor(async () => ((await tasksOf(s.schedule_id)).length >= 1 ? true : null));
     await t.db.exec('UPDATE orbit_namespaces SET enabled = 0 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
-    await sleep(300);
-    const atDisable = (await tasksOf(s.schedule_id)).length;
-    await sleep(2_000);
-    assert.equal((await tasksOf(s.schedule_id)).length, atDisable, 'nothing fires while disabled');
+    const disabledAt = await dbNow();
+    await sleep(2_000); // the behaviour under test: two points fall due while it is disabled, and nothing fires
+    // A round that read the namespace as enabled before the UPDATE committed may still have fired
+    // (its tasks are created before it, in database time); nothing is created after it.
+    const whileDisabled = await tasksOf(s.schedule_id);
+    assert.deepEqual(
+      whileDisabled.filter((x) => x.created_at > disabledAt),
+      [],
+      'nothing fires while disabled',
+    );
+    const atDisable = whileDisabled.length;
     await t.db.exec('UPDATE orbit_namespaces SET enabled = 1 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
-    await sleep(2_000); // the credential cache may still hold the refusal; the loop does not care
-    const tasks = await tasksOf(s.schedule_id);
-    assert.ok(tasks.length >= atDisable + 3, 'the points of the disabled time fired afterwards');
+    // The points of the disabled time fire afterwards (the loop does not care about the credential cache).
+    const tasks = await waitFor(async () => {
+      const now = await tasksOf(s.schedule_id);
+      return now.length >= atDisable + 3 ? now : null;
+    });
     const seconds = tasks.map((x) => x.scheduled_for / 1000);
     assert.deepEqual(
       seconds,
@@ -268,13 +316,29 @@ describe('schedules, two server processes', () => {
     const tenant = await tenantWithLimit('crash', 100_000);
     const ids: string[] = [];
     for (let i = 0; i < 12; i++) ids.push((await create(tenant, { name: `crash-${i}`, interval_seconds: 1, misfire_policy: 'fire_all' })).schedule_id);
-    await sleep(1_700);
+    /** The fewest tasks any of the schedules has made. */
+    const fewest = async () => {
+      const rows = await t.db.rows<{ schedule_id: Buffer; n: number }>(
+        `SELECT schedule_id, COUNT(*) AS n FROM orbit_tasks WHERE schedule_id IN (${ids.map(() => '?').join(', ')}) GROUP BY schedule_id`,
+        ids.map((id) => Buffer.from(id, 'hex')),
+      );
+      const counts = new Map(rows.map((r) => [r.schedule_id.toString('hex'), Number(r.n)]));
+      return Math.min(...ids.map((id) => counts.get(id) ?? 0));
+    };
+    const roundsFired = (server: ServerProcess) => server.logs.filter((line) => line.msg === 'schedules fired').length;
+    /** Both loops fire (each process logs a round that fired from now on) and every schedule has made `n` tasks. */
+    const bothFiring = async (n: number) => {
+      const marks = servers.map(roundsFired);
+      await waitFor(async () => servers.every((server, i) => roundsFired(server) > marks[i]!) && (await fewest()) >= n);
+    };
+    // SIGKILLed wherever its round is, while both fire; then the other, after the first is back.
+    await bothFiring(1);
     await servers[0]!.kill();
     servers[0] = await startServerProcess(t.url, LOOP);
-    await sleep(1_700);
+    await bothFiring(2);
     await servers[1]!.kill();
     servers[1] = await startServerProcess(t.url, LOOP);
-    await sleep(1_500);
+    await bothFiring(3);
     for (const id of ids) await pause(tenant, id);
     for (const id of ids) {
       const s = await get(tenant, id);

@@ -96,7 +96,7 @@ describe('a subscription consumer and a server killed midway', () => {
     });
     await worker.start();
     await submitSome(60);
-    await waitFor(async () => (existsSync(out) && readFileSync(out, 'utf8').split('\n').length > 40 ? true : null), 20_000);
+    await waitFor(async () => (existsSync(out) && readFileSync(out, 'utf8').split('\n').length > 40 ? true : null), 60_000);
 
     // Kill the consumer mid-stream, and the server it reads from.
     consumer.child.kill('SIGKILL');
@@ -113,7 +113,7 @@ describe('a subscription consumer and a server killed midway', () => {
     await waitFor(async () => {
       const rows = await t.db.rows<{ n: number }>("SELECT COUNT(*) AS n FROM orbit_tasks WHERE state <> 'SUCCEEDED'");
       return Number(rows[0]?.n) === 0 ? true : null;
-    }, 30_000);
+    }, 60_000);
     await worker.stop();
     const feed: Array<{ sequence: string; type: string; subject: string }> = [];
     for (let after = '0'; ; ) {
@@ -123,7 +123,7 @@ describe('a subscription consumer and a server killed midway', () => {
       if (page.events.length < 100) break;
     }
     const last = feed.at(-1)!.sequence;
-    await waitFor(async () => (readFileSync(out, 'utf8').includes(`"sequence":"${last}"`) ? true : null), 20_000);
+    await waitFor(async () => (readFileSync(out, 'utf8').includes(`"sequence":"${last}"`) ? true : null), 60_000);
     consumer.child.kill('SIGTERM');
     await consumer.exited;
 

@@ -105,11 +105,23 @@ describe('usage gauges in /metrics', () => {
 
   test('the window starts right after a start, and the queue series are capped', async () => {
     const worker = await connectRaw(server.url, tenant.token);
-    await worker.request({ type: 'hello', node_id: 'gauges-2', queues: ['busy'], capacity: 1 });
-    await new Promise((resolve) => setTimeout(resolve, 1_050)); // a scrape now reads afresh
-    const granted = await worker.request({ type: 'claim', claim_id: 'c2', max: 1, start: true });
-    assert.equal(granted.attempts.length, 1);
-    const [starts] = await series(server.url, 'orbit_application_window_starts').then((s) => s.filter((x) => x.labels.application === applicationName));
+    await worker.request({ type: 'hello', node_id: 'gauges-2', queues: ['busy'], capacity: 5 });
+    // The gauge shows the current one-second window, so it must be read within a second of the
+    // start: the start and the scrape's read both happen between the two clock readings below. A
+    // slower round (a loaded machine) proves nothing - the window may have ended before the
+    // scrape - and another task is started and read, up to five times.
+    let starts: { labels: Record<string, string>; value: number } | undefined;
+    for (let round = 1; ; round++) {
+      const submitted = await call(server.url, 'POST', '/v1/queues/busy/tasks', { token: tenant.token, key: `window-${round}`, body: { payload: { round } } });
+      assert.equal(submitted.status, 200);
+      await new Promise((resolve) => setTimeout(resolve, 1_050)); // the gauge cache (1 s) has expired: a scrape now reads afresh
+      const sent = Date.now();
+      const granted = await worker.request({ type: 'claim', claim_id: `c-window-${round}`, max: 1, start: true });
+      assert.equal(granted.attempts.length, 1);
+      [starts] = await series(server.url, 'orbit_application_window_starts').then((s) => s.filter((x) => x.labels.application === applicationName));
+      if (Date.now() - sent < 1_000) break;
+      assert.ok(round < 5, 'five rounds of claim and scrape each took a second or more');
+    }
     assert.ok(starts && starts.value >= 1, JSON.stringify(starts));
     const queues = await series(capped.url, 'orbit_queue_unfinished_tasks');
     assert.equal(queues.length, 1, 'ORBIT_METRICS_MAX_QUEUES=1: one queue series');

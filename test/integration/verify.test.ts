@@ -50,7 +50,9 @@ describe('orbit-admin verify', () => {
     first = await createTenant(t.db, { namespace: 'first', queues: ['first', 'keyed'] });
     other = await createTenant(t.db, { namespace: 'other', queues: ['other'] });
     api = await testApp(t.db);
-    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: 30, recoveryIntervalMs: 100 }, { log: silentLogger() });
+    // Leases of 10 minutes: the reservations a test holds open (and counts on) never run out
+    // under it, however slowly the CLI runs on a loaded machine.
+    server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: 600, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
     await server.close();

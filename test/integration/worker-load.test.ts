@@ -16,6 +16,7 @@ import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { startWorkerProcess, type WorkerProcess } from '../helpers/worker-process.ts';
+import { waitFor } from '../helpers/wait.ts';
 import { sqlToMillis } from '../../server/time.ts';
 
 const LEASE_SECONDS = 2;
@@ -240,18 +241,19 @@ describe('limits under load and failure, two servers and several workers', () =>
           queues: tenant === first ? ['fast', 'slow'] : ['fast'],
           capacity: 4,
           node: `crash-${i}`,
-          workMs: [150, 300],
+          // The worker killed below works long: whenever it is killed after starting a task, it is in the middle of it.
+          workMs: i === 0 ? [5_000, 6_000] : [150, 300],
         }),
       );
     }
-    // Let work begin, then kill a worker in the middle of its tasks.
+    // Once it has begun a task, kill a worker in the middle of it (its run lasts 5 s or more).
     await waitForLine(workers[0]!, 'run');
-    await new Promise((r) => setTimeout(r, 300));
     await workers[0]!.kill();
-    // Then kill a server hard (its sessions vanish without closing) and bring it back on the same port.
-    await new Promise((r) => setTimeout(r, 500));
+    // Then kill a server hard (its sessions vanish without closing) and bring it back on the same
+    // port after a moment down. (Whatever its workers hold at that moment - nothing needs it to
+    // be anything: the reruns the check below needs come from the killed worker.)
     await servers[1]!.kill();
-    await new Promise((r) => setTimeout(r, 1000));
+    await new Promise((r) => setTimeout(r, 1000)); // down for a while: the period is the scenario, nothing waits on it
     servers[1] = await startServerProcess(t.url, { ...SERVER_ENV, ORBIT_LISTEN: `127.0.0.1:${ports[1]}` });
     await waitUntilDone(90_000);
 
@@ -284,9 +286,7 @@ describe('limits under load and failure, two servers and several workers', () =>
 });
 
 async function waitForLine(worker: WorkerProcess, event: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!worker.lines.some((l) => l.event === event)) {
-    if (Date.now() > deadline) throw new Error(`worker never logged ${event}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(async () => worker.lines.some((l) => l.event === event), 60_000).catch(() => {
+    throw new Error(`worker never logged ${event}`);
+  });
 }

@@ -9,11 +9,28 @@ import { createCredential, createTenant, type TestTenant } from '../helpers/tena
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, configureQueue as configureQueueVia } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { endLeases } from '../helpers/leases.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { silentLogger } from '../../server/log.ts';
+import { credentialRevoke } from '../../server/store/tenancy/credentials.ts';
+import { applicationSetEnabled, namespaceSetEnabled } from '../../server/store/tenancy/tenancy.ts';
 
-const LEASE_SECONDS = 2;
+/** `promise`, or a failure naming `what` if it has not settled within `ms` (a bound, not a pause). */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(what)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Long enough that no lease runs out on its own between a test's steps on a loaded machine; the
+ * tests about expiry end leases in the database (helpers/leases.ts) and wait for recovery.
+ */
+const LEASE_SECONDS = 600;
 
 describe('worker protocol', () => {
   let t: TestDatabase;
@@ -198,8 +215,12 @@ describe('worker protocol', () => {
     // Exponential backoff: the first retry waits a second from the result (some slack for the clocks).
     assert.ok(Date.parse(waiting.available_at) >= beforeResult + 900, `available_at ${waiting.available_at} is about a second after the result`);
     assert.deepEqual(await claim(s, 1), [], 'not claimable during backoff');
-    await new Promise((res) => setTimeout(res, Date.parse(waiting.available_at) - Date.now() + 50));
-    const [second] = await claim(s, 1);
+    // Claimable once the backoff is over, in database time.
+    const [second] = await waitFor(async () => {
+      const got = await claim(s, 1);
+      return got.length > 0 ? got : null;
+    });
+    assert.ok(Date.now() >= Date.parse(waiting.available_at) - 100, 'not before available_at');
     assert.equal(second.task_id, retried.task_id);
     assert.equal(second.attempt_number, 2);
     await s.request({ type: 'start', attempt_id: second.attempt_id });
@@ -253,14 +274,12 @@ describe('worker protocol', () => {
     await s.request({ type: 'start', attempt_id: attempt.attempt_id });
     await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'stop it' });
     assert.equal((await s.next((f) => f.type === 'cancel_requested')).attempt_id, attempt.attempt_id);
-    // The worker goes silent: no renew, no result.
-    const review = await waitFor(
-      async () => {
-        const current = await task(submitted.task_id);
-        return current.state === 'NEEDS_REVIEW' ? current : null;
-      },
-      (LEASE_SECONDS + 3) * 1000,
-    );
+    // The worker goes silent: no renew, no result, until its lease runs out.
+    await endLeases(t.db, [attempt.attempt_id]);
+    const review = await waitFor(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'NEEDS_REVIEW' ? current : null;
+    });
     assert.equal(review.cancel_requested, true);
     const r = await resources();
     assert.deepEqual([r.unfinished_tasks, r.active_attempts], ['1', '0'], 'review keeps its unfinished slot; the attempt is released');
@@ -282,20 +301,19 @@ describe('worker protocol', () => {
     const s = await open(['jobs']);
     const [attempt] = await claim(s, 1);
     // Reservation expires unstarted.
-    const back = await waitFor(async () => ((await task(submitted.task_id)).state === 'WAITING' ? true : null), (LEASE_SECONDS + 3) * 1000);
+    await endLeases(t.db, [attempt.attempt_id]);
+    const back = await waitFor(async () => ((await task(submitted.task_id)).state === 'WAITING' ? true : null));
     assert.equal(back, true);
     assert.equal((await task(submitted.task_id)).attempts, 0);
     assert.equal((await s.request({ type: 'start', attempt_id: attempt.attempt_id })).code, 'LEASE_LOST');
     const [second] = await claim(s, 1);
     assert.equal(second.attempt_number, 1);
     await s.request({ type: 'start', attempt_id: second.attempt_id });
-    const retried = await waitFor(
-      async () => {
-        const current = await task(submitted.task_id);
-        return current.state === 'WAITING' ? current : null;
-      },
-      (LEASE_SECONDS + 3) * 1000,
-    );
+    await endLeases(t.db, [second.attempt_id]);
+    const retried = await waitFor(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'WAITING' ? current : null;
+    });
     assert.equal(retried.attempts, 1);
     assert.equal(retried.error.code, 'LEASE_EXPIRED');
     await http('POST', `/v1/tasks/${submitted.task_id}:cancel`, { reason: 'cleanup' });
@@ -307,7 +325,7 @@ describe('worker protocol', () => {
     const expired = await waitFor(async () => {
       const current = await task(submitted.task_id);
       return current.state === 'EXPIRED' ? current : null;
-    }, 5000);
+    });
     assert.equal(expired.error.code, 'DEADLINE_EXCEEDED');
     assert.equal((await queue('other')).unfinished_tasks, '0');
   });
@@ -321,20 +339,28 @@ describe('worker protocol', () => {
     const attempts = await claim(s, 3);
     assert.equal(attempts.length, 2, 'pending starts hold window room: a claim reserves at most the rate');
     assert.equal((await s.request({ type: 'start', attempt_id: attempts[0].attempt_id })).type, 'started');
+    const windowOf = async () =>
+      ((await t.db.rows<{ w: string }>("SELECT window_started_at AS w FROM orbit_queues WHERE name = 'rated'"))[0] as { w: string }).w;
+    const firstWindow = await windowOf();
     await configureQueue('rated', { rate_per_second: 1 });
     const limited = await s.request({ type: 'start', attempt_id: attempts[1].attempt_id });
-    assert.equal(limited.type, 'error');
-    assert.equal(limited.code, 'RATE_LIMITED');
-    assert.equal(limited.attempt_id, attempts[1].attempt_id);
-    assert.ok(limited.retry_after_ms > 0 && limited.retry_after_ms <= 1000);
-    assert.equal((await queue('rated')).pending_starts, '1', 'the reservation stays');
-    await new Promise((res) => setTimeout(res, limited.retry_after_ms + 20));
-    assert.equal((await s.request({ type: 'start', attempt_id: attempts[1].attempt_id })).type, 'started');
+    if (limited.type === 'started') {
+      // Only when this machine was so slow that the first start's window had ended: a new one has room.
+      assert.notEqual(await windowOf(), firstWindow, 'started past the lowered rate only in a new window');
+    } else {
+      assert.equal(limited.type, 'error');
+      assert.equal(limited.code, 'RATE_LIMITED');
+      assert.equal(limited.attempt_id, attempts[1].attempt_id);
+      assert.ok(limited.retry_after_ms > 0 && limited.retry_after_ms <= 1000);
+      assert.equal((await queue('rated')).pending_starts, '1', 'the reservation stays');
+      // In a later window (the SDK's way: wait retry_after_ms, try again, while refused).
+      await waitFor(async () => (await s.request({ type: 'start', attempt_id: attempts[1].attempt_id })).type === 'started');
+    }
     for (const a of attempts) await s.request({ type: 'complete', attempt_id: a.attempt_id, outcome: 'succeeded' });
     const [third] = await waitFor(async () => {
       const got = await claim(s, 3);
       return got.length > 0 ? got : null;
-    }, 3000);
+    });
     await s.request({ type: 'start', attempt_id: third.attempt_id });
     await s.request({ type: 'complete', attempt_id: third.attempt_id, outcome: 'succeeded' });
     await s.close();
@@ -364,7 +390,7 @@ describe('worker protocol', () => {
     await s2.close();
     await s.close();
     // Closing the sessions gave their reservations back.
-    await waitFor(async () => ((await queue('prio')).active_attempts === '0' ? true : null), 3000);
+    await waitFor(async () => ((await queue('prio')).active_attempts === '0' ? true : null));
 
     await submit('keyed', { resource_key: 'customer-1' });
     await submit('keyed', { resource_key: 'customer-1' });
@@ -408,7 +434,7 @@ describe('worker protocol', () => {
     assert.ok(again.flat().length <= 6, 'never more than the room');
     assert.equal(new Set(again.flat().map((x) => x.task_id)).size, again.flat().length);
     for (const s of [...sessions, holder]) await s.close();
-    await waitFor(async () => ((await queue('shared')).active_attempts === '0' ? true : null), 3000);
+    await waitFor(async () => ((await queue('shared')).active_attempts === '0' ? true : null));
   });
 
   test('claims of several sessions in one group: keyed permits and session capacity hold across the group', async () => {
@@ -421,7 +447,7 @@ describe('worker protocol', () => {
     // One attempt per key at a time, whichever session got it; the unkeyed task too.
     assert.deepEqual(granted.map((x) => x.resource_key ?? '-').sort(), ['-', 'k1', 'k2']);
     for (const s of sessions) await s.close();
-    await waitFor(async () => ((await queue('shared-keyed')).active_attempts === '0' ? true : null), 3000);
+    await waitFor(async () => ((await queue('shared-keyed')).active_attempts === '0' ? true : null));
   });
 
   test('claim with start: reserve and start in one step, counted in both start windows at once, never pending', async () => {
@@ -441,21 +467,28 @@ describe('worker protocol', () => {
       assert.equal(current.state, 'RUNNING');
       assert.equal(current.attempts, 1);
     }
-    // The window is full: nothing more this second, with or without start.
-    assert.deepEqual((await s.request({ type: 'claim', claim_id: 'start-2', max: 5, start: true })).attempts, []);
+    // The window is full: nothing more in it, with or without start. (On a slow machine the
+    // second may be over by now: then the claim may take from a new window, and only from one.)
+    const windowOf = async () =>
+      ((await t.db.rows<{ w: string }>("SELECT window_started_at AS w FROM orbit_queues WHERE name = 'started'"))[0] as { w: string }).w;
+    const windowBefore = await windowOf();
+    const more = (await s.request({ type: 'claim', claim_id: 'start-2', max: 5, start: true })).attempts as any[];
+    if (more.length > 0) assert.notEqual(await windowOf(), windowBefore, 'granted past a full window only because a new one began');
     // A start frame for a started attempt answers started again and counts nothing.
     const again = await s.request({ type: 'start', attempt_id: granted[0].attempt_id });
     assert.equal(again.type, 'started');
-    for (const a of granted) assert.equal((await s.request({ type: 'complete', attempt_id: a.attempt_id, outcome: 'succeeded' })).task_state, 'SUCCEEDED');
+    for (const a of [...granted, ...more])
+      assert.equal((await s.request({ type: 'complete', attempt_id: a.attempt_id, outcome: 'succeeded' })).task_state, 'SUCCEEDED');
     // A plain claim still reserves without starting (no `started` field).
+    if (more.length > 0) ids.push(await submit('started'));
     const plain = await waitFor(async () => {
       const r = await s.request({ type: 'claim', claim_id: `plain-${Date.now()}`, max: 1 });
       return r.attempts.length > 0 ? r.attempts : null;
-    }, 3000);
+    });
     assert.equal(plain[0].started, undefined);
     await s.request({ type: 'release', attempt_id: plain[0].attempt_id });
     assert.equal((await task(plain[0].task_id)).attempts, 0, 'a released reservation is not an attempt');
-    assert.equal(ids.length, 3);
+    assert.ok(ids.length >= 3);
     await s.close();
     await configureQueue('started', { rate_per_second: 10000 });
   });
@@ -513,15 +546,59 @@ describe('worker protocol', () => {
     }
   });
 
-  test('a revoked credential ends the session at its next claim', async () => {
-    const token = await createCredential(t.db, tenant, ['workers:consume']);
-    const s = await connectRaw(server.url, token);
-    await s.request({ type: 'hello', node_id: 'doomed', queues: ['jobs'], capacity: 1 });
-    await submit('jobs');
-    await t.db.exec('UPDATE orbit_credentials SET revoked_at = NOW(6) WHERE credential_id = ?', [Buffer.from(token.slice(6, 38), 'hex')]);
-    const answer = await s.request({ type: 'claim', claim_id: 'x', max: 1 });
-    assert.equal(answer.code, 'UNAUTHENTICATED');
-    assert.equal((await s.closed).code, 4401);
+  test('a revoked or expired credential, a disabled namespace or application ends open sessions without waiting for a frame', async () => {
+    const otherNamespace = await createTenant(t.db, { applicationId: tenant.applicationId, namespace: 'w-disabled', queues: ['jobs'] });
+    const otherApplication = await createTenant(t.db, { namespace: 'w-alone', queues: ['jobs'] });
+    const credentialOf = (token: string) => Buffer.from(token.slice(6, 38), 'hex');
+    const cases: Array<{ token: string; act: () => Promise<unknown>; cause: string; reserve?: boolean }> = [];
+    const revoked = await createCredential(t.db, tenant, ['workers:consume']);
+    cases.push({ token: revoked, act: () => credentialRevoke(t.db, credentialOf(revoked)), cause: 'the credential was revoked', reserve: true });
+    const expiring = await createCredential(t.db, tenant, ['workers:consume']);
+    cases.push({
+      token: expiring,
+      act: () => t.db.exec('UPDATE orbit_credentials SET expires_at = NOW(6) WHERE credential_id = ?', [credentialOf(expiring)]),
+      cause: 'the credential has expired',
+    });
+    cases.push({
+      token: otherNamespace.token,
+      act: () => namespaceSetEnabled(t.db, Buffer.from(otherNamespace.namespaceId, 'hex'), false),
+      cause: 'the namespace is disabled',
+    });
+    cases.push({
+      token: otherApplication.token,
+      act: () => applicationSetEnabled(t.db, Buffer.from(otherApplication.applicationId, 'hex'), false),
+      cause: 'the application is disabled',
+    });
+    for (const c of cases) {
+      const s = await connectRaw(server.url, c.token);
+      const welcome = await s.request({ type: 'hello', node_id: 'doomed', queues: ['jobs'], capacity: 1 });
+      assert.equal(welcome.type, 'welcome', JSON.stringify(welcome));
+      let reservation: any;
+      if (c.reserve) {
+        const submitted = await submit('jobs');
+        [reservation] = await claim(s, 1);
+        assert.equal(reservation?.task_id, submitted.task_id);
+      }
+      await c.act();
+      // The worker sends nothing more: the gateway's credential check ends the session.
+      const closed = await within(s.closed, 10_000, `${c.cause}: the session was not closed`);
+      assert.equal(closed.code, 4401, c.cause);
+      // The error frame came first (it is already queued when the close arrives), with the precise cause.
+      const frame = await s.next((f) => f.type === 'error', 0);
+      assert.deepEqual([frame.code, frame.message], ['UNAUTHENTICATED', c.cause]);
+      const [row] = await t.db.rows<{ state: string }>('SELECT state FROM orbit_worker_sessions WHERE session_id = ?', [
+        Buffer.from(welcome.session_id, 'hex'),
+      ]);
+      assert.equal(row?.state, 'CLOSED', c.cause);
+      if (reservation) {
+        // Given back at once, as on a disconnect: released, not left to expire.
+        const [attempt] = await t.db.rows<{ state: string }>('SELECT state FROM orbit_attempts WHERE attempt_id = ?', [
+          Buffer.from(reservation.attempt_id, 'hex'),
+        ]);
+        assert.equal(attempt?.state, 'RELEASED');
+        assert.equal((await task(reservation.task_id)).state, 'WAITING');
+      }
+    }
     const leftovers = await http('GET', '/v1/queues/jobs/tasks?state=WAITING');
     for (const w of leftovers.body.data.tasks) await http('POST', `/v1/tasks/${w.task_id}:cancel`, { reason: 'cleanup' });
   });

@@ -16,7 +16,8 @@ import { silentLogger } from '../../server/log.ts';
 import { NonRetryableError, OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
 import { applicationSetEnabled } from '../../server/store/tenancy/tenancy.ts';
 
-const LEASE_SECONDS = 2;
+/** Short, so a handler can outlive it a few times over (the renew test), long enough that a renewal a loaded machine delays by a second still comes in time. */
+const LEASE_SECONDS = 3;
 
 describe('worker SDK', () => {
   let t: TestDatabase;
@@ -107,7 +108,18 @@ describe('worker SDK', () => {
     });
     await w.stop();
     assert.equal(reason, 'cancelled');
-    assert.equal(cancelled.error.message, 'stopped on request');
+    // The task says why it is CANCELLED - the reason given to :cancel, as for a task cancelled
+    // while it waited; what the handler threw is in the task.cancelled event.
+    assert.deepEqual(cancelled.error, { code: 'CANCELLED', message: 'user asked' });
+    const events: Array<{ type: string; subject: string; data: any }> = [];
+    for (let after = '0'; ; ) {
+      const page = (await http('GET', `/v1/events?after=${after}&limit=100`)).body.data;
+      if (page.events.length === 0) break;
+      events.push(...page.events);
+      after = page.next_after;
+    }
+    const event = events.find((e) => e.type === 'task.cancelled' && e.subject === submitted.task_id);
+    assert.equal(event?.data.worker_error?.message, 'stopped on request');
   });
 
   test('leases are renewed while a handler runs longer than the lease', async () => {

@@ -193,7 +193,15 @@ test('fair share is per claim, not an exact split of one round: later claimers s
 // Picking candidates: claim order, budget, queue room, keyed permits
 
 function candidate(queue: string, n: number, fields: Partial<ClaimCandidate> = {}): ClaimCandidate {
-  return { queue, taskId: n.toString(16).padStart(32, '0'), priority: 0, availableAt: '2024-01-01 00:00:00.000000', resourceKey: null, ...fields };
+  return {
+    queue,
+    taskId: n.toString(16).padStart(32, '0'),
+    priority: 0,
+    availableAt: '2024-01-01 00:00:00.000000',
+    resourceKey: null,
+    payloadBytes: 2,
+    ...fields,
+  };
 }
 const ids = (cs: ClaimCandidate[]) => cs.map((c) => Number.parseInt(c.taskId, 16));
 const allowances = (entries: Record<string, QueueAllowance>) => new Map(Object.entries(entries));
@@ -283,6 +291,47 @@ test('per-queue room, the budget, paused queues; the inputs are not changed', ()
   assert.equal(queues.get('a')?.room, 2);
   assert.equal(holders.get(permitKey('b', 'k')), 0);
   assert.equal(pickCandidates(cs, { left: 0, queues, holders }).picked.length, 0);
+});
+
+test('payload bytes: the pick stops at the first candidate that would pass what is left, in claim order; the first of a claim always goes', () => {
+  const queues = allowances({ q: { room: 10, keyConcurrency: 1 } });
+  const cs = [
+    candidate('q', 1, { priority: 9, payloadBytes: 400 }),
+    candidate('q', 2, { priority: 8, payloadBytes: 500 }),
+    candidate('q', 3, { priority: 7, payloadBytes: 10 }),
+  ];
+  // 400 + 500 > 800: stops at 2, and does not reach past it for the small 3 (claim order holds).
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map(), payloadBytesLeft: 800 }).picked), [1]);
+  // Nothing granted yet: the first goes whatever its size - a claim is never empty for size alone.
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map(), payloadBytesLeft: 100, firstOfClaim: true }).picked), [1]);
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map(), payloadBytesLeft: 100 }).picked), []);
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map() }).picked), [1, 2, 3]);
+});
+
+test('property: picked payloads stay within the bytes left, unless a claim gets exactly its one first attempt', () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.integer({ min: 0, max: 1000 }), { minLength: 1, maxLength: 20 }),
+      fc.integer({ min: 0, max: 3000 }),
+      fc.boolean(),
+      (sizes, left, firstOfClaim) => {
+        const cs = sizes.map((bytes, i) => candidate('q', i + 1, { payloadBytes: bytes, priority: -i }));
+        const { picked } = pickCandidates(cs, {
+          left: 100,
+          queues: allowances({ q: { room: 100, keyConcurrency: 1 } }),
+          holders: new Map(),
+          payloadBytesLeft: left,
+          firstOfClaim,
+        });
+        const total = picked.reduce((n, c) => n + c.payloadBytes, 0);
+        if (total > left) assert.ok(firstOfClaim && picked.length === 1, `${total} > ${left} with ${picked.length} picked`);
+        // A prefix of the claim order: nothing after a candidate that did not fit.
+        assert.deepEqual(ids(picked), ids(cs.slice(0, picked.length)));
+        if (picked.length < cs.length) assert.ok(total + (cs[picked.length] as ClaimCandidate).payloadBytes > left, 'stopped only where the next did not fit');
+      },
+    ),
+    RUNS,
+  );
 });
 
 const QUEUES = ['q0', 'q1', 'q2'] as const;

@@ -2,6 +2,7 @@ import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
 import { hexToId, idToHex } from '../../ids.ts';
+import { withFreshDeadline } from '../../deadline.ts';
 import type { components } from '../../generated/openapi.ts';
 import {
   filtersOfRow,
@@ -86,15 +87,17 @@ export function subscriptionHandlers(deps: AppDeps): SubscriptionHandlers {
       const subscriptionId = hexToId(input.path.subscription_id);
       const limit = input.query.limit ?? DEFAULT_PAGE_SIZE;
       const waitMs = (input.query.wait_seconds ?? 0) * 1000;
-      const read = () => subscriptionRead(deps.db, { principal, subscriptionId, limit });
-      if (waitMs === 0) return { events: (await read()).events as never[] };
+      if (waitMs === 0) return { events: (await subscriptionRead(deps.db, { principal, subscriptionId, limit })).events as never[] };
+      // The wait is the caller's; each read after it has the request's database bound afresh.
+      const fresh = <T>(fn: () => Promise<T>) => withFreshDeadline(deps.requestTimeoutMs, fn);
+      const read = () => fresh(() => subscriptionRead(deps.db, { principal, subscriptionId, limit }));
 
       const deadline = Date.now() + waitMs;
       const signal = ctx.hono.req.raw.signal;
       // Any event of the namespace wakes the first waiter; once the subscription is read, only
       // events of its types (when it has a types filter) wake the next ones.
       let match: EventMatch = { namespaceId: idToHex(principal.namespaceId) };
-      let waiter = await deps.watcher.register(match);
+      let waiter = await fresh(() => deps.watcher.register(match));
       let last = false;
       try {
         for (;;) {
@@ -106,7 +109,7 @@ export function subscriptionHandlers(deps: AppDeps): SubscriptionHandlers {
           last = !(await waiter.wait(deadline - Date.now(), signal));
           waiter.cancel();
           // A woken waiter is spent: the next one is registered before the next read.
-          waiter = await deps.watcher.register(match);
+          waiter = await fresh(() => deps.watcher.register(match));
         }
       } finally {
         waiter.cancel();

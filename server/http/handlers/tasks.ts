@@ -1,6 +1,7 @@
 import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
+import { withFreshDeadline } from '../../deadline.ts';
 import { OrbitError, invalidArgument, notFound } from '../../errors.ts';
 import { hexToId, idToHex, isHexId } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
@@ -31,6 +32,7 @@ type ItemResult = components['schemas']['SubmitTaskItemResult'];
 function submission(body: SubmitTaskBody, within: ReadonlyArray<string | number> = []): { request: SubmitRequest; normalized: Record<string, unknown> } {
   const request: SubmitRequest = {
     payload: body.payload,
+    payloadJson: JSON.stringify(body.payload),
     priority: body.priority ?? TASK_DEFAULTS.priority,
     resourceKey: body.resource_key ?? null,
     maxAttempts: body.max_attempts ?? TASK_DEFAULTS.max_attempts,
@@ -140,14 +142,17 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       const waitMs = (input.query.wait_seconds ?? 0) * 1000;
       if (waitMs === 0) return toTask(await taskGetVisible(deps.db, principal, taskId), principal.namespace);
       // Wait without a database connection: the process's watcher wakes this request on an
-      // event about the task (registered before each read, so none can slip between).
+      // event about the task (registered before each read, so none can slip between). The wait
+      // is the caller's; each read after it has the request's database bound afresh.
+      const fresh = <T>(fn: () => Promise<T>) => withFreshDeadline(deps.requestTimeoutMs, fn);
+      const read = () => fresh(() => taskGetVisible(deps.db, principal, taskId));
       const until = Date.now() + waitMs;
       const signal = ctx.hono.req.raw.signal;
       for (;;) {
-        const waiter = await deps.watcher.register({ namespaceId: idToHex(principal.namespaceId), subject: input.path.task_id });
+        const waiter = await fresh(() => deps.watcher.register({ namespaceId: idToHex(principal.namespaceId), subject: input.path.task_id }));
         let row: Awaited<ReturnType<typeof taskGetVisible>>;
         try {
-          row = await taskGetVisible(deps.db, principal, taskId);
+          row = await read();
         } catch (error) {
           waiter.cancel();
           throw error;
@@ -160,7 +165,7 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
           return toTask(row, principal.namespace);
         }
         // Not woken (the time is up, the client left, the server stops): one last read answers.
-        if (!(await waiter.wait(left, signal))) return toTask(await taskGetVisible(deps.db, principal, taskId), principal.namespace);
+        if (!(await waiter.wait(left, signal))) return toTask(await read(), principal.namespace);
       }
     },
     async cancelTask(input, ctx) {

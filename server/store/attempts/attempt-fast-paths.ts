@@ -14,6 +14,7 @@
  */
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import type { TaskState } from '../../domain/task-transitions.ts';
+import { errorAfterResult } from '../../domain/task-errors.ts';
 import { sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
 import { isRetryableTransactionError, type Database } from '../database/database.ts';
@@ -97,7 +98,7 @@ export async function attemptStartFast(db: Database, params: { applicationId: Id
       ),
     );
   try {
-    const results = await db.oneShot(sql.join(s, sql`;\n`), undefined, { retries: 2 });
+    const results = await db.oneShot(s, undefined, { retries: 2 });
     const [row] = results[1] as Array<{ now: string }>;
     return sqlToMillis((row as { now: string }).now);
   } catch (error) {
@@ -114,12 +115,17 @@ export interface KnownResult extends KnownAttempt {
 }
 
 /**
- * Finishes every item with a terminal task state (a success, a cancellation, or a failure that
- * is not to be retried - the outcomes that do not depend on the task's other facts), or nothing.
- * True when done; false when the careful path must decide.
+ * Finishes every item with a terminal task state (a success, or a failure that is not to be
+ * retried - the outcomes that do not depend on the task's other facts), or nothing. True when
+ * done; false when the careful path must decide.
+ *
+ * A cancellation is always left to the careful path: the task's error is then the reason saved
+ * with the cancel intent (task-errors.ts), which is on the task row - read by the careful path's
+ * locking read, unknown here. Cancellations are rare; the common results keep one round trip.
  */
 export async function attemptFinishFast(db: Database, params: { applicationId: IdBytes; items: KnownResult[] }): Promise<boolean> {
   const { items, applicationId } = params;
+  if (items.some((i) => i.taskState === 'CANCELLED')) return false;
   if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return false;
   const s: SQL[] = [
     sql`SET @now = NOW(6)`,
@@ -141,7 +147,7 @@ export async function attemptFinishFast(db: Database, params: { applicationId: I
   s.push(
     sql`UPDATE orbit_tasks
         SET state = ${perTask((i) => i.taskState)}, current_attempt_id = NULL, finished_at = @now, updated_at = @now,
-            result = COALESCE(${perTask((i) => jsonOrNull(i.result))}, result), error = COALESCE(${perTask((i) => jsonOrNull(i.error))}, error)
+            result = COALESCE(${perTask((i) => jsonOrNull(i.result))}, result), error = ${perTask((i) => errorColumn(i))}
       WHERE (task_id, current_attempt_id) IN (${sql.join(
         byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`),
         sql`, `,
@@ -178,12 +184,18 @@ export async function attemptFinishFast(db: Database, params: { applicationId: I
     );
   }
   try {
-    await db.oneShot(sql.join(s, sql`;\n`), undefined, { retries: 2 });
+    await db.oneShot(s, undefined, { retries: 2 });
     return true;
   } catch (error) {
     if (isFastPathMiss(error)) return false;
     throw error;
   }
+}
+
+/** The task's error column after this result (task-errors.ts): the text, or NULL for none. */
+function errorColumn(item: KnownResult): string | null {
+  const error = errorAfterResult(item.taskState, item.error, null);
+  return error === null ? null : JSON.stringify(error);
 }
 
 /**

@@ -6,6 +6,7 @@
  */
 import type { IdBytes } from '../../ids.ts';
 import { afterLostLease, afterResult, afterUnstartedReservation, type AttemptOutcome, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
+import { errorAfterResult, errorAfterUnstartedReservation, leaseExpiredError } from '../../domain/task-errors.ts';
 import { sqlToMillis } from '../../time.ts';
 import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTaskRow, type Settlement } from './attempts.ts';
 import { sql } from 'drizzle-orm';
@@ -30,6 +31,18 @@ export interface CompleteItem extends AttemptRef {
   result?: unknown;
   error?: unknown;
   retryable: boolean;
+  /**
+   * The size of the frame that carried it: an upper bound of its result's and error's JSON. A
+   * group of results is bounded by it (completionBytes), so that the one UPDATE of the fast path
+   * that carries them all fits in one database packet.
+   */
+  frameBytes?: number;
+}
+
+/** What one result adds to its group's statements, at most: its JSON escaped, and the rest of its row. */
+export function completionBytes(item: CompleteItem): number {
+  const json = item.frameBytes ?? Buffer.byteLength(JSON.stringify([item.result ?? null, item.error ?? null]), 'utf8');
+  return 2 * json + 1024;
 }
 
 export type CompleteAnswer = { kind: 'completed'; taskState: TaskState; duplicate: boolean } | { kind: 'lease_lost' } | { kind: 'not_started' };
@@ -50,9 +63,15 @@ export async function attemptCompleteBatch(db: Database, params: { applicationId
       if (attempt.state === 'RESERVED') return { answer: { kind: 'not_started' } };
       if (attempt.state !== 'RUNNING') return { answer: { kind: 'lease_lost' } };
       const next = afterResult(facts(task), item.outcome, item.retryable, nowMs);
-      const settlement: Settlement = { attemptState: OUTCOME_STATE[item.outcome], taskState: next.state, availableAtMs: next.availableAtMs };
+      const settlement: Settlement = {
+        attemptState: OUTCOME_STATE[item.outcome],
+        taskState: next.state,
+        availableAtMs: next.availableAtMs,
+        error: errorAfterResult(next.state, item.error, task.cancel_reason),
+      };
       if (item.result !== undefined) settlement.result = item.result;
-      if (item.error !== undefined) settlement.error = item.error;
+      // A cancellation's error is the operator's reason; the worker's own words stay in the event.
+      if (next.state === 'CANCELLED' && item.error !== undefined) settlement.workerError = item.error;
       return { answer: { kind: 'completed', taskState: next.state, duplicate: false }, settlement };
     },
   });
@@ -76,7 +95,10 @@ export async function attemptReleaseBatch(db: Database, params: { applicationId:
       if (attempt.state === 'RUNNING') return { answer: { kind: 'already_started' } };
       if (attempt.state !== 'RESERVED') return { answer: { kind: 'lease_lost' } };
       const next = afterUnstartedReservation(facts(task), nowMs);
-      return { answer: { kind: 'released' }, settlement: { attemptState: 'RELEASED', taskState: next.state } };
+      return {
+        answer: { kind: 'released' },
+        settlement: { attemptState: 'RELEASED', taskState: next.state, error: errorAfterUnstartedReservation(next.state) },
+      };
     },
   });
   return outcome as NonNullable<typeof outcome>;
@@ -114,7 +136,11 @@ export async function attemptExpireBatch(db: Database, params: { applicationId: 
         return { answer: null };
       }
       if (attempt.state === 'RESERVED') {
-        return { answer: 'expired_reservation', settlement: { attemptState: 'EXPIRED', taskState: afterUnstartedReservation(facts(task), nowMs).state } };
+        const next = afterUnstartedReservation(facts(task), nowMs);
+        return {
+          answer: 'expired_reservation',
+          settlement: { attemptState: 'EXPIRED', taskState: next.state, error: errorAfterUnstartedReservation(next.state) },
+        };
       }
       const next = afterLostLease(facts(task), nowMs);
       return {
@@ -123,7 +149,7 @@ export async function attemptExpireBatch(db: Database, params: { applicationId: 
           attemptState: 'EXPIRED',
           taskState: next.state,
           availableAtMs: next.availableAtMs,
-          error: { code: 'LEASE_EXPIRED', message: `attempt ${attempt.attempt_id.toString('hex')} lost its lease while running; its outcome is unknown` },
+          error: leaseExpiredError(attempt.attempt_id.toString('hex')),
         },
       };
     },

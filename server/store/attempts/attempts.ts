@@ -15,7 +15,7 @@ import { tryStart, windowOfRow, type WindowState } from '../../domain/start-wind
 import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
-import { valueList, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import { valueList, type BatchStatement, type Database, type Queryable, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
@@ -53,6 +53,7 @@ export type LockedTaskRow = Pick<
   | 'max_attempts'
   | 'on_unknown_outcome'
   | 'cancel_requested'
+  | 'cancel_reason'
   | 'deadline_at'
   | 'current_attempt_id'
   | 'namespace_id'
@@ -94,7 +95,7 @@ async function lockForAttempts(
   const restSql = [
     sql`SELECT queue_id, rate_per_second, window_started_at, window_starts
        FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
-    sql`SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, deadline_at, current_attempt_id,
+    sql`SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, cancel_reason, deadline_at, current_attempt_id,
               namespace_id, queue_id, schedule_id, scheduled_for
        FROM orbit_tasks WHERE task_id IN (${valueList(taskIds)}) ORDER BY task_id ${lockRows('task')}`,
     sql`SELECT attempt_id, task_id, queue_id, session_id, state, resource_key, lease_expires_at, deadline_at, claimed_at, attempt_number
@@ -108,9 +109,9 @@ async function lockForAttempts(
     // Alone first: when the application row is busy, nothing else gets locked (or waited for).
     appRows = await tx.rows(sql`${appSql} SKIP LOCKED`);
     if (!appRows[0]) return null;
-    [queueRows, taskRows, attemptRows] = (await tx.batch(sql.join(restSql, sql`;\n`))) as [QueueWindowRow[], LockedTaskRow[], LockedAttempt[]];
+    [queueRows, taskRows, attemptRows] = (await tx.batch(restSql)) as [QueueWindowRow[], LockedTaskRow[], LockedAttempt[]];
   } else {
-    [appRows, queueRows, taskRows, attemptRows] = (await tx.batch(sql.join([appSql, ...restSql], sql`;\n`))) as [
+    [appRows, queueRows, taskRows, attemptRows] = (await tx.batch([appSql, ...restSql])) as [
       typeof appRows,
       QueueWindowRow[],
       LockedTaskRow[],
@@ -140,7 +141,10 @@ export interface Settlement {
   /** For WAITING: when it may be claimed again (default: unchanged). */
   availableAtMs?: number;
   result?: unknown;
+  /** The task's error after this (task-errors.ts): a value, null for none, or absent to keep the one it has. */
   error?: unknown;
+  /** What the worker reported when the task's error says something else (a cancellation): kept in the event. */
+  workerError?: unknown;
 }
 
 export interface SettleDecision<T> {
@@ -189,7 +193,7 @@ export async function settleAttempts<R extends AttemptRef, T>(
 export const jsonOrNull = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
 
 class SettlementWrites {
-  private statements: SQL[] = [];
+  private statements: BatchStatement[] = [];
   private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
   private permits = new Map<string, number>();
   /** The lifecycle events of the settlements, in order; their queue names are filled in at flush. */
@@ -204,11 +208,12 @@ class SettlementWrites {
     if (attempt.state !== 'RESERVED' && attempt.state !== 'RUNNING') throw new Error('only an active attempt can be settled');
     const terminal = isTerminal(s.taskState);
     const availableAt = s.availableAtMs === undefined ? null : millisToSql(s.availableAtMs);
+    const error = s.error === undefined ? sql`error` : sql`${s.error === null ? null : JSON.stringify(s.error)}`;
     this.statements.push(
       sql`UPDATE orbit_attempts SET state = ${s.attemptState}, finished_at = ${this.nowSql} WHERE attempt_id = ${attempt.attempt_id}`,
       sql`UPDATE orbit_tasks
           SET state = ${s.taskState}, current_attempt_id = NULL, available_at = COALESCE(${availableAt}, available_at), finished_at = ${terminal ? this.nowSql : null},
-              result = COALESCE(${jsonOrNull(s.result)}, result), error = COALESCE(${jsonOrNull(s.error)}, error), updated_at = ${this.nowSql}
+              result = COALESCE(${jsonOrNull(s.result)}, result), error = ${error}, updated_at = ${this.nowSql}
         WHERE task_id = ${task.task_id}`,
     );
     const q = this.queues.get(hex(attempt.queue_id)) ?? { unfinished: 0, active: 0, pending: 0 };
@@ -225,11 +230,12 @@ class SettlementWrites {
       const more: Record<string, unknown> = {};
       if (attempt.state === 'RUNNING') more.attempt_number = attempt.attempt_number;
       if (type === 'task.retry_scheduled' && availableAt !== null) more.available_at = sqlToRfc3339(availableAt);
+      if (s.workerError !== undefined) more.worker_error = s.workerError;
       this.events.push({ type, task, more });
     }
   }
 
-  /** The writes and the COMMIT, in one round trip. */
+  /** The writes and the COMMIT, in one round trip (more only when they would not fit in one packet: results carry tenant JSON). */
   async flush(tx: Transaction): Promise<void> {
     if (this.statements.length === 0) return;
     const s = this.statements;
@@ -270,7 +276,7 @@ class SettlementWrites {
         ),
       );
     }
-    await tx.finish(sql.join(s, sql`;\n`));
+    await tx.finish(s);
   }
 }
 
@@ -351,7 +357,7 @@ export async function attemptStartBatch(db: Database, params: { applicationId: I
       const taskIds = granted.map((g) => g.attempt.task_id);
       statements.push(taskEventsFromRows(params.applicationId, taskIds, sql`'task.started'`, sql`JSON_OBJECT('attempt_number', t.attempts)`));
     }
-    await tx.finish(sql.join(statements, sql`;\n`));
+    await tx.finish(statements);
     return answers;
   });
 }

@@ -25,6 +25,7 @@ import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts
 import {
   claimBudget,
   levelRoom,
+  MAX_CLAIMED_PAYLOAD_BYTES,
   permitKey as permitOf,
   pickCandidates,
   queueRoom,
@@ -35,7 +36,7 @@ import {
 } from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
-import { valueList, type Database, type Transaction } from '../database/database.ts';
+import { rowsStatement, valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from './sessions.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from '../tenancy/credentials.ts';
@@ -61,7 +62,14 @@ export interface ClaimedAttemptInfo {
 type QuotaColumns = 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second' | 'window_started_at' | 'window_starts';
 type QuotaRow = Pick<ApplicationResourcesRow, QuotaColumns>;
 type QueueQuotaRow = Pick<QueueRow, QuotaColumns | 'queue_id' | 'key_concurrency' | 'paused'>;
-type CandidateRow = Pick<TaskRow, 'task_id' | 'queue_id' | 'priority' | 'resource_key' | 'payload' | 'attempts' | 'deadline_at' | 'available_at'>;
+/**
+ * A candidate as the first round trip reads it: its payload's size, not the payload - candidates
+ * are read before the room is known, and most may not be granted; the payloads of the granted
+ * ones come with the writes (writeClaims).
+ */
+type CandidateRow = Pick<TaskRow, 'task_id' | 'queue_id' | 'priority' | 'resource_key' | 'attempts' | 'deadline_at' | 'available_at'> & {
+  payload_bytes: number;
+};
 
 /** How long a node counts as waiting for room after its last unsatisfied claim. */
 const WAITING_WINDOW_SECONDS = 10;
@@ -207,7 +215,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
       const fair = claimBudget({ max: request.max, sessionRoom: room, applicationRoom: Math.min(applicationRoom, ownQueueRoom), otherWaitingNodes });
       const budget = Math.min(fair.budget, applicationRoom - granted);
       const chosen: CandidateRow[] = [];
-      if (budget > 0) await pick(tx, { budget, own, applicationId, chosen, pool, state: shared });
+      if (budget > 0) await pick(tx, { budget, own, applicationId, chosen, pool, state: shared, payloadBytesLeft: MAX_CLAIMED_PAYLOAD_BYTES });
       granted += chosen.length;
       // The same session twice in one group (a second claim frame before the first answer):
       // the second sees what the first took.
@@ -220,7 +228,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
           taskId: c.task_id,
           queueId: c.queue_id,
           queueName: nameOf.get(hex(c.queue_id)) as string,
-          payload: JSON.parse(c.payload) as Record<string, unknown>,
+          payload: {}, // filled in from the writes' round trip below
           priority: c.priority,
           resourceKey: c.resource_key,
           attemptNumber: c.attempts + 1,
@@ -233,13 +241,14 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
     }
     const writes = decided.filter((d): d is Exclude<typeof d, OrbitError> => !(d instanceof OrbitError));
     if (writes.length > 0) {
-      await writeClaims(tx, {
+      const payloads = await writeClaims(tx, {
         applicationId,
         claims: writes.map((w) => ({ session: w.request.session, claimed: w.claimed, waiting: w.waiting })),
         now: app.now,
         nowMs,
         windows: { application: windowOfRow(app), queues: new Map(queueRows.map((q) => [hex(q.queue_id), windowOfRow(q)])) },
       });
+      for (const w of writes) for (const c of w.claimed) c.payload = JSON.parse(payloads.get(hex(c.taskId)) as string) as Record<string, unknown>;
     }
     return decided.map((d): ClaimOutcome => (d instanceof OrbitError ? { ok: false, error: d } : { ok: true, claimed: d.claimed }));
   });
@@ -248,7 +257,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
 /** One queue's claimable tasks in claim order, at most `limit`, without the excluded keys and tasks, locked with SKIP LOCKED. */
 function candidateSql(options: { queueId: IdBytes; excludedKeys: string[]; excludedTasks: IdBytes[]; limit: number }): SQL {
   const { excludedKeys, excludedTasks } = options;
-  return sql`SELECT task_id, queue_id, priority, resource_key, payload, attempts, deadline_at, available_at
+  return sql`SELECT task_id, queue_id, priority, resource_key, LENGTH(payload) AS payload_bytes, attempts, deadline_at, available_at
       FROM orbit_tasks FORCE INDEX (ix_orbit_tasks_claim)
      WHERE queue_id = ${options.queueId} AND state = 'WAITING' AND available_at <= NOW(6) AND deadline_at > NOW(6)
        ${excludedKeys.length > 0 ? sql`AND (resource_key IS NULL OR resource_key NOT IN (${valueList(excludedKeys)}))` : sql``}
@@ -280,6 +289,8 @@ async function pick(
     /** Candidates read in the first round trip, for every queue of the group. */
     pool: CandidateRow[];
     state: PickState;
+    /** Payload bytes this claim may still take (MAX_CLAIMED_PAYLOAD_BYTES in all). */
+    payloadBytesLeft: number;
   },
 ): Promise<void> {
   const { state } = ctx;
@@ -302,10 +313,7 @@ async function pick(
         }),
       );
       // One statement alone comes back as plain rows, several as a list of row sets.
-      candidates =
-        statements.length === 1
-          ? await tx.rows<CandidateRow>(statements[0] as SQL)
-          : ((await tx.batch(sql.join(statements, sql`;\n`))) as CandidateRow[][]).flat();
+      candidates = statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as SQL) : ((await tx.batch(statements)) as CandidateRow[][]).flat();
       // Rows read here are locked by this transaction and may be picked by the next claims too.
       ctx.pool.push(...candidates);
     }
@@ -323,11 +331,21 @@ async function pick(
         priority: row.priority,
         availableAt: row.available_at,
         resourceKey: row.resource_key,
+        payloadBytes: Number(row.payload_bytes),
         row,
       })),
-      { left: ctx.budget - ctx.chosen.length, queues: state.queues, holders: state.holders },
+      {
+        left: ctx.budget - ctx.chosen.length,
+        queues: state.queues,
+        holders: state.holders,
+        payloadBytesLeft: ctx.payloadBytesLeft,
+        firstOfClaim: ctx.chosen.length === 0,
+      },
     );
     ctx.chosen.push(...picked.picked.map((c) => c.row));
+    for (const c of picked.picked) ctx.payloadBytesLeft -= c.payloadBytes;
+    // The payload bound stopped the pick: the claim takes what it has (claim order holds).
+    if (picked.stoppedBySize) return;
     for (const c of picked.picked) state.taken.add(hex(c.row.task_id));
     state.queues = picked.queues;
     state.holders = picked.holders;
@@ -375,11 +393,11 @@ async function writeClaims(
     /** The start windows as read under the locks, for attempts the claim starts itself. */
     windows: { application: WindowState; queues: Map<string, WindowState> };
   },
-): Promise<void> {
+): Promise<Map<string, string>> {
   const { applicationId, now } = params;
   // Session rows (locked in the first round trip) first, then the new attempts, the task rows
   // picked, the counters on rows already held, and the permits.
-  const statements: SQL[] = [...params.claims]
+  const statements: BatchStatement[] = [...params.claims]
     .sort((a, b) => byIdAscending(a.session.sessionId, b.session.sessionId))
     .map(
       ({ session, waiting }) =>
@@ -392,10 +410,13 @@ async function writeClaims(
         sql`(${c.attemptId}, ${applicationId}, ${session.principal.namespaceId}, ${c.queueId}, ${c.taskId}, ${session.sessionId}, ${c.attemptNumber}, ${c.started ? 'RUNNING' : 'RESERVED'}, ${c.resourceKey}, ${now}, ${c.started ? now : null}, ${millisToSql(c.leaseExpiresAtMs)}, ${millisToSql(c.deadlineAtMs)})`,
     );
     statements.push(
-      sql`INSERT INTO orbit_attempts
+      rowsStatement(
+        sql`INSERT INTO orbit_attempts
          (attempt_id, application_id, namespace_id, queue_id, task_id, session_id, attempt_number, state, resource_key,
           claimed_at, started_at, lease_expires_at, deadline_at)
-       VALUES ${sql.join(rows, sql`, `)}`,
+       VALUES `,
+        rows,
+      ),
     );
     // Task rows by ascending id: reserved ones LEASED; started ones RUNNING, their attempt counted.
     for (const started of [false, true]) {
@@ -449,6 +470,17 @@ async function writeClaims(
     // Records last, under the application row updated above: `task.started` with its number.
     statements.push(taskEventsFromRows(applicationId, startedTasks, sql`'task.started'`, sql`JSON_OBJECT('attempt_number', t.attempts)`));
   }
-  // The writes and the COMMIT in one round trip: the hot rows are not held across another.
-  await tx.finish(sql.join(statements, sql`;\n`));
+  // The payloads of the granted tasks only (the candidates were read without them), in the
+  // same round trip: rows this transaction holds, a plain read.
+  const payloadsAt = statements.length;
+  if (all.length > 0) {
+    statements.push(
+      sql`SELECT task_id, payload FROM orbit_tasks WHERE application_id = ${applicationId} AND task_id IN (${valueList(all.map(({ c }) => c.taskId))})`,
+    );
+  }
+  // The writes and the COMMIT in one round trip: the hot rows are not held across another
+  // (a group too large for one packet takes more; packets.ts).
+  const results = await tx.finish(statements);
+  const payloads = all.length > 0 ? (results[payloadsAt] as Array<Pick<TaskRow, 'task_id' | 'payload'>>) : [];
+  return new Map(payloads.map((r) => [hex(r.task_id), r.payload]));
 }

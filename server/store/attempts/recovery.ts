@@ -15,6 +15,7 @@ import type { AttemptRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
+import { deadlineExceededError } from '../../domain/task-errors.ts';
 
 function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Map<string, T[]> {
   const groups = new Map<string, T[]>();
@@ -90,11 +91,12 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
         ),
       )) as [unknown, Array<Pick<TaskRow, 'task_id' | 'queue_id'>>];
       if (tasks.length === 0) return 0;
-      const error = JSON.stringify({ code: 'DEADLINE_EXCEEDED', message: 'the task reached its deadline before it finished' });
+      // Why it is EXPIRED, replacing what a failed attempt before said (task-errors.ts).
+      const error = JSON.stringify(deadlineExceededError());
       const perQueue = new Map<string, number>();
       for (const t of tasks) perQueue.set(idToHex(t.queue_id), (perQueue.get(idToHex(t.queue_id)) ?? 0) + 1);
       const statements = [
-        sql`UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ${now}, updated_at = ${now}, error = COALESCE(error, ${error})
+        sql`UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ${now}, updated_at = ${now}, error = ${error}
           WHERE task_id IN (${valueList(tasks.map((t) => t.task_id))})`,
         ...counterAdjustStatements(
           applicationId,
@@ -109,7 +111,7 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
             sql`'task.expired'`,
           ),
         );
-      await tx.finish(sql.join(statements, sql`;\n`));
+      await tx.finish(statements);
       return tasks.length;
     });
     if (expired === null) counts.busy.push(applicationHex);

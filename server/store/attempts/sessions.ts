@@ -9,7 +9,8 @@ import type { Principal } from '../../domain/principal.ts';
 import { byIdAscending } from '../database/lock-order.ts';
 import { sql } from 'drizzle-orm';
 import { valueList, type Database, type Queryable } from '../database/database.ts';
-import type { QueueRow } from '../database/schema.ts';
+import type { QueueRow, WorkerSessionRow } from '../database/schema.ts';
+import { CREDENTIAL_VALID, CREDENTIAL_VALIDITY_FACTS, credentialInvalidCause, type ValidityFacts } from '../tenancy/credentials.ts';
 
 export interface SessionQueue {
   queueId: IdBytes;
@@ -50,6 +51,26 @@ export async function sessionOpen(db: Database, params: { principal: Principal; 
 export async function sessionHeartbeat(db: Queryable, sessionIds: IdBytes[]): Promise<void> {
   if (sessionIds.length === 0) return;
   await db.exec(sql`UPDATE orbit_worker_sessions SET last_seen_at = NOW(6) WHERE session_id IN (${valueList(sessionIds)}) AND state = 'OPEN'`);
+}
+
+/**
+ * Which of these sessions (this process's open ones) belong to a credential that may no longer
+ * act - revoked, expired, or its namespace or application disabled - each with the precise
+ * cause, as authentication would name it. One plain read (no lock) that routes by session_id
+ * and joins each session to its own application's identity rows by primary key; the gateway
+ * runs it on a timer, so a revoke ends open sessions without waiting for their next claim.
+ */
+export async function sessionsWithInvalidCredential(db: Queryable, sessionIds: IdBytes[]): Promise<Array<{ sessionId: IdBytes; cause: string }>> {
+  if (sessionIds.length === 0) return [];
+  const rows = await db.rows<Pick<WorkerSessionRow, 'session_id'> & ValidityFacts>(sql`
+    SELECT s.session_id, ${sql.raw(CREDENTIAL_VALIDITY_FACTS)}
+      FROM orbit_worker_sessions s
+      JOIN orbit_credentials c ON c.credential_id = s.credential_id AND c.application_id = s.application_id
+      JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id AND n.application_id = c.application_id
+      JOIN orbit_applications a ON a.application_id = c.application_id
+     WHERE s.session_id IN (${valueList(sessionIds)}) AND NOT (${sql.raw(CREDENTIAL_VALID)})`);
+  // The cause is never null here (the row failed CREDENTIAL_VALID); the fallback keeps the type honest.
+  return rows.map((r) => ({ sessionId: r.session_id, cause: credentialInvalidCause(r) ?? 'the credential may no longer act' }));
 }
 
 export async function sessionMarkClosed(tx: Queryable, sessionId: IdBytes): Promise<void> {

@@ -11,9 +11,14 @@
  */
 import { LockOrderCheck, LockOrderViolation, isLockingRead, splitStatements } from './lock-order.ts';
 import { assertRoutable, ShardRoutingViolation } from './shard-routing.ts';
+import { encodedBytesBound, mergeResults, PacketLimit, planRoundTrips, type BatchStatement } from './packets.ts';
+import { DeadlineExceeded, remainingMs } from '../../deadline.ts';
+import { DEFAULT_DATABASE_TIMEOUT_MS as DEFAULT_TIMEOUT_MS } from '../../config.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import { sql, type SQL } from 'drizzle-orm';
 import { MySqlDialect } from 'drizzle-orm/mysql-core';
+
+export { rowsStatement, PacketTooLarge, type BatchStatement } from './packets.ts';
 
 export type Row = RowDataPacket & Record<string, unknown>;
 
@@ -23,6 +28,13 @@ export type Row = RowDataPacket & Record<string, unknown>;
  * or, in code not yet moved to it, text plus a parameter array that must stay in step.
  */
 export type Statement = string | SQL;
+
+/**
+ * What `batch`, `finish` and `oneShot` send: one statement (or several joined by the caller), or
+ * a list of them - which is sent in as few round trips as fit in the server's
+ * max_allowed_packet (packets.ts), one result per statement of the list either way.
+ */
+export type Statements = Statement | readonly BatchStatement[];
 
 const dialect = new MySqlDialect();
 
@@ -42,8 +54,9 @@ export interface Queryable {
   /**
    * Two or more statements in one round trip (`multipleStatements`): one result per statement,
    * rows for SELECTs and a header for writes. Use it to hold hot-row locks for fewer round trips.
+   * A list that would not fit in one packet goes in several, in order (packets.ts).
    */
-  batch(sql: Statement, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
+  batch(sql: Statements, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
 }
 
 /** A transaction in progress. */
@@ -52,20 +65,30 @@ export interface Transaction extends Queryable {
    * The transaction's last statements and its COMMIT in one round trip, so the locks it holds
    * are not kept across another round trip to this process. Results of `sql`'s statements.
    */
-  finish(sql: Statement, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
+  finish(sql: Statements, params?: unknown[]): Promise<Array<Row[] | ResultSetHeader>>;
 }
 
 export interface Database extends Queryable {
   readonly pool: Pool;
+  /** The server's max_allowed_packet as this process knows it: what every batch is split by. */
+  readonly packets: PacketLimit;
   /**
    * A whole transaction in ONE round trip: `START TRANSACTION; <statements>; COMMIT`. A
    * statement that fails stops the server from running the rest (COMMIT included); the
    * transaction is then rolled back and the error thrown. Returns the statements' results.
    * Deadlocks are retried like `transaction`.
    */
-  oneShot(sql: Statement, params?: unknown[], options?: { retries?: number }): Promise<Array<Row[] | ResultSetHeader>>;
+  oneShot(sql: Statements, params?: unknown[], options?: { retries?: number }): Promise<Array<Row[] | ResultSetHeader>>;
   /** Runs `fn` in one transaction on a dedicated connection; retries deadlocks. */
   transaction<T>(fn: (tx: Transaction) => Promise<T>, options?: { retries?: number }): Promise<T>;
+  /** Asks the server for its max_allowed_packet (and remembers it); start-up calls it. */
+  readServerLimits(): Promise<{ maxAllowedPacket: number }>;
+  /**
+   * Runs `fn` on a connection of a small pool of its own, the whole of it cut off after
+   * `timeoutMs`: what /readyz asks, so that a probe is answered in time even when every
+   * connection of the main pool is stuck on a database that stopped answering.
+   */
+  probe<T>(fn: (q: Queryable) => Promise<T>, timeoutMs: number): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -126,6 +149,7 @@ const UNREACHABLE_CODES = new Set([
   'POOL_CLOSED',
   'ER_CON_COUNT_ERROR',
   'ORBIT_POOL_TIMEOUT',
+  'ORBIT_DEADLINE',
 ]);
 /** Server errors of a server that is going away or refusing work: shutdown in progress, connection killed, too many connections, read-only. */
 const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031]);
@@ -136,12 +160,41 @@ export function isDatabaseUnreachable(error: unknown): boolean {
   return connectionIsBroken(e) || (e.code !== undefined && UNREACHABLE_CODES.has(e.code)) || (e.errno !== undefined && UNREACHABLE_ERRNOS.has(e.errno));
 }
 
-/** One round trip on `conn`, cut off after `timeoutMs` (0: never). */
-function sender(conn: PoolConnection, timeoutMs: number) {
-  return async (sql: string, params: unknown[]) => (await conn.query(timeoutMs > 0 ? { sql, timeout: timeoutMs } : { sql }, params))[0];
+/**
+ * How long the next wait may take: the per-wait timeout (0: none), cut to what is left of the
+ * request's deadline (deadline.ts). Throws when nothing is left - the wait is not even begun.
+ * Returns 0 for "no limit".
+ */
+function waitBudgetMs(timeoutMs: number, what: string): number {
+  const left = remainingMs(timeoutMs > 0 ? timeoutMs : Number.POSITIVE_INFINITY);
+  if (left <= 0) throw new DeadlineExceeded(what);
+  return left === Number.POSITIVE_INFINITY ? 0 : Math.max(1, Math.ceil(left));
 }
 
-function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
+/** One round trip on `conn`, cut off after `timeoutMs` (0: never) or at the request's deadline, whichever comes first. */
+function sender(conn: PoolConnection, timeoutMs: number) {
+  return async (sql: string, params: unknown[]) => {
+    const timeout = waitBudgetMs(timeoutMs, 'a statement was sent');
+    return (await conn.query(timeout > 0 ? { sql, timeout } : { sql }, params))[0];
+  };
+}
+
+/** `statements` as round trips within the packet limit (a plain statement: one, as given). */
+function roundTripsOf(statements: Statements, params: unknown[], packets: PacketLimit, extraBytes = 0) {
+  if (typeof statements === 'string' || !Array.isArray(statements)) {
+    const [text, values] = statementText(statements as Statement, params);
+    return { trips: [{ text, params: values, slots: [] as number[] }], count: -1 };
+  }
+  if (params.length > 0) throw new Error('a list of sql`` statements carries its own parameters; pass none beside it');
+  return { trips: planRoundTrips(statements as readonly BatchStatement[], packets.budgetBytes, extraBytes), count: statements.length };
+}
+
+/** A round trip's results as a list, one per statement in it (mysql2 answers one statement with its result alone). */
+function resultList(result: unknown, statements: number): unknown[] {
+  return statements === 1 ? [result] : (result as unknown[]);
+}
+
+function queryable(conn: PoolConnection, timeoutMs: number, packets: PacketLimit): Queryable {
   const send = sender(conn, timeoutMs);
   const query = (sql: Statement, params: unknown[]) => send(...statementText(sql, params));
   return {
@@ -151,27 +204,38 @@ function queryable(conn: PoolConnection, timeoutMs: number): Queryable {
     async exec(sql: Statement, params: unknown[] = []) {
       return (await query(sql, params)) as ResultSetHeader;
     },
-    async batch(sql: Statement, params: unknown[] = []) {
-      return (await query(sql, params)) as unknown as Array<Row[] | ResultSetHeader>;
+    async batch(sql: Statements, params: unknown[] = []) {
+      const { trips, count } = roundTripsOf(sql, params, packets);
+      if (count < 0) return (await send((trips[0] as { text: string }).text, (trips[0] as { params: unknown[] }).params)) as Array<Row[] | ResultSetHeader>;
+      const results: unknown[] = [];
+      const slots: number[] = [];
+      for (const trip of trips) {
+        results.push(...resultList(await send(trip.text, trip.params), trip.slots.length));
+        slots.push(...trip.slots);
+      }
+      return mergeResults(slots, results, count) as Array<Row[] | ResultSetHeader>;
     },
   };
 }
 
 /**
  * A transaction's queryable. `START TRANSACTION` is not sent on its own: it rides in front of
- * the transaction's first statement, which saves one round trip per transaction.
+ * the transaction's first statement, which saves one round trip per transaction. A list of
+ * statements too large for one packet is sent in several round trips, in order, inside the
+ * same transaction (packets.ts); `finish` puts the COMMIT after the last of them.
  */
 function transactionQueryable(
   conn: PoolConnection,
   timeoutMs: number,
+  packets: PacketLimit,
   lockOrder: LockOrderCheck | null,
   shardRouting: boolean,
 ): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
   const query = sender(conn, timeoutMs);
-  /** The user's statements' results: one result for one statement, an array for several. */
-  async function send(sql: string, params: unknown[], statements: 'one' | 'several'): Promise<unknown> {
+  /** One round trip of `statements` statements; their results as a list. */
+  async function send(sql: string, params: unknown[], statements: number): Promise<unknown[]> {
     if (finished) throw new Error('the transaction has already committed');
     if (shardRouting) {
       try {
@@ -181,35 +245,53 @@ function transactionQueryable(
       }
     }
     lockOrder?.observe(sql, params);
-    let out: unknown;
-    if (begun) out = await query(sql, params);
+    let out: unknown[];
+    if (begun) out = resultList(await query(sql, params), statements);
     else {
       begun = true;
-      const results = (await query(`START TRANSACTION;\n${sql}`, params)) as unknown as unknown[];
-      out = statements === 'one' ? results[1] : results.slice(1);
+      out = ((await query(`START TRANSACTION;\n${sql}`, params)) as unknown as unknown[]).slice(1);
     }
     // The rows locking reads returned are the rows this transaction now holds.
-    lockOrder?.locked(statements === 'one' ? [out] : (out as unknown[]));
+    lockOrder?.locked(out);
     return out;
+  }
+  /** Sends `sql` (with a COMMIT after it when `commit`): one result per statement of it. */
+  async function run(sql: Statements, params: unknown[], commit: boolean): Promise<Array<Row[] | ResultSetHeader>> {
+    const commitBytes = commit ? encodedBytesBound(';\nCOMMIT', []) : 0;
+    const { trips, count } = roundTripsOf(sql, params, packets, commitBytes + encodedBytesBound('START TRANSACTION;\n', []));
+    const results: unknown[] = [];
+    const slots: number[] = [];
+    for (const [i, trip] of trips.entries()) {
+      const last = i === trips.length - 1;
+      // A plain statement may be several joined by the caller: count them.
+      const statements = count < 0 ? splitStatements(trip.text).length : trip.slots.length;
+      const text = commit && last ? `${trip.text};\nCOMMIT` : trip.text;
+      const out = await send(text, trip.params, statements + (commit && last ? 1 : 0));
+      if (commit && last) out.pop(); // the COMMIT's own header
+      results.push(...out);
+      slots.push(...trip.slots);
+    }
+    if (commit) finished = true;
+    if (count < 0) return results as Array<Row[] | ResultSetHeader>;
+    return mergeResults(slots, results, count) as Array<Row[] | ResultSetHeader>;
   }
   return {
     get finished() {
       return finished;
     },
     async rows<T>(sql: Statement, params: unknown[] = []) {
-      return (await send(...statementText(sql, params), 'one')) as T[];
+      const [text, values] = statementText(sql, params);
+      return (await send(text, values, 1))[0] as T[];
     },
     async exec(sql: Statement, params: unknown[] = []) {
-      return (await send(...statementText(sql, params), 'one')) as ResultSetHeader;
-    },
-    async batch(sql: Statement, params: unknown[] = []) {
-      return (await send(...statementText(sql, params), 'several')) as Array<Row[] | ResultSetHeader>;
-    },
-    async finish(sql: Statement, params: unknown[] = []) {
       const [text, values] = statementText(sql, params);
-      const results = (await send(`${text};\nCOMMIT`, values, 'several')) as Array<Row[] | ResultSetHeader>;
-      finished = true;
-      return results.slice(0, -1);
+      return (await send(text, values, 1))[0] as ResultSetHeader;
+    },
+    batch(sql: Statements, params: unknown[] = []) {
+      return run(sql, params, false);
+    },
+    finish(sql: Statements, params: unknown[] = []) {
+      return run(sql, params, true);
     },
   };
 }
@@ -253,15 +335,15 @@ export interface DatabaseOptions {
   checkShardRouting?: boolean;
 }
 
-export const DEFAULT_DATABASE_TIMEOUT_MS = 5000;
+export { DEFAULT_DATABASE_TIMEOUT_MS } from '../../config.ts';
 
-export function createDatabase(options: DatabaseOptions): Database {
-  const timeoutMs = options.timeoutMs ?? DEFAULT_DATABASE_TIMEOUT_MS;
-  const pool = mysql.createPool({
-    uri: options.url,
-    connectTimeout: timeoutMs || 10_000,
-    connectionLimit: options.connectionLimit ?? 20,
-    maxIdle: options.connectionLimit ?? 20,
+/** The mysql2 pool settings every Orbit pool shares. */
+function poolOptions(url: string, connectTimeoutMs: number, connectionLimit: number): mysql.PoolOptions {
+  return {
+    uri: url,
+    connectTimeout: connectTimeoutMs,
+    connectionLimit,
+    maxIdle: connectionLimit,
     waitForConnections: true,
     multipleStatements: true,
     supportBigNumbers: true,
@@ -272,52 +354,99 @@ export function createDatabase(options: DatabaseOptions): Database {
     timezone: 'Z',
     charset: 'utf8mb4_bin',
     enableKeepAlive: true,
+  };
+}
+
+/** A connection from `pool`, or ORBIT_POOL_TIMEOUT when none frees up (or opens) within `timeoutMs` (0: wait). */
+async function acquireFrom(pool: Pool, timeoutMs: number): Promise<PoolConnection> {
+  if (timeoutMs === 0) return pool.getConnection();
+  const pending = pool.getConnection();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error(`no database connection within ${timeoutMs} ms`), { code: 'ORBIT_POOL_TIMEOUT' })), timeoutMs);
   });
+  try {
+    return await Promise.race([pending, timeout]);
+  } catch (error) {
+    // A connection that arrives after the deadline goes straight back.
+    pending.then(
+      (conn) => conn.release(),
+      () => {},
+    );
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export function createDatabase(options: DatabaseOptions): Database {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const connectionLimit = options.connectionLimit ?? 20;
+  const pool = mysql.createPool(poolOptions(options.url, timeoutMs || 10_000, connectionLimit));
+  const packets = new PacketLimit();
   // Runs before any other statement on each new connection. Strict mode is not a preference:
   // the guarded statements (`IF(room, …, NULL)` on NOT NULL columns) must FAIL, not store a 0
   // with a warning, whatever the server's own default is.
   // A lock wait must end (as a retryable ER_LOCK_WAIT_TIMEOUT, on a connection that stays
   // usable) before the statement timeout cuts the connection off: InnoDB's own default is 50 s.
   // (Without a statement timeout, the server's own setting stays.)
+  // The server's max_allowed_packet is read on every new connection, so the batches are split
+  // by the limit of the server actually connected to (packets.ts).
   const lockWait = timeoutMs > 0 ? `; SET SESSION innodb_lock_wait_timeout = ${Math.max(1, Math.floor(timeoutMs / 1000) - 1)}` : '';
-  pool.pool.on('connection', (conn) => {
-    const setup = `SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED${lockWait}`;
+  const setup = `SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED${lockWait}; SELECT @@max_allowed_packet AS max_allowed_packet`;
+  const onConnection = (conn: { query: (...args: unknown[]) => unknown; destroy: () => void }) => {
     // With a callback, a failure here (the database going away right after the handshake) is
     // this connection's problem, not an unhandled 'error' event; the connection is dropped.
-    conn.query(timeoutMs > 0 ? { sql: setup, timeout: timeoutMs } : { sql: setup }, (error: unknown) => {
-      if (error) conn.destroy();
+    conn.query(timeoutMs > 0 ? { sql: setup, timeout: timeoutMs } : { sql: setup }, (error: unknown, results: unknown) => {
+      if (error) {
+        conn.destroy();
+        return;
+      }
+      const rows = Array.isArray(results) ? (results.at(-1) as Array<{ max_allowed_packet?: unknown }>) : [];
+      packets.learn(Number(rows?.[0]?.max_allowed_packet));
     });
-  });
-  /** A connection from the pool, or ORBIT_POOL_TIMEOUT when none frees up (or opens) in time. */
-  async function acquire(): Promise<PoolConnection> {
-    if (timeoutMs === 0) return pool.getConnection();
-    const pending = pool.getConnection();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(Object.assign(new Error(`no database connection within ${timeoutMs} ms`), { code: 'ORBIT_POOL_TIMEOUT' })), timeoutMs);
-    });
-    try {
-      return await Promise.race([pending, timeout]);
-    } catch (error) {
-      // A connection that arrives after the deadline goes straight back.
-      pending.then(
-        (conn) => conn.release(),
-        () => {},
-      );
-      throw error;
-    } finally {
-      clearTimeout(timer);
-    }
+  };
+  pool.pool.on('connection', onConnection as never);
+  /** A connection from the pool within the per-wait timeout and the request's deadline. */
+  function acquire(): Promise<PoolConnection> {
+    return acquireFrom(pool, waitBudgetMs(timeoutMs, 'a database connection was free'));
   }
   /** Gives a connection back, or destroys it when it cannot be trusted any more. */
   function giveBack(conn: PoolConnection, error?: unknown): void {
     if (error !== undefined && connectionIsBroken(error)) conn.destroy();
     else conn.release();
   }
-  async function withConnection<T>(fn: (q: Queryable) => Promise<T>): Promise<T> {
-    const conn = await acquire();
+  /**
+   * Ends a failed transaction: ROLLBACK, then the connection goes back to the pool (or is
+   * destroyed when it is broken). Awaited while the request's deadline allows; past it, the
+   * request is answered at once and the ROLLBACK finishes on its own (until then the
+   * connection is not in the pool, and the server rolls back anyway if it never answers).
+   */
+  async function endFailed(conn: PoolConnection, error: unknown): Promise<void> {
+    if (connectionIsBroken(error)) {
+      // Nothing more can be sent on it; the server rolls back what it has when the
+      // connection goes away (or commits, if the COMMIT had already reached it: the
+      // caller reports the outcome as unknown).
+      conn.destroy();
+      return;
+    }
+    const rollback = async (ms: number) => {
+      try {
+        await conn.query(ms > 0 ? { sql: 'ROLLBACK', timeout: ms } : { sql: 'ROLLBACK' });
+        conn.release();
+      } catch {
+        // The connection is broken; it must not go back to the pool.
+        conn.destroy();
+      }
+    };
+    const left = remainingMs(timeoutMs > 0 ? timeoutMs : Number.POSITIVE_INFINITY);
+    if (left > 0) await rollback(left === Number.POSITIVE_INFINITY ? 0 : Math.ceil(left));
+    else void rollback(timeoutMs);
+  }
+  /** Runs `fn` on `conn` (statements cut off after `statementTimeoutMs`), then gives the connection back or destroys it. */
+  async function using<T>(conn: PoolConnection, statementTimeoutMs: number, fn: (q: Queryable) => Promise<T>): Promise<T> {
     try {
-      const result = await fn(queryable(conn, timeoutMs));
+      const result = await fn(queryable(conn, statementTimeoutMs, packets));
       giveBack(conn);
       return result;
     } catch (error) {
@@ -325,12 +454,15 @@ export function createDatabase(options: DatabaseOptions): Database {
       throw error;
     }
   }
+  async function withConnection<T>(fn: (q: Queryable) => Promise<T>): Promise<T> {
+    return using(await acquire(), timeoutMs, fn);
+  }
   /**
    * With checkShardRouting, a statement that would not route to one shard is rejected before it
    * is sent. With checkLockOrder, so is a locking read outside a transaction: its locks would end
    * with the statement, so whatever it meant to protect is not protected (lock-order.ts).
    */
-  function routed<T>(sql: string, send: () => Promise<T>): Promise<T> {
+  function check(sql: string): void {
     if (options.checkLockOrder && splitStatements(sql).some(isLockingRead)) {
       failLoudly(new LockOrderViolation(`lock order: a locking read outside a transaction\n  statement: ${sql.replace(/\s+/g, ' ').slice(0, 200)}`));
     }
@@ -338,13 +470,22 @@ export function createDatabase(options: DatabaseOptions): Database {
       try {
         assertRoutable(sql);
       } catch (error) {
-        return Promise.reject(reported(error));
+        throw reported(error);
       }
+    }
+  }
+  function routed<T>(sql: string, send: () => Promise<T>): Promise<T> {
+    try {
+      check(sql);
+    } catch (error) {
+      return Promise.reject(error);
     }
     return send();
   }
-  return {
+  let probePool: Pool | null = null;
+  const database: Database = {
     pool,
+    packets,
     rows: (sql, params) => {
       const [text, values] = statementText(sql, params);
       return routed(text, () => withConnection((q) => q.rows(text, values)));
@@ -353,33 +494,26 @@ export function createDatabase(options: DatabaseOptions): Database {
       const [text, values] = statementText(sql, params);
       return routed(text, () => withConnection((q) => q.exec(text, values)));
     },
-    batch: (sql, params) => {
-      const [text, values] = statementText(sql, params);
-      return routed(text, () => withConnection((q) => q.batch(text, values)));
+    batch: (sql, params = []) => {
+      let trips: ReturnType<typeof roundTripsOf>;
+      try {
+        trips = roundTripsOf(sql, params, packets);
+        for (const trip of trips.trips) check(trip.text);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      return withConnection((q) => q.batch(sql, params));
     },
     async transaction<T>(fn: (tx: Transaction) => Promise<T>, { retries = 5 } = {}) {
       for (let attempt = 0; ; attempt++) {
         const conn = await acquire();
         let result: T;
         try {
-          const tx = transactionQueryable(conn, timeoutMs, options.checkLockOrder ? new LockOrderCheck() : null, options.checkShardRouting === true);
+          const tx = transactionQueryable(conn, timeoutMs, packets, options.checkLockOrder ? new LockOrderCheck() : null, options.checkShardRouting === true);
           result = await fn(tx);
           if (!tx.finished) await sender(conn, timeoutMs)('COMMIT', []);
         } catch (error) {
-          if (connectionIsBroken(error)) {
-            // Nothing more can be sent on it; the server rolls back what it has when the
-            // connection goes away (or commits, if the COMMIT had already reached it: the
-            // caller reports the outcome as unknown).
-            conn.destroy();
-          } else {
-            try {
-              await sender(conn, timeoutMs)('ROLLBACK', []);
-              conn.release();
-            } catch {
-              // The connection is broken; it must not go back to the pool.
-              conn.destroy();
-            }
-          }
+          await endFailed(conn, error);
           if (error instanceof LockOrderViolation) failLoudly(error);
           if (attempt < retries && isRetryableTransactionError(error)) {
             await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
@@ -391,13 +525,29 @@ export function createDatabase(options: DatabaseOptions): Database {
         return result;
       }
     },
-    oneShot(sql: Statement, params: unknown[] = [], options = {}) {
+    oneShot(sql: Statements, params: unknown[] = [], options = {}) {
       // With nothing sent before it, `finish` carries START TRANSACTION, the statements and
-      // COMMIT in one round trip.
+      // COMMIT in one round trip (several only when they would not fit in one packet).
       return this.transaction((tx) => tx.finish(sql, params), options);
     },
+    async readServerLimits() {
+      const [row] = await database.rows<{ max_allowed_packet: string | number }>(sql`SELECT @@max_allowed_packet AS max_allowed_packet`);
+      const maxAllowedPacket = Number(row?.max_allowed_packet);
+      packets.learn(maxAllowedPacket);
+      return { maxAllowedPacket };
+    },
+    async probe<T>(fn: (q: Queryable) => Promise<T>, probeTimeoutMs: number): Promise<T> {
+      if (!probePool) {
+        probePool = mysql.createPool(poolOptions(options.url, probeTimeoutMs, 2));
+        probePool.pool.on('connection', onConnection as never);
+      }
+      const startedAt = Date.now();
+      const conn = await acquireFrom(probePool, probeTimeoutMs);
+      return using(conn, Math.max(1, probeTimeoutMs - (Date.now() - startedAt)), fn);
+    },
     async close() {
-      await pool.end();
+      await Promise.all([pool.end(), probePool?.end()]);
     },
   };
+  return database;
 }

@@ -251,6 +251,8 @@ export const tasks = mysqlTable(
     // 0003_schedules.sql
     schedule_id: id('schedule_id'),
     scheduled_for: time('scheduled_for'),
+    // 0005_task_cancel_reason.sql
+    cancel_reason: varchar('cancel_reason', { length: 1024 }),
   },
   (t) => [
     index('ix_orbit_tasks_claim').on(t.queue_id, t.state, sql`${t.priority} desc`, t.available_at, t.task_id),
@@ -353,8 +355,17 @@ export const schedules = mysqlTable(
     deferred_full: uint64('deferred_full').notNull().default('0'),
     created_at: time('created_at').notNull(),
     updated_at: time('updated_at').notNull(),
+    // 0006_schedule_failures.sql
+    last_error: varchar('last_error', { length: 1024 }),
+    last_error_at: time('last_error_at'),
+    consecutive_failures: uint32('consecutive_failures').notNull().default(0),
+    retry_at: time('retry_at'),
   },
-  (t) => [uniqueIndex('uk_orbit_schedules_name').on(t.queue_id, t.name), index('ix_orbit_schedules_due').on(t.state, t.next_fire_at)],
+  (t) => [
+    uniqueIndex('uk_orbit_schedules_name').on(t.queue_id, t.name),
+    index('ix_orbit_schedules_due').on(t.state, t.next_fire_at),
+    index('ix_orbit_schedules_application_due').on(t.application_id, t.state, t.next_fire_at),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ export interface QueueDelta {
 
 /**
  * The statements that apply per-queue deltas: the application row gets their sum, then each
- * queue row its own (ascending queue id, the lock order). Join them with the caller's other
- * statements (`sql.join(statements, sql`;\n`)`) to send them in the same round trip.
+ * queue row its own (ascending queue id, the lock order). Send them in the list of the caller's
+ * other statements (`tx.batch([...])`, `tx.finish([...])`): the same round trip.
  */
 export function counterAdjustStatements(applicationId: IdBytes, queues: QueueDelta[]): SQL[] {
   const set = (d: CounterDelta) =>
@@ -45,7 +45,7 @@ export function counterAdjustStatements(applicationId: IdBytes, queues: QueueDel
 
 export async function counterAdjust(tx: Queryable, applicationId: IdBytes, queueId: IdBytes, delta: CounterDelta): Promise<void> {
   if (!delta.unfinished && !delta.active && !delta.pending) return;
-  await tx.batch(sql.join(counterAdjustStatements(applicationId, [{ queueId, delta }]), sql`;\n`));
+  await tx.batch(counterAdjustStatements(applicationId, [{ queueId, delta }]));
 }
 
 /** Gives back one keyed permit (the permit row is the last lock of the order). */

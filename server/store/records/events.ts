@@ -7,7 +7,8 @@
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import { sql, type SQL } from 'drizzle-orm';
-import { valueList, type Queryable } from '../database/database.ts';
+import { rowsStatement, valueList, type Queryable } from '../database/database.ts';
+import type { RowsStatement } from '../database/packets.ts';
 import type { EventRow } from '../database/schema.ts';
 
 export interface EventRecord {
@@ -21,18 +22,20 @@ export interface EventRecord {
 }
 
 export async function eventInsert(tx: Queryable, event: EventRecord): Promise<void> {
-  await tx.exec(eventInsertStatement([event]));
+  await tx.exec(eventInsertStatement([event]).toSql());
 }
 
 /**
- * One INSERT of these events, in this order (their sequence numbers follow it). Only under the
- * application row's lock, held by the same transaction (the rule at the top).
+ * The INSERT of these events, in this order (their sequence numbers follow it): one statement,
+ * or several of consecutive events when they would not fit in one packet (packets.ts) - the
+ * order is the same. Only under the application row's lock, held by the same transaction (the
+ * rule at the top).
  */
-export function eventInsertStatement(events: readonly EventRecord[]): SQL {
+export function eventInsertStatement(events: readonly EventRecord[]): RowsStatement {
   const rows = events.map(
     (e) => sql`(${newId()}, ${e.applicationId}, ${e.namespaceId}, ${e.type}, ${e.subject}, ${JSON.stringify(e.data)}, NOW(6), ${e.queue ?? null})`,
   );
-  return sql`INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at, queue_name) VALUES ${sql.join(rows, sql`, `)}`;
+  return rowsStatement(sql`INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at, queue_name) VALUES `, rows);
 }
 
 /** The columns eventList reads. */

@@ -1,7 +1,7 @@
 /**
- * What the schedule loop does, one round at a time. Due schedules are found with a plain read
- * across applications (no lock), grouped by application, and fired in one transaction per
- * application:
+ * What the schedule loop does, one round at a time. Applications with due schedules are found
+ * with a plain read across applications (no lock), in rotation (the loop says where the last
+ * round stopped), and each application's due schedules are fired in one transaction:
  *
  *   SELECT due schedule rows … FOR UPDATE SKIP LOCKED        schedule level: a row another process
  *                                                            is firing (or an operator is pausing)
@@ -11,7 +11,8 @@
  *   -- decide in this process: planRound for each schedule, admitting fires one by one against
  *   -- the exact room of both rows, in trigger-point order, stopping a schedule at its first refusal
  *   UPDATE schedule rows (by id, locked above); UPDATE the application and queue counters;
- *   INSERT the tasks; COMMIT                                 one round trip
+ *   INSERT the tasks; COMMIT                                 one round trip (more only when the
+ *                                                            payloads would not fit in one packet)
  *
  * A fire is admitted exactly like a direct submission: it needs room at both levels, and a
  * refusal leaves nothing for that trigger point. The refused point and every point after it
@@ -19,17 +20,27 @@
  * deferred_full, and the next round tries again. A full quota never skips anything: only the
  * misfire policy does, for points older than the window (domain/schedule-points.ts).
  *
+ * How much one round writes is bounded by bytes as well as by points: the tasks one
+ * application's round makes carry their schedule's payload (up to 256 KiB, twice that once
+ * escaped), so a round stops making tasks once they would pass one packet's worth
+ * (`maxTaskBytes`, the server's max_allowed_packet); the points not reached stay pending, exactly
+ * like the ones past MAX_FIRES_PER_ROUND, and the next round goes on from them. (Before, 40
+ * schedules with such payloads falling due together made one ~20 MiB packet the server refused,
+ * and every round failed on them.)
+ *
  * A trigger point makes at most one task: the task's identity is (schedule_id, scheduled_for), a
  * unique key of orbit_tasks, and it is written in the same transaction that moves the schedule's
  * head past that point while holding the schedule row. A crash before the COMMIT leaves nothing;
  * after it, the head has moved. A schedule on a disabled application or namespace is not fired
- * (it stays due, and its points are handled by the policy once it is enabled again).
+ * (it stays due, and its points are handled by the policy once it is enabled again). A schedule
+ * whose round failed waits until its `retry_at` (scheduleRecordFailure) and is not due before.
  */
 import { sql, type SQL } from 'drizzle-orm';
 import { idToHex, newId, type IdBytes } from '../../ids.ts';
-import { countWaiting, planRound, type MisfirePolicy } from '../../domain/schedule-points.ts';
+import { countWaiting, failureRetryDelayMs, planRound, type MisfirePolicy } from '../../domain/schedule-points.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
-import { valueList, type Database } from '../database/database.ts';
+import { rowsStatement, valueList, type BatchStatement, type Database, type Queryable } from '../database/database.ts';
+import { valueBytesBound } from '../database/packets.ts';
 import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 import type { QueueRow, ScheduleRow } from '../database/schema.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
@@ -42,6 +53,10 @@ import { anchorOfRow, triggerOfRow } from './schedules.ts';
 /** At most this many trigger points of one schedule are looked at in one round, and this many tasks made. */
 export const MAX_POINTS_PER_ROUND = 1000;
 export const MAX_FIRES_PER_ROUND = 100;
+/** Due schedules of one application fired in one transaction, at most (the oldest first; the rest next round). */
+export const DUE_SCHEDULES_PER_APPLICATION = 100;
+/** What a task row takes in a statement besides its payload (ids, options, times), at most. */
+const TASK_ROW_BYTES = 1024;
 
 export interface FiringCounts {
   fired: number;
@@ -50,16 +65,57 @@ export interface FiringCounts {
   skipped: number;
 }
 
-/** Due, ACTIVE schedules of enabled applications and namespaces, oldest trigger point first. */
-export async function schedulesDue(db: Database, limit: number): Promise<Array<Pick<ScheduleRow, 'application_id' | 'schedule_id'>>> {
-  return db.rows(sql`
-    SELECT /* scatter: schedules-due */ s.application_id, s.schedule_id
+/** Due, ACTIVE, not backed off: the condition on `orbit_schedules s` (constant SQL text). */
+const DUE = sql.raw(`s.state = 'ACTIVE' AND s.next_fire_at <= NOW(6) AND (s.retry_at IS NULL OR s.retry_at <= NOW(6))`);
+
+/**
+ * Applications of enabled namespaces with due schedules, in rotation: those after `after` (by
+ * id) first, then from the lowest again - so every application with due work is reached in
+ * turn, and one whose rounds fail or that has many due schedules cannot keep the others out.
+ */
+export async function applicationsWithDueSchedules(db: Queryable, params: { after: IdBytes | null; limit: number }): Promise<IdBytes[]> {
+  const wrapped = params.after === null ? sql`0` : sql`s.application_id <= ${params.after}`;
+  const rows = await db.rows<{ application_id: Buffer }>(sql`
+    SELECT /* scatter: schedules-due */ s.application_id, ${wrapped} AS wrapped
       FROM orbit_schedules s
       JOIN orbit_namespaces n ON n.namespace_id = s.namespace_id AND n.enabled = 1
       JOIN orbit_applications a ON a.application_id = s.application_id AND a.enabled = 1
-     WHERE s.state = 'ACTIVE' AND s.next_fire_at <= NOW(6)
-     ORDER BY s.next_fire_at
+     WHERE ${DUE}
+     GROUP BY s.application_id
+     ORDER BY wrapped, s.application_id
+     LIMIT ${params.limit}`);
+  return rows.map((r) => r.application_id);
+}
+
+/** The ids of one application's due schedules, oldest point first (a plain read: which ones to fire one by one). */
+export async function dueScheduleIds(db: Queryable, applicationId: IdBytes, limit = DUE_SCHEDULES_PER_APPLICATION): Promise<IdBytes[]> {
+  const rows = await db.rows<Pick<ScheduleRow, 'schedule_id'>>(sql`
+    SELECT s.schedule_id FROM orbit_schedules s
+     WHERE s.application_id = ${applicationId} AND ${DUE}
+     ORDER BY s.next_fire_at, s.schedule_id
      LIMIT ${limit}`);
+  return rows.map((r) => r.schedule_id);
+}
+
+/**
+ * Records that a schedule's round failed: the cause (shown as `last_error`), one more
+ * consecutive failure, and when to try again (domain: failureRetryDelayMs), in database time.
+ * The schedule row alone, locked first (schedule level); nothing else changes.
+ */
+export async function scheduleRecordFailure(db: Database, params: { applicationId: IdBytes; scheduleId: IdBytes; message: string }): Promise<void> {
+  await db.transaction(async (tx) => {
+    const [row] = await tx.rows<Pick<ScheduleRow, 'consecutive_failures'> & { now: string }>(sql`
+      SELECT consecutive_failures, NOW(6) AS now FROM orbit_schedules
+       WHERE application_id = ${params.applicationId} AND schedule_id = ${params.scheduleId} ${lockRows('schedule')}`);
+    if (!row) return;
+    const failures = row.consecutive_failures + 1;
+    const retryAt = millisToSql(sqlToMillis(row.now) + failureRetryDelayMs(failures));
+    await tx.finish([
+      sql`UPDATE orbit_schedules
+             SET last_error = ${[...params.message].slice(0, 1024).join('')}, last_error_at = ${row.now}, consecutive_failures = ${failures}, retry_at = ${retryAt}
+           WHERE schedule_id = ${params.scheduleId}`,
+    ]);
+  });
 }
 
 type LockedSchedule = Pick<
@@ -83,6 +139,7 @@ type LockedSchedule = Pick<
   | 'last_fire_at'
   | 'deferred_through'
   | 'created_at'
+  | 'consecutive_failures'
 > & { now: string };
 
 interface Change {
@@ -95,18 +152,29 @@ interface Change {
   deferred: number;
 }
 
-/** Fires the due trigger points of these schedules of one application, in one transaction. */
-export async function scheduleFireApplication(db: Database, applicationId: IdBytes, scheduleIds: IdBytes[]): Promise<FiringCounts> {
+/**
+ * Fires the due trigger points of one application's due schedules (or only of `scheduleIds`), in
+ * one transaction, making tasks until their bytes would pass `maxTaskBytes` (default: one
+ * packet's worth, db.packets) - at least one task, so every round moves on.
+ */
+export async function scheduleFireApplication(
+  db: Database,
+  applicationId: IdBytes,
+  options: { scheduleIds?: readonly IdBytes[]; maxTaskBytes?: number } = {},
+): Promise<FiringCounts> {
+  const only =
+    options.scheduleIds && options.scheduleIds.length > 0 ? sql` AND s.schedule_id IN (${valueList(distinctIdsAscending(options.scheduleIds))})` : sql``;
+  const maxTaskBytes = options.maxTaskBytes ?? db.packets.budgetBytes;
   return db.transaction(async (tx) => {
     const counts: FiringCounts = { fired: 0, deferred: 0, skipped: 0 };
     const rows = await tx.rows<LockedSchedule>(sql`
       SELECT schedule_id, namespace_id, queue_id, cron_expression, interval_seconds, timezone, payload, priority, resource_key, max_attempts,
              deadline_seconds, on_unknown_outcome, misfire_policy, misfire_window_seconds, start_at, next_fire_at, last_fire_at,
-             deferred_through, created_at, NOW(6) AS now
-        FROM orbit_schedules
-       WHERE application_id = ${applicationId} AND schedule_id IN (${valueList(distinctIdsAscending(scheduleIds))})
-         AND state = 'ACTIVE' AND next_fire_at <= NOW(6)
-       ORDER BY next_fire_at, schedule_id
+             deferred_through, created_at, consecutive_failures, NOW(6) AS now
+        FROM orbit_schedules s
+       WHERE s.application_id = ${applicationId}${only} AND ${DUE}
+       ORDER BY s.next_fire_at, s.schedule_id
+       LIMIT ${DUE_SCHEDULES_PER_APPLICATION}
        ${lockRows('schedule', 'skip-locked')}`);
     if (rows.length === 0) return counts;
     // Disabled since the scan? Then not fired (a plain read: enabling and disabling take no
@@ -131,8 +199,12 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
     const events: EventRecord[] = [];
     const names = taskEventsEnabled() ? await queueNamesOf(tx, queueIds) : new Map<string, string>();
     const changes: Change[] = [];
+    /** The bytes of the tasks made so far; past maxTaskBytes the round makes no more (the points wait). */
+    let taskBytes = 0;
+    let bytesUsedUp = false;
 
     for (const row of due) {
+      if (bytesUsedUp) break;
       const nowMs = sqlToMillis(row.now);
       const trigger = triggerOfRow(row);
       const anchorMs = anchorOfRow(row);
@@ -156,6 +228,7 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
         maxFires: MAX_FIRES_PER_ROUND,
       });
       const queueKey = idToHex(row.queue_id);
+      const fireBytes = valueBytesBound(row.payload) + TASK_ROW_BYTES;
       for (const step of steps) {
         if (step.kind === 'skip') {
           change.skipped += step.count;
@@ -169,6 +242,13 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
           change.deferredThrough = waiting.through;
           break;
         }
+        if (counts.fired + change.fired > 0 && taskBytes + fireBytes > maxTaskBytes) {
+          // One packet's worth of tasks made: this point and the rest wait for the next round
+          // (not deferred: nothing is full, the round is).
+          bytesUsedUp = true;
+          break;
+        }
+        taskBytes += fireBytes;
         appRoom -= 1n;
         queueRoom.set(queueKey, (queueRoom.get(queueKey) ?? 0n) - 1n);
         const entry = perQueue.get(queueKey) ?? { queueId: row.queue_id, count: 0 };
@@ -196,7 +276,8 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
         change.lastFire = step.at;
         change.head = step.nextHead;
       }
-      if (change.fired + change.skipped + change.deferred > 0) changes.push(change);
+      // A round that went through clears an earlier failure (its last_error goes away).
+      if (change.fired + change.skipped + change.deferred > 0 || row.consecutive_failures > 0) changes.push(change);
       counts.fired += change.fired;
       counts.skipped += change.skipped;
       counts.deferred += change.deferred;
@@ -206,12 +287,13 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
     // Lock order: schedule rows (locked above, by id), the application row, queue rows by
     // ascending id, then the new task rows - one round trip, with the COMMIT after it.
     const total = counts.fired;
-    const statements: SQL[] = changes.map(
+    const statements: BatchStatement[] = changes.map(
       (c) => sql`UPDATE orbit_schedules
          SET next_fire_at = ${c.head === null ? null : millisToSql(c.head)},
              last_fire_at = ${c.lastFire === null ? sql`last_fire_at` : millisToSql(c.lastFire)},
              deferred_through = ${c.deferredThrough === null ? null : millisToSql(c.deferredThrough)},
              fired = fired + ${c.fired}, skipped_misfire = skipped_misfire + ${c.skipped}, deferred_full = deferred_full + ${c.deferred},
+             ${c.row.consecutive_failures > 0 ? sql`last_error = NULL, last_error_at = NULL, consecutive_failures = 0, retry_at = NULL,` : sql``}
              updated_at = NOW(6)
        WHERE schedule_id = ${c.row.schedule_id}`,
     );
@@ -222,13 +304,18 @@ export async function scheduleFireApplication(db: Database, applicationId: IdByt
           [...perQueue.values()].map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
         ),
       );
-      statements.push(sql`INSERT INTO orbit_tasks
+      statements.push(
+        rowsStatement(
+          sql`INSERT INTO orbit_tasks
         (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
          on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at, schedule_id, scheduled_for)
-        VALUES ${sql.join(taskValues, sql`, `)}`);
+        VALUES `,
+          taskValues,
+        ),
+      );
       if (events.length > 0) statements.push(eventInsertStatement(events));
     }
-    await tx.batch(sql.join(statements, sql`;\n`));
+    await tx.batch(statements);
     return counts;
   });
 }

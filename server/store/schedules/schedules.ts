@@ -33,7 +33,7 @@ export type StoredSchedule = ScheduleRow & { queue_name: QueueRow['name'] };
 const SCHEDULE_COLUMNS = sql.raw(`s.schedule_id, s.application_id, s.namespace_id, s.queue_id, q.name AS queue_name, s.name, s.cron_expression,
   s.interval_seconds, s.timezone, s.payload, s.priority, s.resource_key, s.max_attempts, s.deadline_seconds, s.on_unknown_outcome,
   s.misfire_policy, s.misfire_window_seconds, s.state, s.start_at, s.next_fire_at, s.last_fire_at, s.deferred_through, s.fired,
-  s.skipped_misfire, s.deferred_full, s.created_at, s.updated_at`);
+  s.skipped_misfire, s.deferred_full, s.created_at, s.updated_at, s.last_error, s.last_error_at, s.consecutive_failures, s.retry_at`);
 
 /** The trigger a row describes. */
 export function triggerOfRow(row: Pick<ScheduleRow, 'cron_expression' | 'interval_seconds' | 'timezone'>): Trigger {
@@ -73,12 +73,20 @@ export function toSchedule(row: StoredSchedule, namespace: string): Schedule {
   if (row.start_at !== null) schedule.start_at = sqlToRfc3339(row.start_at);
   if (row.next_fire_at !== null) schedule.next_fire_at = sqlToRfc3339(row.next_fire_at);
   if (row.last_fire_at !== null) schedule.last_fire_at = sqlToRfc3339(row.last_fire_at);
+  if (row.consecutive_failures > 0 && row.last_error !== null && row.last_error_at !== null) {
+    schedule.last_error = {
+      message: row.last_error,
+      occurred_at: sqlToRfc3339(row.last_error_at),
+      consecutive_failures: row.consecutive_failures,
+      retry_at: sqlToRfc3339(row.retry_at ?? row.last_error_at),
+    };
+  }
   return schedule;
 }
 
 /** What audit records and events say about a schedule: everything but the payload (which may be 256 KiB). */
 function describe(schedule: Schedule): Record<string, unknown> {
-  const { payload, fired: _f, skipped_misfire: _s, deferred_full: _d, next_fire_at: _n, last_fire_at: _l, ...rest } = schedule;
+  const { payload, fired: _f, skipped_misfire: _s, deferred_full: _d, next_fire_at: _n, last_fire_at: _l, last_error: _e, ...rest } = schedule;
   return { ...rest, payload_bytes: Buffer.byteLength(JSON.stringify(payload)) };
 }
 

@@ -30,9 +30,10 @@ import type { Principal } from '../../domain/principal.ts';
 import { millisToSql } from '../../time.ts';
 import type { Clock } from '../database/clock.ts';
 import { sql, type SQL } from 'drizzle-orm';
-import { isDuplicateKeyError, isGuardError, type Database, type Queryable } from '../database/database.ts';
+import { isDuplicateKeyError, isGuardError, rowsStatement, type BatchStatement, type Database, type Queryable } from '../database/database.ts';
 import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
+import { valueBytesBound } from '../database/packets.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
 import { receiptReplay, type ReceiptIdentity, type ReceiptRow } from '../records/receipts.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
@@ -42,6 +43,8 @@ import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 
 export interface SubmitRequest {
   payload: Record<string, unknown>;
+  /** The payload as stored (serialised once, where the request is read). */
+  payloadJson: string;
   priority: number;
   resourceKey: string | null;
   maxAttempts: number;
@@ -95,7 +98,7 @@ function prepare(item: SubmitItem, nowMs: number): Prepared {
   return {
     item,
     taskId,
-    payloadJson: JSON.stringify(r.payload),
+    payloadJson: r.payloadJson,
     snapshot,
     times: { created: millisToSql(created), available: millisToSql(available), deadline: millisToSql(deadline) },
   };
@@ -128,8 +131,12 @@ function taskValues(p: Prepared): SQL {
     0, ${r.maxAttempts}, ${r.onUnknownOutcome}, 0, ${receipt.key}, ${p.times.created}, ${p.times.available}, ${p.times.deadline}, ${p.times.created})`;
 }
 
-/** The task rows, then their receipts and `task.submitted` events (the lock order: tasks before records). */
-function insertStatements(prepared: Prepared[]): SQL[] {
+/**
+ * The task rows, then their receipts and `task.submitted` events (the lock order: tasks before
+ * records). Each is one INSERT, or several of consecutive rows when the payloads would not fit
+ * in one packet (packets.ts).
+ */
+function insertStatements(prepared: Prepared[]): BatchStatement[] {
   const events = taskEventsEnabled()
     ? [
         eventInsertStatement(
@@ -144,13 +151,20 @@ function insertStatements(prepared: Prepared[]): SQL[] {
       ]
     : [];
   return [
-    sql`INSERT INTO orbit_tasks
+    rowsStatement(
+      sql`INSERT INTO orbit_tasks
       (task_id, application_id, namespace_id, queue_id, state, priority, resource_key, payload, attempts, max_attempts,
        on_unknown_outcome, cancel_requested, idempotency_key, created_at, available_at, deadline_at, updated_at)
-    VALUES ${sql.join(prepared.map(taskValues), sql`, `)}`,
-    sql`INSERT INTO orbit_idempotency_receipts
+    VALUES `,
+      prepared.map(taskValues),
+    ),
+    rowsStatement(
+      sql`INSERT INTO orbit_idempotency_receipts
       (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at)
-    ${sql.join(prepared.map(receiptSelect), sql`\n  UNION ALL `)}`,
+    `,
+      prepared.map(receiptSelect),
+      { separator: sql`\n  UNION ALL ` },
+    ),
     ...events,
   ];
 }
@@ -191,6 +205,18 @@ const queueFull = (queue: string) =>
     details: { level: 'queue', queue, limit: 'max_unfinished_tasks' },
   });
 
+/** What the rows of one submission take besides its payload (task columns, receipt snapshot, event), at most. */
+const SUBMISSION_ROW_BYTES = 4096;
+
+/**
+ * An upper bound of the bytes one submission adds to its admission transaction's statements:
+ * the group commit of submissions is bounded by it (one packet's worth), so the admission
+ * stays one round trip however large the payloads.
+ */
+export function submissionBytes(item: SubmitItem): number {
+  return valueBytesBound(item.request.payloadJson) + SUBMISSION_ROW_BYTES;
+}
+
 /** All items belong to one application (the batcher groups them so). */
 export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitItem[]): Promise<SubmitOutcome[]> {
   if (items.length === 0) return [];
@@ -202,7 +228,7 @@ export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitI
     // Lock order: the application row, the queue rows, then the new tasks and their receipts -
     // all in one round trip with the COMMIT, so the hot rows are held for no round trip at all.
     const statements = [...guardedCounterUpdates(applicationId, prepared.length, perQueue), ...insertStatements(prepared)];
-    await db.oneShot(sql.join(statements, sql`;\n`));
+    await db.oneShot(statements);
     return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
   } catch (error) {
     // No room somewhere, a credential that may no longer act, or a key already used: nothing
@@ -288,12 +314,12 @@ async function careful(
     });
     if (accepted.length > 0) {
       // Lock order: counters (rows locked above), then the new tasks and their receipts.
-      const statements = [
+      const statements: BatchStatement[] = [
         sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ${accepted.length} WHERE application_id = ${applicationId}`,
         ...countByQueue(accepted).map((q) => sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ${q.count} WHERE queue_id = ${q.queueId}`),
         ...insertStatements(accepted),
       ];
-      await tx.batch(sql.join(statements, sql`;\n`));
+      await tx.batch(statements);
     }
     return result;
   });

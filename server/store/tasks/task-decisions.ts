@@ -16,16 +16,18 @@ import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { TaskRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
+import { afterResolve, type ResolveOutcome } from '../../domain/task-transitions.ts';
+import { cancelledError, errorAfterResolve } from '../../domain/task-errors.ts';
 
-/** What a decision needs of the task row it locked. */
-type LockedTask = Pick<TaskRow, 'state' | 'current_attempt_id' | 'resource_key' | 'cancel_requested'>;
+/** What a decision needs of the task row it locked (`error`: what the decision replaces, named in its event). */
+type LockedTask = Pick<TaskRow, 'state' | 'current_attempt_id' | 'resource_key' | 'cancel_requested' | 'error'>;
 
 /** Lock order: application row → queue row → task row. The task's queue never changes, so the plain read that found it is good for choosing which queue row to lock. */
 async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<LockedTask> {
   await applicationRowLock(tx, task.application_id);
   await tx.rows(sql`SELECT queue_id FROM orbit_queues WHERE queue_id = ${task.queue_id} ${lockRows('queue')}`);
   const [locked] = await tx.rows<LockedTask>(
-    sql`SELECT state, current_attempt_id, resource_key, cancel_requested FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`,
+    sql`SELECT state, current_attempt_id, resource_key, cancel_requested, error FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`,
   );
   if (!locked) throw notFound(`task ${idToHex(task.task_id)}`);
   return locked;
@@ -44,7 +46,7 @@ async function record(
   what: {
     action: string;
     eventType: string;
-    before: LockedTask['state'];
+    before: LockedTask;
     after: (task: Task) => Record<string, unknown>;
     data: (task: Task) => Record<string, unknown>;
   },
@@ -59,7 +61,7 @@ async function record(
     reason: params.reason,
     requestId: params.requestId,
     idempotencyKey: params.receipt.key,
-    before: { state: what.before },
+    before: { state: what.before.state },
     after: what.after(task),
   });
   await eventInsert(tx, {
@@ -73,6 +75,8 @@ async function record(
       queue: task.queue,
       ...(task.schedule_id === undefined ? {} : { schedule_id: task.schedule_id, scheduled_for: task.scheduled_for }),
       ...what.data(task),
+      // A decision that replaced the task's error keeps it in the task's history (task-errors.ts).
+      ...(what.before.error !== null && JSON.stringify(task.error) !== what.before.error ? { previous_error: JSON.parse(what.before.error) as unknown } : {}),
     },
     queue: task.queue,
   });
@@ -89,7 +93,8 @@ export interface TaskDecisionParams {
 
 /**
  * WAITING or NEEDS_REVIEW → CANCELLED at once; LEASED → the reservation is released and the
- * task CANCELLED; RUNNING → only the intent is saved (`cancel_requested`) and the worker is told;
+ * task CANCELLED; RUNNING → only the intent is saved (`cancel_requested`, with the reason, which
+ * the task's error names when the worker's answer ends it CANCELLED) and the worker is told;
  * the attempt keeps its concurrency until its authoritative result or lease-expiry recovery.
  */
 export async function taskCancel(db: Database, params: TaskDecisionParams): Promise<{ task: Task; deduplicated: boolean }> {
@@ -97,7 +102,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
   const found = await taskGetVisible(db, principal, params.taskId);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
     const locked = await lockTask(tx, found);
-    const error = JSON.stringify({ code: 'CANCELLED', message: params.reason });
+    const error = JSON.stringify(cancelledError(params.reason));
     let eventType = 'task.cancelled';
     switch (locked.state) {
       case 'WAITING':
@@ -125,7 +130,8 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       }
       case 'RUNNING':
         eventType = 'task.cancel_requested';
-        await tx.exec(sql`UPDATE orbit_tasks SET cancel_requested = 1, updated_at = NOW(6) WHERE task_id = ${found.task_id}`);
+        // The latest reason: a second :cancel while the worker has not answered yet restates it.
+        await tx.exec(sql`UPDATE orbit_tasks SET cancel_requested = 1, cancel_reason = ${params.reason}, updated_at = NOW(6) WHERE task_id = ${found.task_id}`);
         break;
       default:
         throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state} and cannot be cancelled`, {
@@ -135,7 +141,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
     const task = await record(tx, params, {
       action: 'task.cancel',
       eventType,
-      before: locked.state,
+      before: locked,
       after: (t) => ({ state: t.state, cancel_requested: t.cancel_requested }),
       data: (t) => ({ queue: t.queue, state: t.state, previous_state: locked.state }),
     });
@@ -145,12 +151,16 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
 }
 
 export interface TaskResolveParams extends TaskDecisionParams {
-  outcome: 'succeeded' | 'failed' | 'retry';
+  outcome: ResolveOutcome;
   result: unknown;
   error: unknown;
 }
 
-/** NEEDS_REVIEW → SUCCEEDED, FAILED, or back to WAITING (claimable now, with one more attempt allowed). */
+/**
+ * NEEDS_REVIEW → SUCCEEDED, FAILED, or back to WAITING (claimable now, with one more attempt
+ * allowed). The error becomes what task-errors.ts says (none, or the resolution's); a result
+ * given with `succeeded` or `failed` becomes the task's result.
+ */
 export async function taskResolve(db: Database, params: TaskResolveParams): Promise<{ task: Task; deduplicated: boolean }> {
   const { principal } = params;
   const found = await taskGetVisible(db, principal, params.taskId);
@@ -162,23 +172,25 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
       });
     }
     const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
-    if (params.outcome === 'retry') {
+    const { state } = afterResolve(params.outcome);
+    const decided = errorAfterResolve(params.outcome, params.reason, params.error);
+    const error = decided === null ? null : JSON.stringify(decided);
+    if (state === 'WAITING') {
       await tx.exec(sql`
-        UPDATE orbit_tasks SET state = 'WAITING', available_at = NOW(6), cancel_requested = 0,
+        UPDATE orbit_tasks SET state = 'WAITING', available_at = NOW(6), cancel_requested = 0, cancel_reason = NULL, error = ${error},
                max_attempts = GREATEST(max_attempts, attempts + 1), updated_at = NOW(6)
          WHERE task_id = ${found.task_id}`);
     } else {
       await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
-      const state = params.outcome === 'succeeded' ? 'SUCCEEDED' : 'FAILED';
       await tx.exec(sql`
-        UPDATE orbit_tasks SET state = ${state}, result = COALESCE(${json(params.result)}, result), error = COALESCE(${json(params.error)}, error),
+        UPDATE orbit_tasks SET state = ${state}, result = COALESCE(${json(params.result)}, result), error = ${error},
                finished_at = NOW(6), updated_at = NOW(6)
          WHERE task_id = ${found.task_id}`);
     }
     const task = await record(tx, params, {
       action: 'task.resolve',
       eventType: 'task.resolved',
-      before: locked.state,
+      before: locked,
       after: (t) => ({ state: t.state, outcome: params.outcome }),
       data: (t) => ({ queue: t.queue, state: t.state, outcome: params.outcome }),
     });

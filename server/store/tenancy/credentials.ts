@@ -26,10 +26,11 @@ export function newToken(): { credentialId: IdBytes; token: string; secretSha256
 }
 
 /**
- * Computed by the statements below: `revoked` and `expired` are 0/1 expressions over the
- * credential row, the two flags are the namespace's and the application's `enabled`.
+ * Computed by the statements below (`CREDENTIAL_VALIDITY_FACTS`): `revoked` and `expired` are
+ * 0/1 expressions over the credential row, the two flags are the namespace's and the
+ * application's `enabled`.
  */
-interface ValidityFacts {
+export interface ValidityFacts {
   revoked: number;
   expired: number;
   namespace_enabled: NamespaceRow['enabled'];
@@ -37,7 +38,7 @@ interface ValidityFacts {
 }
 
 /** Why a credential may not act (told only to a caller that presented its right secret), or null. */
-function invalidCause(row: ValidityFacts): string | null {
+export function credentialInvalidCause(row: ValidityFacts): string | null {
   if (row.revoked) return 'the credential was revoked';
   if (row.expired) return 'the credential has expired';
   if (!row.application_enabled) return 'the application is disabled';
@@ -71,7 +72,7 @@ export async function credentialAuthenticate(db: Queryable, token: string): Prom
   // Compare even when the row is missing, so timing does not tell which ids exist.
   const stored = row?.secret_sha256 ?? Buffer.alloc(32);
   if (!timingSafeEqual(presented, stored) || !row) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is not valid');
-  const cause = invalidCause(row);
+  const cause = credentialInvalidCause(row);
   if (cause !== null) throw new OrbitError('UNAUTHENTICATED', cause);
   const actions = (JSON.parse(row.actions) as string[]).filter(isAction);
   const scope = JSON.parse(row.queue_scope) as string[];
@@ -127,6 +128,10 @@ export const CREDENTIAL_VALID = `c.revoked_at IS NULL AND (c.expires_at IS NULL 
 export const CREDENTIAL_JOINS = `orbit_credentials c
   JOIN orbit_namespaces n ON n.namespace_id = c.namespace_id
   JOIN orbit_applications a ON a.application_id = n.application_id`;
+/** The `ValidityFacts` columns over `CREDENTIAL_JOINS`, for `credentialInvalidCause` (constant text, like the two above). */
+export const CREDENTIAL_VALIDITY_FACTS = `c.revoked_at IS NOT NULL AS revoked,
+  (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
+  n.enabled AS namespace_enabled, a.enabled AS application_enabled`;
 
 /**
  * Inside a transaction: which of these credentials may still act, re-read under shared locks
@@ -167,11 +172,9 @@ export function isNoLongerValid(error: unknown): error is OrbitError {
 /** The precise 401 for a credential whose secret the caller presented; `fallback` if it is valid again. */
 export async function credentialExplainInvalid(db: Queryable, credentialId: IdBytes, fallback: OrbitError): Promise<OrbitError> {
   const [row] = await db.rows<ValidityFacts>(sql`
-    SELECT c.revoked_at IS NOT NULL AS revoked,
-           (c.expires_at IS NOT NULL AND c.expires_at <= NOW(6)) AS expired,
-           n.enabled AS namespace_enabled, a.enabled AS application_enabled
+    SELECT ${sql.raw(CREDENTIAL_VALIDITY_FACTS)}
       FROM ${sql.raw(CREDENTIAL_JOINS)}
      WHERE c.credential_id = ${credentialId}`);
-  const cause = row ? invalidCause(row) : null;
+  const cause = row ? credentialInvalidCause(row) : null;
   return cause === null ? fallback : new OrbitError('UNAUTHENTICATED', cause);
 }

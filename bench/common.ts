@@ -10,6 +10,12 @@ import mysql from 'mysql2/promise';
 import { migrate } from '../server/store/database/migrate.ts';
 import { createDatabase, type Database } from '../server/store/database/database.ts';
 
+/**
+ * The servers of a benchmark run with the production defaults of their bounds (the tests' server
+ * helper gives them a generous database bound instead): an empty variable means the default.
+ */
+export const PRODUCTION_BOUNDS = { ORBIT_DB_TIMEOUT_MS: '' } as const;
+
 export async function benchDatabase(): Promise<{ url: string; db: Database; drop(): Promise<void> }> {
   let serverUrl = process.env.ORBIT_BENCH_DATABASE_URL ?? process.env.ORBIT_TEST_DATABASE_URL;
   if (!serverUrl) {

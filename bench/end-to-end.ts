@@ -7,7 +7,7 @@
  * Options (environment): BENCH_TASKS (default 20000), BENCH_SERVERS (2), BENCH_WORKERS (4
  * sessions), BENCH_CAPACITY (64 per session), BENCH_SUBMITTERS (32 requests in flight).
  */
-import { benchDatabase, createPoster, fmt, hotRowCeiling, machine, percentile } from './common.ts';
+import { benchDatabase, createPoster, fmt, hotRowCeiling, machine, percentile, PRODUCTION_BOUNDS } from './common.ts';
 import { createTenant } from '../test/helpers/tenants.ts';
 import { startServerProcess } from '../test/helpers/server-process.ts';
 import { OrbitWorker } from '../sdk/worker.ts';
@@ -30,7 +30,7 @@ try {
   const tenant = await createTenant(bench.db, { namespace: 'bench', queues: ['bench'] });
   // Room for the whole run at the queue level (defaults: 1000 concurrent, 10000 starts/s).
   await bench.db.exec('UPDATE orbit_queues SET max_concurrency = 100000, rate_per_second = 1000000');
-  const servers = await Promise.all(Array.from({ length: SERVERS }, () => startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info' })));
+  const servers = await Promise.all(Array.from({ length: SERVERS }, () => startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info', ...PRODUCTION_BOUNDS })));
   const urls = servers.map((s) => s.url);
   let completed = 0;
   let lastCompletion = 0;

@@ -7,7 +7,7 @@
  * Options (environment): BENCH_SECONDS (default 8), BENCH_CONCURRENCY (default 32 requests in
  * flight), BENCH_SERVERS (default 2 server processes).
  */
-import { benchDatabase, createPoster, fmt, hotRowCeiling, machine, percentile } from './common.ts';
+import { benchDatabase, createPoster, fmt, hotRowCeiling, machine, percentile, PRODUCTION_BOUNDS } from './common.ts';
 import { createTenant, type TestTenant } from '../test/helpers/tenants.ts';
 import { startServerProcess } from '../test/helpers/server-process.ts';
 
@@ -55,7 +55,7 @@ try {
   const tenants: TestTenant[] = [];
   tenants.push(await createTenant(bench.db, { namespace: 'ns-0', queues: ['bench'] }));
   for (let i = 1; i < 8; i++) tenants.push(await createTenant(bench.db, { applicationId: tenants[0]!.applicationId, namespace: `ns-${i}`, queues: ['bench'] }));
-  const servers = await Promise.all(Array.from({ length: SERVERS }, () => startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info' })));
+  const servers = await Promise.all(Array.from({ length: SERVERS }, () => startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info', ...PRODUCTION_BOUNDS })));
   const urls = servers.map((s) => s.url);
   try {
     // Warm up connections and JIT.

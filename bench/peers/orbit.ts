@@ -12,7 +12,7 @@
  * handler ran once per task, and every usage counter equals the recount (verify.ts).
  */
 import { Agent, request } from 'node:http';
-import { createPoster, benchDatabase, fmt, percentile } from '../common.ts';
+import { createPoster, benchDatabase, fmt, percentile, PRODUCTION_BOUNDS } from '../common.ts';
 import { createTenant, type TestTenant } from '../../test/helpers/tenants.ts';
 import { startServerProcess, type ServerProcess } from '../../test/helpers/server-process.ts';
 import { OrbitWorker } from '../../sdk/worker.ts';
@@ -41,7 +41,7 @@ async function startOrbit(w: Workload, options: { taskEvents?: boolean } = {}): 
     await bench.db.exec('UPDATE orbit_queues SET max_concurrency = ?, rate_per_second = ?', [QUEUE_LIMITS.max_concurrency, QUEUE_LIMITS.rate_per_second]);
     const servers = await Promise.all(
       Array.from({ length: w.servers }, () =>
-        startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info', ORBIT_TASK_EVENTS: options.taskEvents === false ? 'off' : 'on' }),
+        startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'info', ORBIT_TASK_EVENTS: options.taskEvents === false ? 'off' : 'on', ...PRODUCTION_BOUNDS }),
       ),
     );
     return {

@@ -11,6 +11,7 @@
  * leaves one that never appears). A waiter registers before it reads its state, so an event is
  * either visible to that read or seen by the watcher afterwards.
  */
+import { withoutDeadline } from '../deadline.ts';
 import { idToHex } from '../ids.ts';
 import type { Logger } from '../log.ts';
 import type { Database } from '../store/database/database.ts';
@@ -120,10 +121,15 @@ export class EventWatcher {
 
   private schedule(): void {
     if (this.stopped || this.timer !== null || this.polling) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      void this.tick();
-    }, this.options.intervalMs ?? 50);
+    // The watcher's own work, for every waiter: outside the deadline of the request that happened
+    // to register first (a timer carries the context it was made in, and so would each tick
+    // after it - the reads would then all fail once that request's time is up).
+    this.timer = withoutDeadline(() =>
+      setTimeout(() => {
+        this.timer = null;
+        void this.tick();
+      }, this.options.intervalMs ?? 50),
+    );
     this.timer.unref();
   }
 

@@ -3,6 +3,7 @@
  * jitter) after the last ended, stopped cleanly by waiting for the round in flight. Subclasses
  * say what a round does; a round must not throw (it logs and tries again next time).
  */
+import { withoutDeadline } from '../deadline.ts';
 export abstract class PeriodicLoop {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<unknown> | null = null;
@@ -20,12 +21,16 @@ export abstract class PeriodicLoop {
     if (this.stopped) return;
     // Jitter keeps processes started together from hitting the same rows in lockstep.
     const delay = this.intervalMs * (0.75 + Math.random() * 0.5);
-    this.timer = setTimeout(() => {
-      this.running = this.round().finally(() => {
-        this.running = null;
-        this.next();
-      });
-    }, delay);
+    // A loop's rounds are background work: never inside the deadline of whatever started it
+    // (deadline.ts; a timer carries the context it was made in).
+    this.timer = withoutDeadline(() =>
+      setTimeout(() => {
+        this.running = this.round().finally(() => {
+          this.running = null;
+          this.next();
+        });
+      }, delay),
+    );
     this.timer.unref();
   }
 

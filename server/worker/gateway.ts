@@ -11,6 +11,7 @@ import { OrbitError, invalidArgument } from '../errors.ts';
 import { idToHex, type IdBytes } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { KeyedBatcher } from '../domain/batcher.ts';
+import { withoutDeadline } from '../deadline.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import { DEFAULT_DATABASE_TIMEOUT_MS, type Database } from '../store/database/database.ts';
@@ -129,9 +130,11 @@ export class WorkerGateway {
       maxBatch: 64,
       maxInFlight: 1,
     });
-    const heartbeat = setInterval(() => void this.heartbeat(), Math.max(1000, (this.leaseSeconds * 1000) / 3));
-    const cancels = setInterval(() => void this.notifyCancellations(), options.cancelPollMs ?? 250);
-    const credentials = setInterval(() => void this.endInvalidSessions(), options.credentialCheckMs ?? 1000);
+    // Background work, outside any request's deadline (deadline.ts).
+    const every = (ms: number, fn: () => Promise<void>) => withoutDeadline(() => setInterval(() => void fn(), ms));
+    const heartbeat = every(Math.max(1000, (this.leaseSeconds * 1000) / 3), () => this.heartbeat());
+    const cancels = every(options.cancelPollMs ?? 250, () => this.notifyCancellations());
+    const credentials = every(options.credentialCheckMs ?? 1000, () => this.endInvalidSessions());
     heartbeat.unref();
     cancels.unref();
     credentials.unref();
@@ -200,11 +203,15 @@ export class WorkerGateway {
     this.sessions.delete(idToHex(info.sessionId));
     this.metrics.workerSessions.set(this.sessions.size);
     try {
-      // Closed first: a claim still in flight locks the session row and refuses a closed
-      // session, so the release below sees every reservation the session will ever have.
-      await sessionMarkClosed(this.db, info.sessionId);
-      const released = await sessionReleaseReservations(this.db, { applicationId: info.principal.applicationId, sessionId: info.sessionId });
-      if (released > 0) this.metrics.releases.inc(released);
+      // Background work, not the frame's: outside any request's deadline (only the per-wait
+      // timeouts bound it), so a session ended at the end of a frame's time still closes.
+      await withoutDeadline(async () => {
+        // Closed first: a claim still in flight locks the session row and refuses a closed
+        // session, so the release below sees every reservation the session will ever have.
+        await sessionMarkClosed(this.db, info.sessionId);
+        const released = await sessionReleaseReservations(this.db, { applicationId: info.principal.applicationId, sessionId: info.sessionId });
+        if (released > 0) this.metrics.releases.inc(released);
+      });
     } catch (error) {
       // Recovery gives the reservations back when their leases run out.
       this.log.warn({ err: error, session: idToHex(info.sessionId) }, 'closing a session failed; recovery will release its reservations');

@@ -15,7 +15,7 @@ import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
 import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } from '../generated/frames.ts';
 import { encodeFrame, errorFrame, MAX_FRAME_BYTES, parseWorkerFrame } from './frames.ts';
 import type { WorkerGateway } from './gateway.ts';
-import { withDeadline } from '../deadline.ts';
+import { withFreshDeadline } from '../deadline.ts';
 
 /** A frame's size in bytes as received (text or binary). */
 function frameBytes(data: unknown): number {
@@ -65,7 +65,8 @@ export class WorkerSession {
    * (ORBIT_DB_TIMEOUT_MS): every database wait it makes is bounded by it (deadline.ts).
    */
   onMessage(data: unknown): Promise<void> {
-    return withDeadline(this.gateway.frameTimeoutMs, () => this.handle(data));
+    // Its own bound, whatever context the socket's events run in (not the upgrade request's).
+    return withFreshDeadline(this.gateway.frameTimeoutMs, () => this.handle(data));
   }
 
   private async handle(data: unknown): Promise<void> {

@@ -14,6 +14,8 @@ import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { EventWatcher } from '../../server/http/event-watcher.ts';
 import { silentLogger } from '../../server/log.ts';
 import { newId } from '../../server/ids.ts';
+import { withDeadline } from '../../server/deadline.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 describe('event watcher', () => {
   let t: TestDatabase;
@@ -39,6 +41,23 @@ describe('event watcher', () => {
       "INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at) VALUES (?, ?, ?, 'task.succeeded', ?, '{}', NOW(6))",
       [newId(), Buffer.from(tenant.applicationId, 'hex'), Buffer.from(tenant.namespaceId, 'hex'), subject],
     );
+
+  test("a waiter registered by a request whose time is up by now is still woken: the watcher's reads are its own, not that request's", async () => {
+    // The first waiter starts the watcher's polling inside its request's deadline (deadline.ts).
+    const budgetMs = 200;
+    const registeredAt = Date.now();
+    const waiter = await withDeadline(budgetMs, () => watcher.register({ namespaceId: a.namespaceId, subject: 'after-the-deadline' }));
+    const woken = waiter.wait(30_000);
+    // The behaviour under test is what happens once that deadline has passed: wait for it.
+    await waitFor(async () => Date.now() > registeredAt + budgetMs * 2);
+    const conn = await mysql.createConnection({ uri: t.url });
+    try {
+      await insert(conn, a, 'after-the-deadline');
+    } finally {
+      await conn.end();
+    }
+    assert.equal(await woken, true, 'woken by its event, not by the time running out');
+  });
 
   test('a lower number that commits after a higher one still wakes its waiter', async () => {
     const slow = await mysql.createConnection({ uri: t.url });

@@ -1,8 +1,9 @@
-import { test } from 'node:test';
+import { mock, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { KeyedBatcher, mayBeOneItemsFault } from '../../server/domain/batcher.ts';
 import { OrbitError } from '../../server/errors.ts';
+import { currentDeadline, withDeadline } from '../../server/deadline.ts';
 
 interface Deferred {
   promise: Promise<void>;
@@ -333,5 +334,94 @@ test('property: every request gets its own answer, or its own error only if it i
       },
     ),
     { seed: 0xba7c, numRuns: 200 },
+  );
+});
+
+// ---------------------------------------------------------------------------------------------
+// Bytes and deadlines: a group is bounded by weight, and every item is answered by its
+// request's deadline whatever the batch function does (mocked timers: deterministic time).
+
+test('maxWeight: a group stops before the item that would pass it; an item heavier than it goes alone', async () => {
+  const r = recorder();
+  const b = new KeyedBatcher(r.run, { maxBatch: 100, maxInFlight: 1, weight: (i: number) => Math.abs(i), maxWeight: () => 10 });
+  r.hold();
+  const first = b.submit('k', 1);
+  await tick();
+  const rest = [4, 5, 2, 20, 3, 3, 3].map((i) => b.submit('k', i));
+  r.release();
+  await Promise.all([first, ...rest]);
+  assert.deepEqual(
+    r.calls.map((c) => c.items),
+    [[1], [4, 5], [2], [20], [3, 3, 3]],
+  );
+});
+
+test('property: every item is answered by its deadline, with its output when the group answers in time, else UNAVAILABLE at the deadline; a group runs with its latest deadline', async () => {
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(fc.record({ at: fc.integer({ min: 0, max: 200 }), budget: fc.option(fc.integer({ min: 1, max: 300 }), { nil: undefined }) }), {
+        minLength: 1,
+        maxLength: 16,
+      }),
+      // How long each successive group takes (a database that answers slowly, or hangs for a while).
+      fc.array(fc.integer({ min: 0, max: 800 }), { minLength: 1, maxLength: 16 }),
+      fc.integer({ min: 1, max: 6 }),
+      async (items, durations, maxBatch) => {
+        mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 0 });
+        try {
+          let groups = 0;
+          const seen: Array<{ items: number[]; deadline: number | undefined }> = [];
+          const b = new KeyedBatcher<number, number>(
+            (_key, xs) => {
+              seen.push({ items: [...xs], deadline: currentDeadline() });
+              const ms = durations[groups++ % durations.length] as number;
+              return new Promise((resolve) => setTimeout(() => resolve(xs.map((x) => x * 2)), ms));
+            },
+            { maxBatch, maxInFlight: 1 },
+          );
+          const order = items.map((item, i) => ({ ...item, i })).sort((x, y) => x.at - y.at || x.i - y.i);
+          const answers: Array<{ at: number; value?: number; code?: string } | undefined> = [];
+          let next = 0;
+          // Items without a deadline (background work) are answered when their group is: the
+          // longest any can wait is every group's duration, one after another.
+          const horizon = 200 + durations.reduce((a, d) => a + d, 0) * (items.length + 1) + 400;
+          for (let now = 0; now <= horizon && answers.filter(Boolean).length < items.length; now++) {
+            while (next < order.length && (order[next] as { at: number }).at === now) {
+              const { i, budget } = order[next++] as { i: number; budget: number | undefined };
+              const submit = () => b.submit('k', i);
+              (budget === undefined ? submit() : withDeadline(budget, submit)).then(
+                (value) => (answers[i] = { at: Date.now(), value }),
+                (error: OrbitError) => (answers[i] = { at: Date.now(), code: error.code }),
+              );
+            }
+            await tick();
+            mock.timers.tick(1);
+            await tick();
+          }
+          for (const [i, item] of items.entries()) {
+            const answer = answers[i];
+            assert.ok(answer, `item ${i} was answered`);
+            if (item.budget !== undefined)
+              assert.ok(answer.at <= item.at + item.budget, `item ${i} answered at ${answer.at}, after its deadline ${item.at + item.budget}`);
+            if (answer.code === undefined) assert.equal(answer.value, i * 2, 'its own output');
+            else {
+              assert.equal(answer.code, 'UNAVAILABLE');
+              assert.equal(answer.at, item.at + (item.budget as number), 'answered at its deadline, not before');
+            }
+          }
+          for (const group of seen) {
+            const deadlines = group.items.map((i) => {
+              const item = items[i] as { at: number; budget: number | undefined };
+              return item.budget === undefined ? undefined : item.at + item.budget;
+            });
+            const expected = deadlines.includes(undefined) ? undefined : Math.max(...(deadlines as number[]));
+            assert.equal(group.deadline, expected, 'a group runs with the latest deadline of its items (none if one has none)');
+          }
+        } finally {
+          mock.timers.reset();
+        }
+      },
+    ),
+    { seed: 0xdead1, numRuns: 150 },
   );
 });

@@ -226,28 +226,40 @@ export class WorkerGateway {
     return this.completes.submit(idToHex(applicationId), item);
   }
 
-  private async heartbeat(): Promise<void> {
-    const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
-    await sessionHeartbeat(this.db, ids).catch((error: unknown) => this.log.warn({ err: error }, 'session heartbeat failed'));
+  /** The ids of this process's open sessions. */
+  private sessionIds(): IdBytes[] {
+    return [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
   }
 
-  private notifying = false;
+  private readonly roundsRunning = new Set<string>();
 
-  private async notifyCancellations(): Promise<void> {
-    if (this.notifying || this.sessions.size === 0) return;
-    this.notifying = true;
+  /**
+   * One round of a background task over this process's sessions: skipped while the previous
+   * round of the same task still runs or no session is open; a round that fails (the database is
+   * away) is logged and changes nothing - the next one tries again.
+   */
+  private async sessionRound(name: string, round: (ids: IdBytes[]) => Promise<void>): Promise<void> {
+    if (this.roundsRunning.has(name) || this.sessions.size === 0) return;
+    this.roundsRunning.add(name);
     try {
-      const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
-      const rows = await attemptTakeCancelNotices(this.db, ids);
-      for (const row of rows) this.sessions.get(idToHex(row.session_id))?.send({ type: 'cancel_requested', attempt_id: idToHex(row.attempt_id) });
+      await round(this.sessionIds());
     } catch (error) {
-      this.log.warn({ err: error }, 'cancel notification round failed');
+      this.log.warn({ err: error }, `${name} round failed`);
     } finally {
-      this.notifying = false;
+      this.roundsRunning.delete(name);
     }
   }
 
-  private checkingCredentials = false;
+  private heartbeat(): Promise<void> {
+    return this.sessionRound('session heartbeat', (ids) => sessionHeartbeat(this.db, ids));
+  }
+
+  private notifyCancellations(): Promise<void> {
+    return this.sessionRound('cancel notification', async (ids) => {
+      const rows = await attemptTakeCancelNotices(this.db, ids);
+      for (const row of rows) this.sessions.get(idToHex(row.session_id))?.send({ type: 'cancel_requested', attempt_id: idToHex(row.attempt_id) });
+    });
+  }
 
   /**
    * Ends the sessions of this process whose credential may no longer act. A revoke or disable
@@ -257,22 +269,15 @@ export class WorkerGateway {
    * `error` UNAUTHENTICATED with the cause, closes with 4401 and is closed as on a disconnect.
    * A failed round (the database is down) ends nothing: the next one asks again.
    */
-  private async endInvalidSessions(): Promise<void> {
-    if (this.checkingCredentials || this.sessions.size === 0) return;
-    this.checkingCredentials = true;
-    try {
-      const ids = [...this.sessions.values()].map((s) => s.info?.sessionId).filter((id): id is IdBytes => id !== undefined);
+  private endInvalidSessions(): Promise<void> {
+    return this.sessionRound('credential check of worker sessions', async (ids) => {
       for (const { sessionId, cause } of await sessionsWithInvalidCredential(this.db, ids)) {
         const session = this.sessions.get(idToHex(sessionId));
         if (!session) continue;
         this.log.info({ session: idToHex(sessionId), cause }, 'ending a worker session: its credential may no longer act');
         session.end(new OrbitError('UNAUTHENTICATED', cause));
       }
-    } catch (error) {
-      this.log.warn({ err: error }, 'credential check of worker sessions failed');
-    } finally {
-      this.checkingCredentials = false;
-    }
+    });
   }
 
   /** Stops the loops and waits for sessions that are closing to give back their reservations. */

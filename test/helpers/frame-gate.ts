@@ -13,13 +13,22 @@ export interface FrameGate {
   url: string;
   /** Resolves once `count` frames of the held type are waiting. */
   held(count: number): Promise<void>;
+  /** The frames held so far (their text), in order. */
+  heldFrames: string[];
   /** Lets every held frame through, in order, and stops holding. */
   release(): void;
   close(): Promise<void>;
 }
 
-export async function frameGate(serverUrl: string, holdType: string): Promise<FrameGate> {
+/**
+ * `passFirst`: that many frames of the type go through before the holding starts (a worker with
+ * two reservations then runs one attempt and is still starting the other, every time). Close
+ * codes pass both ways as sent (4401 included).
+ */
+export async function frameGate(serverUrl: string, holdType: string, options: { passFirst?: number } = {}): Promise<FrameGate> {
   let holding = true;
+  let passed = 0;
+  const heldFrames: string[] = [];
   const waiting: Array<() => void> = [];
   const watchers: Array<{ count: number; resolve: () => void }> = [];
   const notify = () => {
@@ -53,7 +62,8 @@ export async function frameGate(serverUrl: string, holdType: string): Promise<Fr
       } catch {
         type = undefined;
       }
-      if (holding && type === holdType) {
+      if (holding && type === holdType && passed++ >= (options.passFirst ?? 0)) {
+        heldFrames.push(frame);
         const gate = new Promise<void>((resolve) => waiting.push(resolve));
         notify();
         chain = chain.then(() => gate).then(() => send(frame));
@@ -62,7 +72,8 @@ export async function frameGate(serverUrl: string, holdType: string): Promise<Fr
       }
     });
     upstream.on('message', (data) => client.readyState === WebSocket.OPEN && client.send(data.toString('utf8')));
-    upstream.on('close', () => client.close());
+    // 1005/1006 (no code, abnormal) may not be sent; any other code reaches the worker as the server sent it.
+    upstream.on('close', (code, reason) => client.close(code === 1005 || code === 1006 ? 1000 : code, reason));
     client.on('close', () => upstream.close());
     upstream.on('error', () => client.terminate());
     client.on('error', () => upstream.terminate());
@@ -71,6 +82,7 @@ export async function frameGate(serverUrl: string, holdType: string): Promise<Fr
   const { port } = http.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
+    heldFrames,
     held: (count) =>
       new Promise<void>((resolve) => {
         watchers.push({ count, resolve });

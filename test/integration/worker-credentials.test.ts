@@ -8,15 +8,15 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import WebSocket, { WebSocketServer } from 'ws';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { admin } from '../helpers/programs.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { frameGate } from '../helpers/frame-gate.ts';
 import { OrbitError } from '../../sdk/index.ts';
 import { OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
 
@@ -44,53 +44,6 @@ async function settledWithin<T>(promise: Promise<T>, ms: number, what: string): 
   } finally {
     clearTimeout(timer);
   }
-}
-
-/**
- * A WebSocket proxy to the real server that passes every frame both ways, close codes
- * included, except `start` frames after the first: those it keeps and never delivers. A worker
- * with two reservations then runs one attempt and is still starting the other, every time.
- */
-async function holdLaterStarts(serverUrl: string): Promise<{ url: string; held: string[]; close(): Promise<void> }> {
-  const held: string[] = [];
-  let starts = 0;
-  const http: Server = createServer((_req, res) => res.writeHead(404).end());
-  const wss = new WebSocketServer({ server: http });
-  wss.on('connection', (client, request) => {
-    const upstream = new WebSocket(`${serverUrl.replace(/^http/, 'ws')}${request.url ?? ''}`, {
-      headers: { authorization: request.headers.authorization ?? '' },
-    });
-    const early: string[] = [];
-    upstream.on('open', () => {
-      for (const text of early.splice(0)) upstream.send(text);
-    });
-    client.on('message', (data) => {
-      const text = data.toString('utf8');
-      const frame = JSON.parse(text) as { type: string; attempt_id?: string };
-      if (frame.type === 'start' && ++starts > 1) {
-        held.push(frame.attempt_id as string);
-        return;
-      }
-      if (upstream.readyState === WebSocket.OPEN) upstream.send(text);
-      else early.push(text);
-    });
-    upstream.on('message', (data) => client.readyState === WebSocket.OPEN && client.send(data.toString('utf8')));
-    // 1005/1006 (no code, abnormal) may not be sent; any other code reaches the worker as the server sent it.
-    upstream.on('close', (code, reason) => client.close(code === 1005 || code === 1006 ? 1000 : code, reason));
-    client.on('close', () => upstream.close());
-    upstream.on('error', () => client.terminate());
-    client.on('error', () => upstream.terminate());
-  });
-  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(http.address() as AddressInfo).port}`,
-    held,
-    async close() {
-      for (const c of wss.clients) c.terminate();
-      await new Promise<void>((resolve) => wss.close(() => resolve()));
-      await new Promise<void>((resolve) => http.close(() => resolve()));
-    },
-  };
 }
 
 describe('worker SDK and credential problems', () => {
@@ -217,7 +170,15 @@ describe('worker SDK and credential problems', () => {
     const workerToken = await createCredential(t.db, tenant, ['workers:consume']);
     const credentialId = workerToken.slice(6, 38);
     const submitted = [await submit('held'), await submit('held')];
-    const proxy = await holdLaterStarts(server.url);
+    // Every start frame after the first is held back (never delivered while the test runs).
+    const gate = await frameGate(server.url, 'start', { passFirst: 1 });
+    const proxy = {
+      url: gate.url,
+      close: () => gate.close(),
+      get held() {
+        return gate.heldFrames.map((f) => (JSON.parse(f) as { attempt_id: string }).attempt_id);
+      },
+    };
     const events: WorkerEvent[] = [];
     let abortReason: unknown;
     const w = worker(proxy.url, workerToken, events, {

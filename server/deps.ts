@@ -19,6 +19,7 @@ import { migrationStatus, readMigrationFiles, type MigrationFile, type Migration
 import { submissionBytes, taskSubmitBatch, type SubmitItem, type SubmitOutcome } from './store/tasks/admission.ts';
 import { QueueIdCache } from './store/quotas/queues.ts';
 import { KeyedBatcher } from './domain/batcher.ts';
+import { withOperation } from './operation.ts';
 import type { AppDeps } from './http/deps.ts';
 import { loadPageAssets } from './http/pages.ts';
 import { EventWatcher } from './http/event-watcher.ts';
@@ -78,7 +79,7 @@ export function buildDeps(options: BuildDepsOptions): AppDeps {
   const submitBatch = (items: SubmitItem[]): Promise<SubmitOutcome[]> => {
     if (items.length === 0) return Promise.resolve([]);
     const end = metrics.transactionSeconds.startTimer({ operation: 'submit' });
-    return taskSubmitBatch(db, clock, items).finally(end);
+    return withOperation('submit', () => taskSubmitBatch(db, clock, items).finally(end));
   };
   return {
     db,

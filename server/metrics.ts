@@ -3,6 +3,8 @@
  * counters at `/metrics`; sum them across processes in Prometheus.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { currentOperation } from './operation.ts';
+import type { DatabaseObserver } from './store/database/database.ts';
 
 export interface Metrics {
   registry: Registry;
@@ -18,6 +20,9 @@ export interface Metrics {
   scheduleFailures: Counter<'reason'>;
   leaseAgeSeconds: Histogram;
   transactionSeconds: Histogram<'operation'>;
+  dbStatements: Counter<'operation'>;
+  dbRoundTrips: Counter<'operation'>;
+  dbTransactionHeld: Histogram<'operation'>;
   fastPath: Counter<'operation' | 'result'>;
   workerSessions: Gauge;
 }
@@ -90,6 +95,27 @@ export function createMetrics(): Metrics {
       buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
       registers: [registry],
     }),
+    dbStatements: new Counter({
+      name: 'orbit_db_statements_total',
+      help: 'Statements sent to the database by operation (START TRANSACTION and COMMIT included)',
+      labelNames: ['operation'],
+      registers: [registry],
+    }),
+    dbRoundTrips: new Counter({
+      name: 'orbit_db_round_trips_total',
+      help: 'Round trips to the database by operation',
+      labelNames: ['operation'],
+      registers: [registry],
+    }),
+    dbTransactionHeld: new Histogram({
+      name: 'orbit_db_transaction_held_seconds',
+      help: 'How long a transaction held its connection, from its start to its COMMIT or ROLLBACK (the hot rows it locks are held for at most this long), by operation',
+      labelNames: ['operation'],
+      buckets: [
+        0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.006, 0.008, 0.012, 0.016, 0.024, 0.032, 0.048, 0.064, 0.128, 0.256, 0.512, 1, 2,
+      ],
+      registers: [registry],
+    }),
     fastPath: new Counter({
       name: 'orbit_fast_path_total',
       help: 'One-round-trip transactions by operation and result (hit, or miss: the careful path decided)',
@@ -97,5 +123,19 @@ export function createMetrics(): Metrics {
       registers: [registry],
     }),
     workerSessions: new Gauge({ name: 'orbit_worker_sessions', help: 'Worker sessions connected to this process', registers: [registry] }),
+  };
+}
+
+/** The database layer's observer (store/database/database.ts) counting into these metrics, labelled by the operation in force (operation.ts). */
+export function databaseObserver(metrics: Metrics): DatabaseObserver {
+  return {
+    roundTrip(statements) {
+      const operation = currentOperation();
+      metrics.dbRoundTrips.inc({ operation });
+      metrics.dbStatements.inc({ operation }, statements);
+    },
+    transactionHeld(seconds) {
+      metrics.dbTransactionHeld.observe({ operation: currentOperation() }, seconds);
+    },
   };
 }

@@ -7,7 +7,7 @@ import { serve, type ServerType } from '@hono/node-server';
 import { createNodeWebSocket } from '@hono/node-ws';
 import { databaseProblem, type ServerConfig } from './config.ts';
 import { createLogger, type Logger } from './log.ts';
-import { createMetrics } from './metrics.ts';
+import { createMetrics, databaseObserver } from './metrics.ts';
 import { createDatabase } from './store/database/database.ts';
 import { MIN_MAX_PACKET_BYTES } from './store/database/packets.ts';
 import { DatabaseClock, type Clock } from './store/database/clock.ts';
@@ -60,12 +60,15 @@ function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port:
 
 export async function startServer(config: ServerConfig, options: { log?: Logger; clock?: Clock } = {}): Promise<RunningServer> {
   const log = options.log ?? createLogger(config.logLevel);
+  const metrics = createMetrics();
   const db = createDatabase({
     url: config.databaseUrl,
     connectionLimit: config.databasePoolSize,
     timeoutMs: config.databaseTimeoutMs,
     checkLockOrder: config.checkLockOrder,
     checkShardRouting: config.checkShardRouting,
+    // Statements, round trips and connection hold per operation, in /metrics.
+    observer: databaseObserver(metrics),
   });
   // Read once: the start-up check below and /readyz (buildDeps) compare the database with these.
   const migrationFiles = readMigrationFiles();
@@ -95,7 +98,6 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     clock = dbClock;
   }
   setTaskEventsEnabled(config.taskEvents);
-  const metrics = createMetrics();
   registerUsageGauges(metrics.registry, () => usageSnapshot(db, config.metricsMaxQueues), log);
   const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds, frameTimeoutMs: config.databaseTimeoutMs });
   const deps = buildDeps({ db, clock, log, config, workers, metrics, migrationFiles });

@@ -53,6 +53,12 @@ function pidsNamed(names: readonly string[], filters: Record<string, (cmdline: s
   return out;
 }
 
+/** The one process of that command name whose command line passes `filter` (null when none, or several). */
+export function processIdOf(name: string, filter?: (cmdline: string) => boolean): number | null {
+  const found = [...pidsNamed([name], filter ? { [name]: filter } : {}).keys()];
+  return found.length === 1 ? (found[0] as number) : null;
+}
+
 export interface CpuGroups {
   /** Command names summed per name, e.g. ['mariadbd'] or ['postgres']. */
   names?: readonly string[];

@@ -19,13 +19,16 @@ import { OrbitWorker } from '../../sdk/worker.ts';
 import { countersVerify, formatDifference, tasksDisagreeingWithAttempts } from '../../server/store/quotas/verify.ts';
 import { sqlToMillis } from '../../server/time.ts';
 import type { Database } from '../../server/store/database/database.ts';
-import { cpuMeter } from './cpu.ts';
+import { cpuMeter, processIdOf } from './cpu.ts';
+import { workMeter } from './work.ts';
 import { chunks, phase, pooled, printRow, RunLedger, sleep, waitUntil, type Result, type Workload } from './shared.ts';
 
 const QUEUE_LIMITS = { max_concurrency: 100_000, rate_per_second: 1_000_000 };
 
 interface Orbit {
   db: Database;
+  /** The database's name (its connections are found by it). */
+  database: string;
   /** The MariaDB server's port (to tell its mariadbd from others on the machine). */
   port: string;
   tenant: TestTenant;
@@ -46,6 +49,7 @@ async function startOrbit(w: Workload, options: { taskEvents?: boolean } = {}): 
     );
     return {
       db: bench.db,
+      database: new URL(bench.url).pathname.replace(/^\//, ''),
       port: new URL(bench.url).port || '3306',
       tenant,
       servers,
@@ -148,10 +152,24 @@ function describeMetrics(before: Map<string, number>, after: Map<string, number>
     .join('; ');
 }
 
-function cpuOf(orbit: Orbit) {
-  const ours = (cmdline: string) =>
+/** The mariadbd this run's database lives on: the one started with its port, or the only one on 3306. */
+function oursMariadb(orbit: Orbit) {
+  return (cmdline: string) =>
     cmdline.includes('--port=') ? cmdline.includes(`--port=${orbit.port} `) || cmdline.endsWith(`--port=${orbit.port}`) : orbit.port === '3306';
-  return cpuMeter({ names: ['mariadbd'], filters: { mariadbd: ours }, pids: { 'orbit-server': orbit.servers.map((s) => s.child.pid ?? 0) } });
+}
+
+function cpuOf(orbit: Orbit) {
+  return cpuMeter({ names: ['mariadbd'], filters: { mariadbd: oursMariadb(orbit) }, pids: { 'orbit-server': orbit.servers.map((s) => s.child.pid ?? 0) } });
+}
+
+/** The per-task work of a phase (work.ts). */
+function workOf(orbit: Orbit) {
+  return workMeter({
+    db: orbit.db,
+    database: orbit.database,
+    mariadbPid: processIdOf('mariadbd', oursMariadb(orbit)),
+    servers: orbit.servers.map((s, i) => ({ pid: s.child.pid ?? 0, url: orbit.urls[i] as string })),
+  });
 }
 
 /** POST with a JSON answer (for the bulk endpoint). */
@@ -268,6 +286,7 @@ export async function benchOrbit(
     options.onLimits?.(await orbitLimits(orbit.db));
     await warmUp(orbit);
     const m0 = await scrape(orbit.urls);
+    const workEnqueue = await workOf(orbit);
     const cpuEnqueue = cpuOf(orbit);
     const statuses = new Map<string, number>();
     let enqueueSeconds: number;
@@ -330,12 +349,15 @@ export async function benchOrbit(
     const enqueueCpu = cpuEnqueue.stop();
     const m1 = await scrape(orbit.urls);
     const accepted = await queueTaskCount(orbit.db);
+    const enqueueWork = await workEnqueue.stop(accepted);
     const refused = statuses.size ? `, not accepted ${JSON.stringify(Object.fromEntries(statuses))}` : '';
 
+    const workDrain = await workOf(orbit);
     const cpuDrain = cpuOf(orbit);
     const d = await drain(w, orbit, options.sessions, options.capacity, accepted);
     const drainCpu = cpuDrain.stop();
     const m2 = await scrape(orbit.urls);
+    const drainWork = await workDrain.stop(accepted);
     printRow(
       system,
       phase('enqueue', accepted, enqueueSeconds, `${enqueueNote}${refused}`),
@@ -345,6 +367,12 @@ export async function benchOrbit(
       `${describeMetrics(m0, m1)} | ${enqueueCpu}`,
       `${describeMetrics(m1, m2)} | ${drainCpu}`,
     );
+    for (const [name, lines] of [
+      ['enqueue', enqueueWork],
+      ['drain', drainWork],
+    ] as const) {
+      for (const line of lines) console.log(`${''.padEnd(22)} ${name.padEnd(7)} ${line}`);
+    }
     const check = await checkOrbit(orbit.db, system, d.ledger, accepted, d.problems);
     return {
       system: tableName,

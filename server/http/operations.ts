@@ -6,6 +6,7 @@
  */
 import type { Context, Hono } from 'hono';
 import { OrbitError, invalidArgument } from '../errors.ts';
+import { withOperation } from '../operation.ts';
 import { routes, type Handlers, type OperationId, type OperationInput, type RouteSpec } from '../generated/routes.ts';
 import type { Principal } from '../domain/principal.ts';
 import { parseStrictJson } from '../input/strict-json.ts';
@@ -257,7 +258,8 @@ export function mountOperations(app: Hono<AppEnv>, handlers: Handlers<RequestCon
           return principal;
         },
       };
-      const result = await handler({ path, query, headers, body } as OperationInput<OperationId>, context);
+      // Named for the database layer's figures (operation.ts): what these statements are for.
+      const result = await withOperation(route.operationId, () => handler({ path, query, headers, body } as OperationInput<OperationId>, context));
       return route.raw ? (result as Response) : renderData(c, requestId, result);
     });
   }

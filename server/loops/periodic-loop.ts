@@ -4,12 +4,17 @@
  * say what a round does; a round must not throw (it logs and tries again next time).
  */
 import { withoutDeadline } from '../deadline.ts';
+import { withOperation } from '../operation.ts';
 export abstract class PeriodicLoop {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<unknown> | null = null;
   private stopped = false;
 
-  constructor(private readonly intervalMs: number) {}
+  /** `name`: what the loop's statements are counted as (operation.ts). */
+  constructor(
+    private readonly intervalMs: number,
+    private readonly name = 'loop',
+  ) {}
 
   abstract round(): Promise<unknown>;
 
@@ -25,7 +30,7 @@ export abstract class PeriodicLoop {
     // (deadline.ts; a timer carries the context it was made in).
     this.timer = withoutDeadline(() =>
       setTimeout(() => {
-        this.running = this.round().finally(() => {
+        this.running = withOperation(this.name, () => this.round()).finally(() => {
           this.running = null;
           this.next();
         });

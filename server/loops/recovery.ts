@@ -24,7 +24,7 @@ export class RecoveryLoop extends PeriodicLoop {
   private busyDeadlines = new Set<string>();
 
   constructor(private readonly options: RecoveryLoopOptions) {
-    super(options.intervalMs);
+    super(options.intervalMs, 'recovery');
   }
 
   /** One round; exported for tests that want recovery now. */

@@ -68,7 +68,7 @@ export class ScheduleLoop extends PeriodicLoop {
   private cursor: IdBytes | null = null;
 
   constructor(private readonly options: ScheduleLoopOptions) {
-    super(options.intervalMs);
+    super(options.intervalMs, 'schedules');
   }
 
   /** One round; exported for tests that want the schedules fired now. */

@@ -16,6 +16,7 @@ import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } 
 import { encodeFrame, errorFrame, MAX_FRAME_BYTES, parseWorkerFrame } from './frames.ts';
 import type { WorkerGateway } from './gateway.ts';
 import { withFreshDeadline } from '../deadline.ts';
+import { withOperation } from '../operation.ts';
 
 /** A frame's size in bytes as received (text or binary). */
 function frameBytes(data: unknown): number {
@@ -83,6 +84,12 @@ export class WorkerSession {
     const ids: { attempt_id?: string; claim_id?: string } = {};
     if ('attempt_id' in frame) ids.attempt_id = frame.attempt_id;
     if ('claim_id' in frame) ids.claim_id = frame.claim_id;
+    // The frame's statements are counted as its type (operation.ts); the group commits of
+    // claims, Starts and results name their own.
+    return withOperation(frame.type, () => this.handleFrame(frame, ids, data));
+  }
+
+  private async handleFrame(frame: WorkerFrame, ids: { attempt_id?: string; claim_id?: string }, data: unknown): Promise<void> {
     try {
       if (frame.type === 'hello') {
         if (this.hello) throw new OrbitError('STATE_CONFLICT', 'hello was already sent on this session');

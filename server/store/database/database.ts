@@ -15,15 +15,14 @@ import { encodedBytesBound, mergeResults, PacketLimit, planRoundTrips, type Batc
 import { DeadlineExceeded, remainingMs } from '../../deadline.ts';
 import { DEFAULT_DATABASE_TIMEOUT_MS as DEFAULT_TIMEOUT_MS } from '../../config.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
-import { sql, type SQL } from 'drizzle-orm';
-import { MySqlDialect } from 'drizzle-orm/mysql-core';
+import { sql, type SQL } from './sql.ts';
 
 export { rowsStatement, PacketTooLarge, type BatchStatement } from './packets.ts';
 
 export type Row = RowDataPacket & Record<string, unknown>;
 
 /**
- * A statement: drizzle's `sql` template, where each value is bound exactly where it appears
+ * A statement: the store's `sql` template (sql.ts), where each value is bound exactly where it appears
  * (``sql`… WHERE task_id = ${taskId}` ``, `sql.join` for lists and multi-statement batches) -
  * or, in code not yet moved to it, text plus a parameter array that must stay in step.
  */
@@ -36,14 +35,11 @@ export type Statement = string | SQL;
  */
 export type Statements = Statement | readonly BatchStatement[];
 
-const dialect = new MySqlDialect();
-
 /** The text and parameters mysql2 is sent. An `sql` template carries its own parameters. */
 export function statementText(statement: Statement, params: unknown[] = []): [string, unknown[]] {
   if (typeof statement === 'string') return [statement, params];
   if (params.length > 0) throw new Error('an sql`` statement carries its own parameters; pass none beside it');
-  const query = dialect.sqlToQuery(statement);
-  return [query.sql, query.params];
+  return [statement.text, statement.params as unknown[]];
 }
 
 export interface Queryable {
@@ -171,10 +167,14 @@ function waitBudgetMs(timeoutMs: number, what: string): number {
   return left === Number.POSITIVE_INFINITY ? 0 : Math.max(1, Math.ceil(left));
 }
 
-/** One round trip on `conn`, cut off after `timeoutMs` (0: never) or at the request's deadline, whichever comes first. */
-function sender(conn: PoolConnection, timeoutMs: number) {
-  return async (sql: string, params: unknown[]) => {
+/**
+ * One round trip on `conn` of `statements` statements (told to the observer), cut off after
+ * `timeoutMs` (0: never) or at the request's deadline, whichever comes first.
+ */
+function sender(conn: PoolConnection, timeoutMs: number, observer: DatabaseObserver | undefined) {
+  return async (sql: string, params: unknown[], statements = 1) => {
     const timeout = waitBudgetMs(timeoutMs, 'a statement was sent');
+    observer?.roundTrip(statements);
     return (await conn.query(timeout > 0 ? { sql, timeout } : { sql }, params))[0];
   };
 }
@@ -194,8 +194,8 @@ function resultList(result: unknown, statements: number): unknown[] {
   return statements === 1 ? [result] : (result as unknown[]);
 }
 
-function queryable(conn: PoolConnection, timeoutMs: number, packets: PacketLimit): Queryable {
-  const send = sender(conn, timeoutMs);
+function queryable(conn: PoolConnection, timeoutMs: number, packets: PacketLimit, observer: DatabaseObserver | undefined): Queryable {
+  const send = sender(conn, timeoutMs, observer);
   const query = (sql: Statement, params: unknown[]) => send(...statementText(sql, params));
   return {
     async rows<T>(sql: Statement, params: unknown[] = []) {
@@ -206,11 +206,15 @@ function queryable(conn: PoolConnection, timeoutMs: number, packets: PacketLimit
     },
     async batch(sql: Statements, params: unknown[] = []) {
       const { trips, count } = roundTripsOf(sql, params, packets);
-      if (count < 0) return (await send((trips[0] as { text: string }).text, (trips[0] as { params: unknown[] }).params)) as Array<Row[] | ResultSetHeader>;
+      if (count < 0) {
+        const trip = trips[0] as { text: string; params: unknown[] };
+        // Counted only when someone is told: counting scans the text.
+        return (await send(trip.text, trip.params, observer ? splitStatements(trip.text).length : 1)) as Array<Row[] | ResultSetHeader>;
+      }
       const results: unknown[] = [];
       const slots: number[] = [];
       for (const trip of trips) {
-        results.push(...resultList(await send(trip.text, trip.params), trip.slots.length));
+        results.push(...resultList(await send(trip.text, trip.params, trip.slots.length), trip.slots.length));
         slots.push(...trip.slots);
       }
       return mergeResults(slots, results, count) as Array<Row[] | ResultSetHeader>;
@@ -230,10 +234,11 @@ function transactionQueryable(
   packets: PacketLimit,
   lockOrder: LockOrderCheck | null,
   shardRouting: boolean,
+  observer: DatabaseObserver | undefined,
 ): Transaction & { readonly finished: boolean } {
   let begun = false;
   let finished = false;
-  const query = sender(conn, timeoutMs);
+  const query = sender(conn, timeoutMs, observer);
   /** One round trip of `statements` statements; their results as a list. */
   async function send(sql: string, params: unknown[], statements: number): Promise<unknown[]> {
     if (finished) throw new Error('the transaction has already committed');
@@ -246,10 +251,10 @@ function transactionQueryable(
     }
     lockOrder?.observe(sql, params);
     let out: unknown[];
-    if (begun) out = resultList(await query(sql, params), statements);
+    if (begun) out = resultList(await query(sql, params, statements), statements);
     else {
       begun = true;
-      out = ((await query(`START TRANSACTION;\n${sql}`, params)) as unknown as unknown[]).slice(1);
+      out = ((await query(`START TRANSACTION;\n${sql}`, params, statements + 1)) as unknown as unknown[]).slice(1);
     }
     // The rows locking reads returned are the rows this transaction now holds.
     lockOrder?.locked(out);
@@ -333,6 +338,16 @@ export interface DatabaseOptions {
    * Tests and the servers they start run with it (ORBIT_CHECK_SHARD_ROUTING=1).
    */
   checkShardRouting?: boolean;
+  /** Told of every round trip and transaction (orbit-server counts them in /metrics). */
+  observer?: DatabaseObserver;
+}
+
+/** What the database layer tells about the work it sends (cheap callbacks: they run on every round trip). */
+export interface DatabaseObserver {
+  /** A round trip that carried `statements` statements (START TRANSACTION and COMMIT included). */
+  roundTrip(statements: number): void;
+  /** A transaction ended (committed or not) after holding its connection this long, from its start to its end. */
+  transactionHeld(seconds: number): void;
 }
 
 export { DEFAULT_DATABASE_TIMEOUT_MS } from '../../config.ts';
@@ -446,7 +461,7 @@ export function createDatabase(options: DatabaseOptions): Database {
   /** Runs `fn` on `conn` (statements cut off after `statementTimeoutMs`), then gives the connection back or destroys it. */
   async function using<T>(conn: PoolConnection, statementTimeoutMs: number, fn: (q: Queryable) => Promise<T>): Promise<T> {
     try {
-      const result = await fn(queryable(conn, statementTimeoutMs, packets));
+      const result = await fn(queryable(conn, statementTimeoutMs, packets, options.observer));
       giveBack(conn);
       return result;
     } catch (error) {
@@ -505,15 +520,25 @@ export function createDatabase(options: DatabaseOptions): Database {
       return withConnection((q) => q.batch(sql, params));
     },
     async transaction<T>(fn: (tx: Transaction) => Promise<T>, { retries = 5 } = {}) {
+      const observer = options.observer;
       for (let attempt = 0; ; attempt++) {
         const conn = await acquire();
+        const startedAt = observer ? performance.now() : 0;
         let result: T;
         try {
-          const tx = transactionQueryable(conn, timeoutMs, packets, options.checkLockOrder ? new LockOrderCheck() : null, options.checkShardRouting === true);
+          const tx = transactionQueryable(
+            conn,
+            timeoutMs,
+            packets,
+            options.checkLockOrder ? new LockOrderCheck() : null,
+            options.checkShardRouting === true,
+            observer,
+          );
           result = await fn(tx);
-          if (!tx.finished) await sender(conn, timeoutMs)('COMMIT', []);
+          if (!tx.finished) await sender(conn, timeoutMs, observer)('COMMIT', []);
         } catch (error) {
           await endFailed(conn, error);
+          observer?.transactionHeld((performance.now() - startedAt) / 1000);
           if (error instanceof LockOrderViolation) failLoudly(error);
           if (attempt < retries && isRetryableTransactionError(error)) {
             await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
@@ -522,6 +547,7 @@ export function createDatabase(options: DatabaseOptions): Database {
           throw error;
         }
         conn.release();
+        observer?.transactionHeld((performance.now() - startedAt) / 1000);
         return result;
       }
     },

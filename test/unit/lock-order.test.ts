@@ -10,7 +10,7 @@ import {
   splitStatements,
 } from '../../server/store/database/lock-order.ts';
 import { statementText } from '../../server/store/database/database.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../../server/store/database/sql.ts';
 
 const app = Buffer.from('01', 'hex');
 const q1 = Buffer.from('aa', 'hex');

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { sql } from 'drizzle-orm';
+import { sql } from '../../server/store/database/sql.ts';
 import { statementText } from '../../server/store/database/database.ts';
 
 test('an sql template carries each value where it appears; text plus parameters passes through', () => {

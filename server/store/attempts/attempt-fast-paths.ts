@@ -16,7 +16,7 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import type { TaskState } from '../../domain/task-transitions.ts';
 import { errorAfterResult } from '../../domain/task-errors.ts';
 import { sqlToMillis } from '../../time.ts';
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import { isRetryableTransactionError, type Database } from '../database/database.ts';
 import { jsonOrNull, type AttemptRef } from './attempts.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';

@@ -9,7 +9,7 @@ import { afterLostLease, afterResult, afterUnstartedReservation, type AttemptOut
 import { errorAfterResult, errorAfterUnstartedReservation, leaseExpiredError } from '../../domain/task-errors.ts';
 import { sqlToMillis } from '../../time.ts';
 import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTaskRow, type Settlement } from './attempts.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Database } from '../database/database.ts';
 import type { AttemptRow } from '../database/schema.ts';
 

@@ -7,7 +7,7 @@
  * only and holds no other lock, so it cannot take part in a cycle of waits: it is one of the
  * named single-statement exceptions to "application row first" (lock-order.ts).
  */
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { IdBytes } from '../../ids.ts';
 import { valueList, type Queryable } from '../database/database.ts';
 import type { AttemptRow } from '../database/schema.ts';

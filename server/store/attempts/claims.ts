@@ -35,7 +35,7 @@ import {
   type QuotaLevel,
 } from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import { rowsStatement, valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from './sessions.ts';

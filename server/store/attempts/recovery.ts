@@ -9,7 +9,7 @@
 import { idToHex, type IdBytes } from '../../ids.ts';
 import { attemptExpireBatch, type ExpiryKind } from './attempt-results.ts';
 import type { AttemptRef } from './attempts.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import { valueList, type Database } from '../database/database.ts';
 import type { AttemptRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';

@@ -7,7 +7,7 @@ import { OrbitError } from '../../errors.ts';
 import { newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { byIdAscending } from '../database/lock-order.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import { valueList, type Database, type Queryable } from '../database/database.ts';
 import type { QueueRow, WorkerSessionRow } from '../database/schema.ts';
 import { CREDENTIAL_VALID, CREDENTIAL_VALIDITY_FACTS, credentialInvalidCause, type ValidityFacts } from '../tenancy/credentials.ts';

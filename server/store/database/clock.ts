@@ -4,7 +4,7 @@
  * server processes agree with MySQL's NOW(6), which decides claims, windows and leases.
  * Tests inject a fixed or stepping clock instead (River's injectable `now`).
  */
-import { sql } from 'drizzle-orm';
+import { sql } from './sql.ts';
 import type { Queryable } from './database.ts';
 import { sqlToMillis } from '../../time.ts';
 

@@ -49,7 +49,7 @@
  * cancel (one UPDATE of attempt rows), and the session heartbeat (one UPDATE of session rows).
  */
 
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from './sql.ts';
 
 /** Sorts ids the way rows of one table are locked: ascending bytes. */
 export function byIdAscending(a: Buffer, b: Buffer): number {

@@ -21,8 +21,7 @@
  * case - a batch well under the limit - costs one pass over the parameters; only a batch over
  * the limit is compiled statement by statement and packed.
  */
-import { type SQL, sql } from 'drizzle-orm';
-import { MySqlDialect } from 'drizzle-orm/mysql-core';
+import { type SQL, sql } from './sql.ts';
 
 /**
  * The limit assumed until the server has said (the smallest default of any supported server);
@@ -137,12 +136,10 @@ export interface RoundTrip {
   slots: number[];
 }
 
-const dialect = new MySqlDialect();
 const SEPARATOR = ';\n';
 
 function compile(statement: SQL): { text: string; params: unknown[] } {
-  const query = dialect.sqlToQuery(statement);
-  return { text: query.sql, params: query.params };
+  return { text: statement.text, params: statement.params as unknown[] };
 }
 
 const asSql = (s: BatchStatement): SQL => (s instanceof RowsStatement ? s.toSql() : s);

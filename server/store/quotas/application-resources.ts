@@ -9,7 +9,7 @@ import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';

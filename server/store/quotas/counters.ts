@@ -5,7 +5,7 @@
  * first. Exactly-once release comes from the callers deriving deltas from state changes of rows
  * they hold locked; the unsigned columns only add that a counter never goes below zero.
  */
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import type { IdBytes } from '../../ids.ts';
 import type { Queryable } from '../database/database.ts';
 

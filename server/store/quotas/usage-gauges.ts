@@ -5,7 +5,7 @@
  * a snapshot for /metrics, never a decision. They scan across applications on purpose (named
  * scatter reads); the queue list is bounded so the series a scrape returns stay bounded too.
  */
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Queryable } from '../database/database.ts';
 import type { ApplicationResourcesRow, QueueRow } from '../database/schema.ts';
 import { startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';

@@ -49,7 +49,7 @@ import { auditInsert } from '../records/audit.ts';
 import { byIdAscending, lockRows, type LockLevel } from '../database/lock-order.ts';
 import { statementText, type Database, type Queryable, type Row, type Statement, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, KeyPermitRow, NamespaceRow, QueueRow } from '../database/schema.ts';
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import type { ResultSetHeader } from 'mysql2/promise';
 
 const UNFINISHED = sql`'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'`;

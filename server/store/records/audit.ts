@@ -5,7 +5,7 @@
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Queryable } from '../database/database.ts';
 import type { AuditEventRow } from '../database/schema.ts';
 

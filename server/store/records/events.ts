@@ -6,7 +6,7 @@
  */
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import { rowsStatement, valueList, type Queryable } from '../database/database.ts';
 import type { RowsStatement } from '../database/packets.ts';
 import type { EventRow } from '../database/schema.ts';

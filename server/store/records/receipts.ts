@@ -4,7 +4,7 @@
  * again. Same key + same content replays the stored snapshot; other content is
  * IDEMPOTENCY_CONFLICT.
  */
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import { OrbitError } from '../../errors.ts';
 import type { IdBytes } from '../../ids.ts';
 import { isDuplicateKeyError, type Database, type Queryable, type Transaction } from '../database/database.ts';

@@ -10,7 +10,7 @@
  * `ORBIT_TASK_EVENTS=off` leaves them out (the benchmark measures what they cost); management
  * events are written either way.
  */
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { EventRecord } from './events.ts';

@@ -35,7 +35,7 @@
  * (it stays due, and its points are handled by the policy once it is enabled again). A schedule
  * whose round failed waits until its `retry_at` (scheduleRecordFailure) and is not due before.
  */
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import { countWaiting, failureRetryDelayMs, planRound, type MisfirePolicy } from '../../domain/schedule-points.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';

@@ -6,7 +6,7 @@
  * then the application row (which the event feed's ordering rule asks for), then records. A
  * schedule's misfire policy is frozen: no operation here changes it.
  */
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import { OrbitError, notFound } from '../../errors.ts';
 import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';

@@ -16,7 +16,7 @@
  * feed gives no such promise - another application may have committed a higher number while
  * this one's transaction still holds a lower one - and reading it would scatter.
  */
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import { OrbitError, notFound } from '../../errors.ts';
 import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';

@@ -29,7 +29,7 @@ import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { millisToSql } from '../../time.ts';
 import type { Clock } from '../database/clock.ts';
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from '../database/sql.ts';
 import { isDuplicateKeyError, isGuardError, rowsStatement, type BatchStatement, type Database, type Queryable } from '../database/database.ts';
 import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';

@@ -11,7 +11,7 @@ import { counterAdjust, permitRelease } from '../quotas/counters.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { taskFind, taskGetVisible, toTask, type Task, type TaskWithQueue } from './tasks.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { TaskRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';

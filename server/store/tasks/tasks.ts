@@ -7,7 +7,7 @@ import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Queryable } from '../database/database.ts';
 import type { QueueRow, TaskRow } from '../database/schema.ts';
 

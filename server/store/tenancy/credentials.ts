@@ -8,7 +8,7 @@ import { OrbitError } from '../../errors.ts';
 import { hexToId, idToHex, newId, type IdBytes } from '../../ids.ts';
 import { isAction, type Action } from '../../domain/actions.ts';
 import type { Principal } from '../../domain/principal.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import type { Queryable, Transaction } from '../database/database.ts';
 import type { ApplicationRow, CredentialRow, NamespaceRow } from '../database/schema.ts';
 import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';

@@ -1,7 +1,7 @@
 /** Applications and namespaces: created and switched on or off by `orbit-admin` only. */
 import { OrbitError } from '../../errors.ts';
 import { newId, type IdBytes } from '../../ids.ts';
-import { sql } from 'drizzle-orm';
+import { sql } from '../database/sql.ts';
 import { applicationResourcesInsert } from '../quotas/application-resources.ts';
 import type { Queryable } from '../database/database.ts';
 import type { ApplicationRow, NamespaceRow } from '../database/schema.ts';

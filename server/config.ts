@@ -29,6 +29,8 @@ export interface ServerConfig {
   admissionInFlight: number;
   /** The most one request (or worker frame) may wait on the database in all before it answers 503 (deadline.ts). */
   databaseTimeoutMs: number;
+  /** ORBIT_GROUP_LINGER_MS: how long a group commit of an idle application waits for company. */
+  groupLingerMs: number;
   /** Test mode: every transaction is checked against the lock order; a violation stops the process. */
   checkLockOrder: boolean;
   /** Test mode: every statement is checked to route to one shard by application_id (docs/scale-out.md); a violation fails it. */
@@ -112,6 +114,13 @@ export const SETTINGS: readonly Setting[] = [
     default: '1',
     range: '1 to 64',
     meaning: 'submission transactions one application may have in flight at once per process (the rest wait and are group-committed)',
+  },
+  {
+    name: 'ORBIT_GROUP_LINGER_MS',
+    default: '2',
+    range: '0 to 100',
+    meaning:
+      'how long the first claim, start or result of an idle application waits in a process for others to join its group commit (0: it goes at once); groups that form behind one in flight never wait',
   },
   { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
 ];
@@ -229,6 +238,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     databasePoolSize: intFromEnv(env, 'ORBIT_DB_POOL_SIZE', 24, 2, 500),
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),
     databaseTimeoutMs: intFromEnv(env, 'ORBIT_DB_TIMEOUT_MS', DEFAULT_DATABASE_TIMEOUT_MS, 100, 600_000),
+    groupLingerMs: intFromEnv(env, 'ORBIT_GROUP_LINGER_MS', 2, 0, 100),
     ...databaseChecksFromEnv(env),
     logLevel: logLevelFromEnv(env),
   };

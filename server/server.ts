@@ -99,7 +99,14 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   }
   setTaskEventsEnabled(config.taskEvents);
   registerUsageGauges(metrics.registry, () => usageSnapshot(db, config.metricsMaxQueues), log);
-  const workers = new WorkerGateway({ db, log, metrics, leaseSeconds: config.leaseSeconds, frameTimeoutMs: config.databaseTimeoutMs });
+  const workers = new WorkerGateway({
+    db,
+    log,
+    metrics,
+    leaseSeconds: config.leaseSeconds,
+    frameTimeoutMs: config.databaseTimeoutMs,
+    groupLingerMs: config.groupLingerMs,
+  });
   const deps = buildDeps({ db, clock, log, config, workers, metrics, migrationFiles });
   const app = createApp(deps);
   const nodeWs = createNodeWebSocket({ app });

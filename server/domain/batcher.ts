@@ -50,6 +50,10 @@ interface Pending<I, O> {
 interface KeyState<I, O> {
   queue: Pending<I, O>[];
   inFlight: number;
+  /** A first item of an idle key waits lingerMs for company; the timer while it waits. */
+  lingering: NodeJS.Timeout | null;
+  /** The wait is over: the next group starts now. */
+  lingered: boolean;
 }
 
 export interface BatcherOptions<I = unknown> {
@@ -66,6 +70,11 @@ export interface BatcherOptions<I = unknown> {
   weight?: (item: I) => number;
   /** The most weight in one group (asked each time a group is formed); an item heavier than it goes alone. */
   maxWeight?: () => number;
+  /**
+   * How long the first item of an idle key waits for others to join its group (default 0: it
+   * runs at once). Groups that form behind one in flight never wait: they start as it ends.
+   */
+  lingerMs?: number;
 }
 
 /** What an item still waiting at its request's deadline is answered. */
@@ -123,7 +132,7 @@ export class KeyedBatcher<I = unknown, O = unknown> {
     return new Promise<O>((resolve, reject) => {
       let state = this.keys.get(key);
       if (!state) {
-        state = { queue: [], inFlight: 0 };
+        state = { queue: [], inFlight: 0, lingering: null, lingered: false };
         this.keys.set(key, state);
       }
       const pending: Pending<I, O> = {
@@ -172,8 +181,22 @@ export class KeyedBatcher<I = unknown, O = unknown> {
     return batch;
   }
 
-  private pump(key: string, state: KeyState<I, O>): void {
+  private pump(key: string, state: KeyState<I, O>, afterGroup = false): void {
+    const linger = this.options.lingerMs ?? 0;
     while (state.inFlight < this.options.maxInFlight && state.queue.length > 0) {
+      if (linger > 0 && !afterGroup && state.inFlight === 0 && !state.lingered && state.queue.length < this.options.maxBatch) {
+        state.lingering ??= setTimeout(() => {
+          state.lingering = null;
+          state.lingered = true;
+          this.pump(key, state);
+        }, linger);
+        return;
+      }
+      state.lingered = false;
+      if (state.lingering) {
+        clearTimeout(state.lingering);
+        state.lingering = null;
+      }
       const batch = this.nextBatch(state);
       if (batch.length === 0) {
         if (state.inFlight === 0) this.keys.delete(key);
@@ -185,7 +208,7 @@ export class KeyedBatcher<I = unknown, O = unknown> {
       void this.settle(key, batch).finally(() => {
         state.inFlight -= 1;
         if (state.inFlight === 0 && state.queue.length === 0) this.keys.delete(key);
-        else this.pump(key, state);
+        else this.pump(key, state, true);
       });
     }
   }

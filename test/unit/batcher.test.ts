@@ -356,6 +356,43 @@ test('maxWeight: a group stops before the item that would pass it; an item heavi
   );
 });
 
+test('lingerMs: the first item of an idle key waits that long for company; a full group, or one behind a group in flight, goes at once', async () => {
+  mock.timers.enable({ apis: ['setTimeout'] });
+  try {
+    const r = recorder();
+    const b = new KeyedBatcher(r.run, { maxBatch: 3, maxInFlight: 1, lingerMs: 2 });
+    const first = b.submit('k', 1);
+    mock.timers.tick(1);
+    const second = b.submit('k', 2);
+    assert.equal(r.calls.length, 0, 'still waiting for company');
+    r.hold();
+    mock.timers.tick(1);
+    assert.deepEqual(
+      r.calls.map((c) => c.items),
+      [[1, 2]],
+      'after lingerMs, together',
+    );
+    // Behind the group in flight: the next group starts the moment it ends, without lingering.
+    const behind = [3, 4].map((i) => b.submit('k', i));
+    r.release();
+    assert.deepEqual(await Promise.all([first, second, ...behind]), ['k:1', 'k:2', 'k:3', 'k:4']);
+    assert.deepEqual(
+      r.calls.map((c) => c.items),
+      [
+        [1, 2],
+        [3, 4],
+      ],
+    );
+    // Idle again: a group that fills to maxBatch goes at once.
+    const full = [5, 6, 7].map((i) => b.submit('k', i));
+    assert.deepEqual(r.calls.at(-1)?.items, [5, 6, 7], 'a full group does not wait');
+    await Promise.all(full);
+    assert.equal(await liveKeys(b), 0);
+  } finally {
+    mock.timers.reset();
+  }
+});
+
 test('property: every item is answered by its deadline, with its output when the group answers in time, else UNAVAILABLE at the deadline; a group runs with its latest deadline', async () => {
   await fc.assert(
     fc.asyncProperty(
@@ -366,7 +403,9 @@ test('property: every item is answered by its deadline, with its output when the
       // How long each successive group takes (a database that answers slowly, or hangs for a while).
       fc.array(fc.integer({ min: 0, max: 800 }), { minLength: 1, maxLength: 16 }),
       fc.integer({ min: 1, max: 6 }),
-      async (items, durations, maxBatch) => {
+      // Lingering included: an item waiting for company is still answered by its deadline.
+      fc.integer({ min: 0, max: 5 }),
+      async (items, durations, maxBatch, lingerMs) => {
         mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 0 });
         try {
           let groups = 0;
@@ -377,7 +416,7 @@ test('property: every item is answered by its deadline, with its output when the
               const ms = durations[groups++ % durations.length] as number;
               return new Promise((resolve) => setTimeout(() => resolve(xs.map((x) => x * 2)), ms));
             },
-            { maxBatch, maxInFlight: 1 },
+            { maxBatch, maxInFlight: 1, lingerMs },
           );
           const order = items.map((item, i) => ({ ...item, i })).sort((x, y) => x.at - y.at || x.i - y.i);
           const answers: Array<{ at: number; value?: number; code?: string } | undefined> = [];

@@ -37,6 +37,22 @@ export interface Transition {
   availableAtMs?: number;
 }
 
+/** The state an attempt ends in for the worker's outcome. */
+export const ATTEMPT_STATE_OF_OUTCOME = { succeeded: 'SUCCEEDED', failed: 'FAILED', cancelled: 'CANCELLED' } as const satisfies Record<
+  AttemptOutcome,
+  TaskState
+>;
+
+/**
+ * The task's state after a result when none of the task's facts can change it - a success, a
+ * cancellation, a failure not to be retried: `afterResult` without reading the task (the fast
+ * result path). Null for a retryable failure, which depends on attempts, time and a cancel intent.
+ */
+export function resultStateWithoutFacts(outcome: AttemptOutcome, retryable: boolean): (typeof ATTEMPT_STATE_OF_OUTCOME)[AttemptOutcome] | null {
+  if (outcome === 'failed' && retryable) return null;
+  return ATTEMPT_STATE_OF_OUTCOME[outcome];
+}
+
 /** The worker's authoritative result for a started attempt. */
 export function afterResult(task: TaskFacts, outcome: AttemptOutcome, retryable: boolean, nowMs: number): Transition {
   if (outcome === 'succeeded') return { state: 'SUCCEEDED' };

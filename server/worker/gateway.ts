@@ -16,36 +16,16 @@ import { withOperation } from '../operation.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import { DEFAULT_DATABASE_TIMEOUT_MS, type Database } from '../store/database/database.ts';
-import { attemptStartBatch, type StartAnswer, type StartItem } from '../store/attempts/attempts.ts';
-import {
-  attemptCompleteBatch,
-  completionBytes,
-  sessionReleaseReservations,
-  type CompleteAnswer,
-  type CompleteItem,
-} from '../store/attempts/attempt-results.ts';
-import { attemptFinishFast, attemptStartFast, type KnownAttempt } from '../store/attempts/attempt-fast-paths.ts';
+import { startAttempts, type StartAnswer, type StartItem } from '../store/attempts/attempt-start.ts';
+import { completeAttempts, completionBytes, type CompleteAnswer, type CompleteItem } from '../store/attempts/attempt-complete.ts';
+import { sessionReleaseReservations } from '../store/attempts/attempt-results.ts';
+import type { KnownAttempt } from '../store/attempts/fast-path-guards.ts';
 import { attemptTakeCancelNotices } from '../store/attempts/cancel-notices.ts';
 import { sessionHeartbeat, sessionMarkClosed, sessionsWithInvalidCredential } from '../store/attempts/sessions.ts';
 import { attemptClaimGroup, type ClaimOutcome, type ClaimRequest, type ClaimedAttemptInfo } from '../store/attempts/claims.ts';
 import type { SessionInfo } from '../store/attempts/sessions.ts';
 import { WorkerSession } from './session.ts';
 import type { UpgradeEnv } from './upgrade.ts';
-
-const OUTCOME_TASK_STATE = { succeeded: 'SUCCEEDED', failed: 'FAILED', cancelled: 'CANCELLED' } as const;
-
-/**
- * Results whose task state does not depend on the task's other facts (a success, a
- * cancellation, a failure not to be retried), ready for the fast path; null if any is not.
- */
-function terminalOutcomes(items: Array<CompleteItem & KnownAttempt>) {
-  if (items.some((i) => i.outcome === 'failed' && i.retryable)) return null;
-  return items.map((i) => ({
-    ...i,
-    taskState: OUTCOME_TASK_STATE[i.outcome],
-    attemptState: OUTCOME_TASK_STATE[i.outcome],
-  }));
-}
 
 export interface WorkerGatewayOptions {
   db: Database;
@@ -100,34 +80,23 @@ export class WorkerGateway {
       const end = this.metrics.transactionSeconds.startTimer({ operation });
       return withOperation(operation, () => work().finally(end));
     };
-    // Starts and results of one application group-commit; each batch first tries the
-    // one-round-trip path and falls back to the careful one (attempt-fast-paths.ts).
+    // Starts and results of one application group-commit; each group takes the one-round-trip
+    // path when nothing is unusual, else the careful one (attempt-start.ts, attempt-complete.ts).
     this.starts = new KeyedBatcher(
       (applicationHex, items) =>
         timed('start', async () => {
-          const applicationId = Buffer.from(applicationHex, 'hex');
-          const nowMs = await attemptStartFast(this.db, { applicationId, items, leaseSeconds: this.leaseSeconds });
-          this.metrics.fastPath.inc({ operation: 'start', result: nowMs === null ? 'miss' : 'hit' });
-          if (nowMs !== null) {
-            return items.map(
-              (i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: Math.min(nowMs + this.leaseSeconds * 1000, i.deadlineAtMs), duplicate: false }),
-            );
-          }
-          return attemptStartBatch(this.db, { applicationId, items, leaseSeconds: this.leaseSeconds });
+          const { answers, path } = await startAttempts(this.db, { applicationId: Buffer.from(applicationHex, 'hex'), items, leaseSeconds: this.leaseSeconds });
+          this.metrics.fastPath.inc({ operation: 'start', result: path === 'fast' ? 'hit' : 'miss' });
+          return answers;
         }),
       { maxBatch: 128, maxInFlight: 1, lingerMs: this.groupLingerMs },
     );
     this.completes = new KeyedBatcher(
       (applicationHex, items) =>
         timed('complete', async () => {
-          const applicationId = Buffer.from(applicationHex, 'hex');
-          const terminal = terminalOutcomes(items);
-          const finished = terminal !== null && (await attemptFinishFast(this.db, { applicationId, items: terminal }));
-          this.metrics.fastPath.inc({ operation: 'complete', result: finished ? 'hit' : 'miss' });
-          if (terminal && finished) {
-            return terminal.map((i): CompleteAnswer => ({ kind: 'completed', taskState: i.taskState, duplicate: false }));
-          }
-          return (await attemptCompleteBatch(this.db, { applicationId, items })).answers;
+          const { answers, path } = await completeAttempts(this.db, { applicationId: Buffer.from(applicationHex, 'hex'), items });
+          this.metrics.fastPath.inc({ operation: 'complete', result: path === 'fast' ? 'hit' : 'miss' });
+          return answers;
         }),
       // Bounded by bytes too: the fast path's one UPDATE carries every result of the group.
       {

@@ -22,8 +22,7 @@ import { endLeases } from '../helpers/leases.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { silentLogger } from '../../server/log.ts';
-import { attemptCompleteBatch } from '../../server/store/attempts/attempt-results.ts';
-import { attemptFinishFast } from '../../server/store/attempts/attempt-fast-paths.ts';
+import { completeCareful, finishFast } from '../../server/store/attempts/attempt-complete.ts';
 import { CANCELLED_BY_WORKER } from '../../server/domain/task-errors.ts';
 import { sqlToMillis } from '../../server/time.ts';
 
@@ -143,7 +142,7 @@ describe("a task's error says why it is in its current state", () => {
     assert.equal((await worker.next((f) => f.type === 'cancel_requested' && f.attempt_id === attemptId)).type, 'cancel_requested');
     await cancel(id, 'the customer cancelled the order');
     // The one-round-trip path leaves a cancellation to the careful one (it cannot read the reason): nothing written.
-    const fast = await attemptFinishFast(t.db, {
+    const fast = await finishFast(t.db, {
       applicationId: applicationId(),
       items: [{ ...(await known(attemptId)), taskState: 'CANCELLED', attemptState: 'CANCELLED', error: { message: 'cancelled', name: 'Error' } }],
     });
@@ -167,7 +166,7 @@ describe("a task's error says why it is in its current state", () => {
     const id = await submit();
     const attemptId = await running(id);
     await cancel(id, 'stop the batch');
-    const { answers } = await attemptCompleteBatch(t.db, {
+    const { answers } = await completeCareful(t.db, {
       applicationId: applicationId(),
       items: [{ ...(await known(attemptId)), outcome: 'cancelled', error: { why: 'interrupted' }, retryable: false }],
     });
@@ -243,7 +242,7 @@ describe("a task's error says why it is in its current state", () => {
       if (path === 'fast') {
         assert.equal((await complete(second, { outcome: 'succeeded', result: { ok: true } })).task_state, 'SUCCEEDED');
       } else {
-        const { answers } = await attemptCompleteBatch(t.db, {
+        const { answers } = await completeCareful(t.db, {
           applicationId: applicationId(),
           items: [{ ...(await known(second)), outcome: 'succeeded', result: { ok: true }, retryable: false }],
         });

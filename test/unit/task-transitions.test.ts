@@ -1,6 +1,15 @@
 import { test } from 'node:test';
+import fc from 'fast-check';
 import assert from 'node:assert/strict';
-import { afterLostLease, afterResult, afterUnstartedReservation, retryBackoffMs, type TaskFacts } from '../../server/domain/task-transitions.ts';
+import {
+  afterLostLease,
+  afterResult,
+  afterUnstartedReservation,
+  resultStateWithoutFacts,
+  retryBackoffMs,
+  type AttemptOutcome,
+  type TaskFacts,
+} from '../../server/domain/task-transitions.ts';
 
 const base: TaskFacts = { attempts: 1, maxAttempts: 3, onUnknownOutcome: 'retry', cancelRequested: false, deadlineMs: 100_000 };
 
@@ -30,4 +39,27 @@ test('an unstarted reservation is not an attempt', () => {
 test('backoff doubles and is capped', () => {
   assert.deepEqual([1, 2, 3, 4].map(retryBackoffMs), [1000, 2000, 4000, 8000]);
   assert.equal(retryBackoffMs(30), 300_000);
+});
+
+test('resultStateWithoutFacts: where it answers, afterResult answers the same for every task; it declines only retryable failures', () => {
+  fc.assert(
+    fc.property(
+      fc.constantFrom<AttemptOutcome>('succeeded', 'failed', 'cancelled'),
+      fc.boolean(),
+      fc.record({
+        attempts: fc.integer({ min: 1, max: 10 }),
+        maxAttempts: fc.integer({ min: 1, max: 10 }),
+        onUnknownOutcome: fc.constantFrom<'retry' | 'review'>('retry', 'review'),
+        cancelRequested: fc.boolean(),
+        deadlineMs: fc.integer({ min: 0, max: 2_000_000 }),
+      }),
+      fc.integer({ min: 0, max: 2_000_000 }),
+      (outcome, retryable, facts, nowMs) => {
+        const known = resultStateWithoutFacts(outcome, retryable);
+        if (known === null) assert.ok(outcome === 'failed' && retryable);
+        else assert.equal(afterResult(facts, outcome, retryable, nowMs).state, known);
+      },
+    ),
+    { seed: 0x7a5c, numRuns: 2000 },
+  );
 });

@@ -1,19 +1,19 @@
 /**
- * How attempts end: the worker's authoritative result, a release of an unstarted reservation,
- * the reservations a closing session leaves, and lease-expiry recovery. Each is a decision per
+ * How attempts end besides the worker's result (attempt-complete.ts): a release of an unstarted
+ * reservation, the reservations a closing session leaves, and lease-expiry recovery. Each is a decision per
  * attempt handed to the settlement engine in attempts.ts, which locks, writes and releases the
  * counters.
  */
 import type { IdBytes } from '../../ids.ts';
-import { afterLostLease, afterResult, afterUnstartedReservation, type AttemptOutcome, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
-import { errorAfterResult, errorAfterUnstartedReservation, leaseExpiredError } from '../../domain/task-errors.ts';
+import { afterLostLease, afterUnstartedReservation, type TaskFacts } from '../../domain/task-transitions.ts';
+import { errorAfterUnstartedReservation, leaseExpiredError } from '../../domain/task-errors.ts';
 import { sqlToMillis } from '../../time.ts';
-import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTaskRow, type Settlement } from './attempts.ts';
+import { heldBySession, settleAttempts, type AttemptRef, type LockedAttempt, type LockedTaskRow } from './attempts.ts';
 import { sql } from '../database/sql.ts';
 import type { Database } from '../database/database.ts';
 import type { AttemptRow } from '../database/schema.ts';
 
-function facts(task: LockedTaskRow): TaskFacts {
+export function facts(task: LockedTaskRow): TaskFacts {
   return {
     attempts: task.attempts,
     maxAttempts: task.max_attempts,
@@ -21,61 +21,6 @@ function facts(task: LockedTaskRow): TaskFacts {
     cancelRequested: task.cancel_requested === 1,
     deadlineMs: sqlToMillis(task.deadline_at),
   };
-}
-
-const OUTCOME_STATE = { succeeded: 'SUCCEEDED', failed: 'FAILED', cancelled: 'CANCELLED' } as const;
-
-export interface CompleteItem extends AttemptRef {
-  sessionId: IdBytes;
-  outcome: AttemptOutcome;
-  result?: unknown;
-  error?: unknown;
-  retryable: boolean;
-  /**
-   * The size of the frame that carried it: an upper bound of its result's and error's JSON. A
-   * group of results is bounded by it (completionBytes), so that the one UPDATE of the fast path
-   * that carries them all fits in one database packet.
-   */
-  frameBytes?: number;
-}
-
-/** What one result adds to its group's statements, at most: its JSON escaped, and the rest of its row. */
-export function completionBytes(item: CompleteItem): number {
-  const json = item.frameBytes ?? Buffer.byteLength(JSON.stringify([item.result ?? null, item.error ?? null]), 'utf8');
-  return 2 * json + 1024;
-}
-
-export type CompleteAnswer = { kind: 'completed'; taskState: TaskState; duplicate: boolean } | { kind: 'lease_lost' } | { kind: 'not_started' };
-
-/**
- * The authoritative result of a started attempt. A repeated `complete` of an attempt this
- * session already finished with the same outcome answers again and changes nothing.
- */
-export async function attemptCompleteBatch(db: Database, params: { applicationId: IdBytes; items: CompleteItem[] }) {
-  const outcome = await settleAttempts<CompleteItem, CompleteAnswer>(db, {
-    applicationId: params.applicationId,
-    refs: params.items,
-    decide(item, attempt, task, nowMs) {
-      if (attempt && task && attempt.session_id.equals(item.sessionId) && attempt.state === OUTCOME_STATE[item.outcome]) {
-        return { answer: { kind: 'completed', taskState: task.state, duplicate: true } };
-      }
-      if (!heldBySession(attempt, item.sessionId, nowMs) || !task) return { answer: { kind: 'lease_lost' } };
-      if (attempt.state === 'RESERVED') return { answer: { kind: 'not_started' } };
-      if (attempt.state !== 'RUNNING') return { answer: { kind: 'lease_lost' } };
-      const next = afterResult(facts(task), item.outcome, item.retryable, nowMs);
-      const settlement: Settlement = {
-        attemptState: OUTCOME_STATE[item.outcome],
-        taskState: next.state,
-        availableAtMs: next.availableAtMs,
-        error: errorAfterResult(next.state, item.error, task.cancel_reason),
-      };
-      if (item.result !== undefined) settlement.result = item.result;
-      // A cancellation's error is the operator's reason; the worker's own words stay in the event.
-      if (next.state === 'CANCELLED' && item.error !== undefined) settlement.workerError = item.error;
-      return { answer: { kind: 'completed', taskState: next.state, duplicate: false }, settlement };
-    },
-  });
-  return outcome as NonNullable<typeof outcome>;
 }
 
 export interface ReleaseItem extends AttemptRef {

@@ -1,6 +1,7 @@
 /**
- * The worker side of an attempt after its claim: Start, renew, the authoritative result,
- * release, and the settlement engine that recovery shares.
+ * The worker side of an attempt after its claim: the locking reads that Start
+ * (attempt-start.ts), the result (attempt-complete.ts), release and recovery share, renew, and
+ * the settlement engine.
  *
  * Every transaction here locks in lock order - application row → queue rows → task rows →
  * attempt rows (each set ascending) → permits - in ONE round trip of locking reads, decides in
@@ -11,17 +12,16 @@
  * the same attempt finds it no longer active and changes nothing.
  */
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
-import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
-import { sql, type SQL } from '../database/sql.ts';
+import { sql } from '../database/sql.ts';
 import { valueList, type BatchStatement, type Database, type Queryable, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement } from '../records/events.ts';
-import { settlementEventType, taskEvent, taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
+import { settlementEventType, taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 
 export interface AttemptRef {
   attemptId: IdBytes;
@@ -66,7 +66,7 @@ export type LockedTaskRow = Pick<
 type WindowRow = Pick<ApplicationResourcesRow, 'rate_per_second' | 'window_started_at' | 'window_starts'>;
 type QueueWindowRow = Pick<QueueRow, 'queue_id' | 'rate_per_second' | 'window_started_at' | 'window_starts'>;
 
-interface Locked {
+export interface Locked {
   nowSql: string;
   nowMs: number;
   app: WindowRow;
@@ -81,7 +81,7 @@ const ascending = (ids: Buffer[]) => [...new Map(ids.map((id) => [hex(id), id]))
  * The locking reads, in lock order, in one round trip. With `skipLockedApplication`, a busy
  * application row is passed over (recovery comes back later) and null is returned.
  */
-async function lockForAttempts(
+export async function lockForAttempts(
   tx: Transaction,
   applicationId: IdBytes,
   refs: AttemptRef[],
@@ -283,83 +283,6 @@ class SettlementWrites {
 /** The attempt is this session's and its lease has not run out. */
 export function heldBySession(attempt: LockedAttempt | undefined, sessionId: IdBytes, nowMs: number): attempt is LockedAttempt {
   return attempt !== undefined && attempt.session_id.equals(sessionId) && sqlToMillis(attempt.lease_expires_at) > nowMs;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Start: RESERVED → RUNNING under both one-second start windows.
-
-export type StartAnswer =
-  | { kind: 'started'; leaseExpiresAtMs: number; duplicate: boolean }
-  | { kind: 'rate_limited'; retryAfterMs: number }
-  | { kind: 'lease_lost' };
-
-export interface StartItem extends AttemptRef {
-  sessionId: IdBytes;
-}
-
-/**
- * Grants Starts in order while both windows have room. A Start of an attempt already running
- * in this session answers `started` again and is not counted; a refused Start leaves the
- * reservation as it is (the worker retries within its lease).
- */
-export async function attemptStartBatch(db: Database, params: { applicationId: IdBytes; items: StartItem[]; leaseSeconds: number }): Promise<StartAnswer[]> {
-  return db.transaction(async (tx) => {
-    const locked = (await lockForAttempts(tx, params.applicationId, params.items)) as Locked;
-    const { nowMs, nowSql } = locked;
-    let appWindow = windowOfRow(locked.app);
-    const queueWindows = new Map([...locked.queues].map(([k, q]) => [k, windowOfRow(q)]));
-    const granted: Array<{ attempt: LockedAttempt; leaseExpiresAtMs: number }> = [];
-    const answers: StartAnswer[] = params.items.map((item) => {
-      const attempt = locked.attempts.get(hex(item.attemptId));
-      if (!heldBySession(attempt, item.sessionId, nowMs)) return { kind: 'lease_lost' };
-      if (attempt.state === 'RUNNING') return { kind: 'started', leaseExpiresAtMs: sqlToMillis(attempt.lease_expires_at), duplicate: true };
-      if (attempt.state !== 'RESERVED') return { kind: 'lease_lost' };
-      const queueKey = hex(attempt.queue_id);
-      const queueRow = locked.queues.get(queueKey);
-      if (!queueRow) return { kind: 'lease_lost' };
-      const app = tryStart(appWindow, locked.app.rate_per_second, nowMs);
-      const queue = tryStart(queueWindows.get(queueKey) as WindowState, queueRow.rate_per_second, nowMs);
-      if (!app.granted || !queue.granted) {
-        const retryAfterMs = Math.max(app.granted ? 0 : app.retryAfterMs, queue.granted ? 0 : queue.retryAfterMs);
-        return { kind: 'rate_limited', retryAfterMs };
-      }
-      appWindow = app.window;
-      queueWindows.set(queueKey, queue.window);
-      const leaseExpiresAtMs = Math.min(nowMs + params.leaseSeconds * 1000, sqlToMillis(attempt.deadline_at));
-      attempt.state = 'RUNNING';
-      attempt.lease_expires_at = millisToSql(leaseExpiresAtMs);
-      granted.push({ attempt, leaseExpiresAtMs });
-      return { kind: 'started', leaseExpiresAtMs, duplicate: false };
-    });
-    if (granted.length === 0) return answers;
-    const started = (w: WindowState) => (w.startedAt === null ? null : millisToSql(w.startedAt));
-    const statements: SQL[] = [
-      sql`UPDATE orbit_application_resources SET window_started_at = ${started(appWindow)}, window_starts = ${appWindow.starts}, pending_starts = pending_starts - ${granted.length} WHERE application_id = ${params.applicationId}`,
-    ];
-    const perQueue = new Map<string, number>();
-    for (const g of granted) perQueue.set(hex(g.attempt.queue_id), (perQueue.get(hex(g.attempt.queue_id)) ?? 0) + 1);
-    for (const [queueKey, n] of perQueue) {
-      const w = queueWindows.get(queueKey) as WindowState;
-      statements.push(
-        sql`UPDATE orbit_queues SET window_started_at = ${started(w)}, window_starts = ${w.starts}, pending_starts = pending_starts - ${n} WHERE queue_id = ${Buffer.from(queueKey, 'hex')}`,
-      );
-    }
-    statements.push(
-      sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ${nowSql} WHERE task_id IN (${valueList(granted.map((g) => g.attempt.task_id))})`,
-    );
-    for (const g of granted) {
-      statements.push(
-        sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = ${nowSql}, lease_expires_at = ${millisToSql(g.leaseExpiresAtMs)} WHERE attempt_id = ${g.attempt.attempt_id}`,
-      );
-    }
-    if (taskEventsEnabled()) {
-      // The same statement as the fast Start's (after the task rows above were updated).
-      const taskIds = granted.map((g) => g.attempt.task_id);
-      statements.push(taskEventsFromRows(params.applicationId, taskIds, sql`'task.started'`, sql`JSON_OBJECT('attempt_number', t.attempts)`));
-    }
-    await tx.finish(statements);
-    return answers;
-  });
 }
 
 // ---------------------------------------------------------------------------------------------

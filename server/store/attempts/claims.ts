@@ -41,7 +41,7 @@ import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, 
 import type { SessionInfo } from './sessions.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from '../tenancy/credentials.ts';
 import { byIdAscending, distinctIdsAscending, lockRows } from '../database/lock-order.ts';
-import { countBy } from './attempt-fast-paths.ts';
+import { countBy } from './fast-path-guards.ts';
 
 export interface ClaimedAttemptInfo {
   attemptId: IdBytes;

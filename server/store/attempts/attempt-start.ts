@@ -1,0 +1,187 @@
+/**
+ * Start: RESERVED → RUNNING under both one-second start windows - its two paths and the choice
+ * between them, in one place.
+ *
+ * - `startFast`: one round trip for the common case. Both windows are advanced in SQL exactly as
+ *   start-window.ts decides, tasks LEASED → RUNNING and attempts RESERVED → RUNNING, each
+ *   followed by a `ROW_COUNT()` guard (fast-path-guards.ts). A full window, a lease that ran
+ *   out, a duplicate Start or a cancelled reservation fails a guard, and nothing is written.
+ * - `startCareful`: locks in lock order (application row → queue rows → task rows → attempt
+ *   rows), grants in order while both windows have room, and answers each item (`started`,
+ *   `rate_limited`, lease lost).
+ * - `startAttempts`: the fast path, then the careful one when it misses. The differential test
+ *   (test/integration/hot-path-differential.test.ts) runs both on generated scenarios and asserts
+ *   the same answers and rows.
+ *
+ * Either way the application row is locked first and never held across a round trip to this
+ * process in the fast path.
+ */
+import { idToHex as hex, type IdBytes } from '../../ids.ts';
+import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { millisToSql, sqlToMillis } from '../../time.ts';
+import { sql, type SQL } from '../database/sql.ts';
+import { valueList, type Database } from '../database/database.ts';
+import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
+import { heldBySession, lockForAttempts, type AttemptRef, type LockedAttempt, type Locked } from './attempts.ts';
+import { countBy, guard, isFastPathMiss, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+
+export type StartAnswer =
+  | { kind: 'started'; leaseExpiresAtMs: number; duplicate: boolean }
+  | { kind: 'rate_limited'; retryAfterMs: number }
+  | { kind: 'lease_lost' };
+
+export interface StartItem extends AttemptRef {
+  sessionId: IdBytes;
+}
+
+/**
+ * Grants Starts in order while both windows have room. A Start of an attempt already running
+ * in this session answers `started` again and is not counted; a refused Start leaves the
+ * reservation as it is (the worker retries within its lease).
+ */
+export async function startCareful(db: Database, params: { applicationId: IdBytes; items: StartItem[]; leaseSeconds: number }): Promise<StartAnswer[]> {
+  return db.transaction(async (tx) => {
+    const locked = (await lockForAttempts(tx, params.applicationId, params.items)) as Locked;
+    const { nowMs, nowSql } = locked;
+    let appWindow = windowOfRow(locked.app);
+    const queueWindows = new Map([...locked.queues].map(([k, q]) => [k, windowOfRow(q)]));
+    const granted: Array<{ attempt: LockedAttempt; leaseExpiresAtMs: number }> = [];
+    const answers: StartAnswer[] = params.items.map((item) => {
+      const attempt = locked.attempts.get(hex(item.attemptId));
+      if (!heldBySession(attempt, item.sessionId, nowMs)) return { kind: 'lease_lost' };
+      if (attempt.state === 'RUNNING') return { kind: 'started', leaseExpiresAtMs: sqlToMillis(attempt.lease_expires_at), duplicate: true };
+      if (attempt.state !== 'RESERVED') return { kind: 'lease_lost' };
+      const queueKey = hex(attempt.queue_id);
+      const queueRow = locked.queues.get(queueKey);
+      if (!queueRow) return { kind: 'lease_lost' };
+      const app = tryStart(appWindow, locked.app.rate_per_second, nowMs);
+      const queue = tryStart(queueWindows.get(queueKey) as WindowState, queueRow.rate_per_second, nowMs);
+      if (!app.granted || !queue.granted) {
+        const retryAfterMs = Math.max(app.granted ? 0 : app.retryAfterMs, queue.granted ? 0 : queue.retryAfterMs);
+        return { kind: 'rate_limited', retryAfterMs };
+      }
+      appWindow = app.window;
+      queueWindows.set(queueKey, queue.window);
+      const leaseExpiresAtMs = Math.min(nowMs + params.leaseSeconds * 1000, sqlToMillis(attempt.deadline_at));
+      attempt.state = 'RUNNING';
+      attempt.lease_expires_at = millisToSql(leaseExpiresAtMs);
+      granted.push({ attempt, leaseExpiresAtMs });
+      return { kind: 'started', leaseExpiresAtMs, duplicate: false };
+    });
+    if (granted.length === 0) return answers;
+    const started = (w: WindowState) => (w.startedAt === null ? null : millisToSql(w.startedAt));
+    const statements: SQL[] = [
+      sql`UPDATE orbit_application_resources SET window_started_at = ${started(appWindow)}, window_starts = ${appWindow.starts}, pending_starts = pending_starts - ${granted.length} WHERE application_id = ${params.applicationId}`,
+    ];
+    const perQueue = new Map<string, number>();
+    for (const g of granted) perQueue.set(hex(g.attempt.queue_id), (perQueue.get(hex(g.attempt.queue_id)) ?? 0) + 1);
+    for (const [queueKey, n] of perQueue) {
+      const w = queueWindows.get(queueKey) as WindowState;
+      statements.push(
+        sql`UPDATE orbit_queues SET window_started_at = ${started(w)}, window_starts = ${w.starts}, pending_starts = pending_starts - ${n} WHERE queue_id = ${Buffer.from(queueKey, 'hex')}`,
+      );
+    }
+    statements.push(
+      sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ${nowSql} WHERE task_id IN (${valueList(granted.map((g) => g.attempt.task_id))})`,
+    );
+    for (const g of granted) {
+      statements.push(
+        sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = ${nowSql}, lease_expires_at = ${millisToSql(g.leaseExpiresAtMs)} WHERE attempt_id = ${g.attempt.attempt_id}`,
+      );
+    }
+    if (taskEventsEnabled()) {
+      // The same statement as the fast Start's (after the task rows above were updated).
+      const taskIds = granted.map((g) => g.attempt.task_id);
+      statements.push(taskEventsFromRows(params.applicationId, taskIds, sql`'task.started'`, sql`JSON_OBJECT('attempt_number', t.attempts)`));
+    }
+    await tx.finish(statements);
+    return answers;
+  });
+}
+
+/**
+ * Starts a group of one application: the fast path when nothing is unusual, else the careful
+ * one (`path: 'careful'` skips the fast path - for the differential test). Answers in item order.
+ */
+export async function startAttempts(
+  db: Database,
+  params: { applicationId: IdBytes; items: Array<StartItem & KnownAttempt>; leaseSeconds: number },
+  options: { path?: 'choose' | 'careful' } = {},
+): Promise<{ answers: StartAnswer[]; path: PathTaken }> {
+  if (options.path !== 'careful') {
+    const nowMs = await startFast(db, params);
+    if (nowMs !== null) {
+      const leaseMs = params.leaseSeconds * 1000;
+      return {
+        answers: params.items.map((i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: Math.min(nowMs + leaseMs, i.deadlineAtMs), duplicate: false })),
+        path: 'fast',
+      };
+    }
+  }
+  return { answers: await startCareful(db, params), path: 'careful' };
+}
+
+/** The rows whose start window a Start advances: the table and its key column (constant SQL text). */
+const WINDOW_ROWS = {
+  application: { table: 'orbit_application_resources', key: 'application_id' },
+  queue: { table: 'orbit_queues', key: 'queue_id' },
+} as const;
+
+/**
+ * Starts every item, or nothing. Both windows are checked and advanced in SQL exactly as
+ * start-window.ts does: a window that has ended is replaced by one opened now; the starts must
+ * fit under rate_per_second. Returns the database time of the start, or null when the careful
+ * path must decide.
+ */
+export async function startFast(db: Database, params: { applicationId: IdBytes; items: KnownAttempt[]; leaseSeconds: number }): Promise<number | null> {
+  const { items, applicationId } = params;
+  if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return null;
+  // One timestamp for the whole transaction: windows, started_at and leases agree exactly.
+  const s: SQL[] = [sql`SET @now = NOW(6)`, sql`SELECT @now AS now`];
+  /** Advances one row's window by `n` starts (and gives back `n` pending starts). */
+  const window = (rows: keyof typeof WINDOW_ROWS, id: IdBytes, n: number) => sql`UPDATE ${sql.raw(WINDOW_ROWS[rows].table)}
+      SET window_starts = IF(window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now,
+                             IF(${n} <= rate_per_second, ${n}, NULL),
+                             IF(window_starts + ${n} <= rate_per_second, window_starts + ${n}, NULL)),
+          window_started_at = IF(window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now, @now, window_started_at),
+          pending_starts = pending_starts - ${n}
+    WHERE ${sql.raw(WINDOW_ROWS[rows].key)} = ${id}`;
+  s.push(window('application', applicationId, items.length));
+  const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
+  for (const [queueHex, n] of perQueue) s.push(window('queue', Buffer.from(queueHex, 'hex'), n));
+  const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
+  s.push(
+    sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now
+      WHERE (task_id, current_attempt_id) IN (${sql.join(
+        byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`),
+        sql`, `,
+      )}) AND state = 'LEASED'`,
+    guard(items.length, applicationId),
+  );
+  const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
+  s.push(
+    sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
+      WHERE (attempt_id, session_id) IN (${sql.join(
+        byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`),
+        sql`, `,
+      )}) AND state = 'RESERVED' AND lease_expires_at > @now`,
+    guard(items.length, applicationId),
+  );
+  if (taskEventsEnabled())
+    s.push(
+      taskEventsFromRows(
+        applicationId,
+        byTask.map((i) => i.taskId),
+        sql`'task.started'`,
+        sql`JSON_OBJECT('attempt_number', t.attempts)`,
+      ),
+    );
+  try {
+    const results = await db.oneShot(s, undefined, { retries: 2 });
+    const [row] = results[1] as Array<{ now: string }>;
+    return sqlToMillis((row as { now: string }).now);
+  } catch (error) {
+    if (isFastPathMiss(error)) return null;
+    throw error;
+  }
+}

@@ -1,8 +1,10 @@
 /**
- * Start and the result each have a one-round-trip path and a careful one (attempt-start.ts,
- * attempt-complete.ts). This test holds them together: generated scenarios - a start window
+ * Submit, Start and the result each have a one-round-trip path and a careful one (admission.ts,
+ * attempt-start.ts, attempt-complete.ts). This test holds them together: generated scenarios - a start window
  * near full at either level, a lease that ran out, a duplicate Start or result, a cancelled
- * reservation, a cancel intent, keyed permits, retryable and final failures - are built the same
+ * reservation, a cancel intent, keyed permits, retryable and final failures; for submit a full
+ * application or queue, a replay, a key used with other content, the same key twice in one
+ * batch - are built the same
  * way in two fresh databases. In A the operation takes its chosen path (fast, falling back to
  * careful), in B always the careful one; both must give the same answers, leave the same rows
  * (tasks, attempts, counters, permits, lifecycle events) and a clean recount. A scenario with
@@ -29,6 +31,10 @@ import type { KnownAttempt, PathTaken } from '../../server/store/attempts/fast-p
 import type { AttemptOutcome } from '../../server/domain/task-transitions.ts';
 import { idToHex } from '../../server/ids.ts';
 import type { Database } from '../../server/store/database/database.ts';
+import { taskSubmitBatch, type SubmitItem, type SubmitOutcome } from '../../server/store/tasks/admission.ts';
+import { receiptIdentity } from '../../server/http/handlers/receipt-identity.ts';
+import { TASK_DEFAULTS } from '../../server/domain/limits.ts';
+import { DatabaseClock } from '../../server/store/database/clock.ts';
 
 const LEASE_SECONDS = 30;
 const RUNS = 60;
@@ -300,6 +306,133 @@ test('generated scenarios: the chosen path and the careful one give the same ans
   // The generator reaches both paths of both operations (else it tests nothing of one of them).
   assert.ok(fastStarts > 0 && fastStarts < RUNS, `fast Starts in ${fastStarts} of ${RUNS} scenarios`);
   assert.ok(fastResults > 0 && fastResults < RUNS, `fast results in ${fastResults} of ${RUNS} scenarios`);
+  await assertCountersMatchRecount(a.t.db);
+  await assertCountersMatchRecount(b.t.db);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Submit (admission.ts): the guarded one-round-trip batch, or the careful decision item by item.
+
+interface SubmitScenario {
+  /** Tasks already accepted before the batch: key and content variant. */
+  earlier: Array<{ key: string; variant: number; queue: 'a' | 'b' }>;
+  /** The batch: key (a small pool, so keys repeat), content variant, queue. */
+  batch: Array<{ key: string; variant: number; queue: 'a' | 'b' }>;
+  /** Unfinished-task room left at each level when the batch comes (null: plenty). */
+  applicationRoom: number | null;
+  queueRoom: number | null;
+}
+
+const submissionOf = fc.record({
+  key: fc.constantFrom('k0', 'k1', 'k2', 'k3', 'k4', 'k5'),
+  variant: fc.integer({ min: 0, max: 1 }),
+  queue: fc.constantFrom<'a' | 'b'>('a', 'b'),
+});
+const submitScenarios: fc.Arbitrary<SubmitScenario> = fc.record({
+  earlier: fc.array(submissionOf, { maxLength: 3 }),
+  batch: fc.array(submissionOf, { minLength: 1, maxLength: 8 }),
+  applicationRoom: fc.option(fc.integer({ min: 0, max: 8 }), { freq: 2 }),
+  queueRoom: fc.option(fc.integer({ min: 0, max: 8 }), { freq: 2 }),
+});
+
+async function runSubmit(side: Side, s: SubmitScenario) {
+  const db = side.t.db;
+  const tenant = await createTenant(db, { queues: ['a', 'b'] });
+  const principal = await credentialAuthenticate(db, tenant.token);
+  const clock = new DatabaseClock(db);
+  await clock.sample();
+  const queues = new Map(
+    (await db.rows<{ name: string; queue_id: Buffer }>('SELECT name, queue_id FROM orbit_queues WHERE application_id = UNHEX(?)', [tenant.applicationId])).map(
+      (q) => [q.name, q.queue_id],
+    ),
+  );
+  const item = (x: SubmitScenario['batch'][number]): SubmitItem => {
+    const payload = { key: x.key, variant: x.variant };
+    const normalized = { ...TASK_DEFAULTS, payload, resource_key: null };
+    return {
+      principal,
+      queueId: queues.get(x.queue) as Buffer,
+      queueName: x.queue,
+      receipt: receiptIdentity(principal, x.key, 'submitTask', { queue: x.queue }, normalized),
+      request: {
+        payload,
+        payloadJson: JSON.stringify(payload),
+        priority: TASK_DEFAULTS.priority,
+        resourceKey: null,
+        maxAttempts: TASK_DEFAULTS.max_attempts,
+        deadlineSeconds: TASK_DEFAULTS.deadline_seconds,
+        delaySeconds: TASK_DEFAULTS.delay_seconds,
+        onUnknownOutcome: TASK_DEFAULTS.on_unknown_outcome,
+      },
+    };
+  };
+  // Earlier submissions, one by one (the same in both databases).
+  for (const x of s.earlier) await taskSubmitBatch(db, clock, [item(x)]);
+  const room = async (table: 'orbit_application_resources' | 'orbit_queues', left: number | null) => {
+    if (left !== null)
+      await db.exec(`UPDATE ${table} SET max_unfinished_tasks = unfinished_tasks + ? WHERE application_id = UNHEX(?)`, [left, tenant.applicationId]);
+  };
+  await room('orbit_application_resources', s.applicationRoom);
+  await room('orbit_queues', s.queueRoom);
+  let path: PathTaken | null = null;
+  const outcomes = await taskSubmitBatch(db, clock, s.batch.map(item), { path: side.mode, onPath: (p) => (path = p) });
+  const tasks = await db.rows<{ payload: string; queue: string; state: string }>(
+    `SELECT t.payload, q.name AS queue, t.state FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
+      WHERE t.application_id = UNHEX(?) ORDER BY t.payload, q.name`,
+    [tenant.applicationId],
+  );
+  const receipts = await db.rows('SELECT idempotency_key, operation FROM orbit_idempotency_receipts WHERE namespace_id = UNHEX(?) ORDER BY idempotency_key', [
+    tenant.namespaceId,
+  ]);
+  const counters = await db.rows(
+    `SELECT 'application' AS level, unfinished_tasks FROM orbit_application_resources WHERE application_id = UNHEX(?)
+     UNION ALL SELECT name, unfinished_tasks FROM orbit_queues WHERE application_id = UNHEX(?) ORDER BY level`,
+    [tenant.applicationId, tenant.applicationId],
+  );
+  const events = await db.rows<{ type: string; data: string }>('SELECT type, data FROM orbit_events WHERE application_id = UNHEX(?) ORDER BY sequence', [
+    tenant.applicationId,
+  ]);
+  return {
+    path: path as PathTaken | null,
+    outcomes: outcomes.map(normaliseSubmit),
+    rows: { tasks, receipts, counters, events: events.map((e) => ({ type: e.type, data: withoutIdsAndTimes(JSON.parse(e.data)) })) },
+  };
+}
+
+function normaliseSubmit(o: SubmitOutcome) {
+  if (!o.ok) return { ok: false, code: o.error.code, message: o.error.message };
+  const { queue, state, priority, payload, max_attempts, attempts } = o.task as unknown as Record<string, unknown>;
+  return { ok: true, deduplicated: o.deduplicated, task: { queue, state, priority, payload, max_attempts, attempts } };
+}
+
+test('submit: a plain batch takes the one-round-trip path; generated batches answer and write the same on both paths', async () => {
+  const plainBatch: SubmitScenario = {
+    earlier: [],
+    batch: [
+      { key: 'p0', variant: 0, queue: 'a' },
+      { key: 'p1', variant: 0, queue: 'b' },
+    ],
+    applicationRoom: null,
+    queueRoom: null,
+  };
+  const plainA = await runSubmit(a, plainBatch);
+  const plainB = await runSubmit(b, plainBatch);
+  assert.equal(plainA.path, 'fast');
+  assert.equal(plainB.path, 'careful');
+  assert.deepEqual(plainA.outcomes, plainB.outcomes);
+  assert.deepEqual(plainA.rows, plainB.rows);
+  let fast = 0;
+  await fc.assert(
+    fc.asyncProperty(submitScenarios, async (s) => {
+      const chosen = await runSubmit(a, s);
+      const careful = await runSubmit(b, s);
+      assert.deepEqual(chosen.outcomes, careful.outcomes, 'answers');
+      assert.deepEqual(chosen.rows, careful.rows, 'rows');
+      if (chosen.path === 'fast') fast++;
+    }),
+    { seed: 0x5b17, numRuns: RUNS },
+  );
+  assert.ok(fast > 0 && fast < RUNS, `fast submissions in ${fast} of ${RUNS} scenarios`);
   await assertCountersMatchRecount(a.t.db);
   await assertCountersMatchRecount(b.t.db);
 });

@@ -218,23 +218,37 @@ export function submissionBytes(item: SubmitItem): number {
 }
 
 /** All items belong to one application (the batcher groups them so). */
-export async function taskSubmitBatch(db: Database, clock: Clock, items: SubmitItem[]): Promise<SubmitOutcome[]> {
+export async function taskSubmitBatch(
+  db: Database,
+  clock: Clock,
+  items: SubmitItem[],
+  options: {
+    /** 'careful' skips the one-round-trip path (for the differential test). */
+    path?: 'choose' | 'careful';
+    /** Told which path decided the batch. */
+    onPath?: (path: 'fast' | 'careful') => void;
+  } = {},
+): Promise<SubmitOutcome[]> {
   if (items.length === 0) return [];
   const applicationId = (items[0] as SubmitItem).principal.applicationId;
   const nowMs = clock.now();
   const prepared = items.map((item) => prepare(item, nowMs));
   const perQueue = countByQueue(prepared);
-  try {
-    // Lock order: the application row, the queue rows, then the new tasks and their receipts -
-    // all in one round trip with the COMMIT, so the hot rows are held for no round trip at all.
-    const statements = [...guardedCounterUpdates(applicationId, prepared.length, perQueue), ...insertStatements(prepared)];
-    await db.oneShot(statements);
-    return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
-  } catch (error) {
-    // No room somewhere, a credential that may no longer act, or a key already used: nothing
-    // was written; decide item by item.
-    if (!isGuardError(error) && !isDuplicateKeyError(error)) throw error;
+  if (options.path !== 'careful') {
+    try {
+      // Lock order: the application row, the queue rows, then the new tasks and their receipts -
+      // all in one round trip with the COMMIT, so the hot rows are held for no round trip at all.
+      const statements = [...guardedCounterUpdates(applicationId, prepared.length, perQueue), ...insertStatements(prepared)];
+      await db.oneShot(statements);
+      options.onPath?.('fast');
+      return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
+    } catch (error) {
+      // No room somewhere, a credential that may no longer act, or a key already used: nothing
+      // was written; decide item by item.
+      if (!isGuardError(error) && !isDuplicateKeyError(error)) throw error;
+    }
   }
+  options.onPath?.('careful');
   // A receipt for one of these keys may commit between the careful path's read and its insert
   // (a writer that does not hold the application row): then it decides again, seeing it.
   for (let attempt = 0; ; attempt++) {

@@ -12,7 +12,7 @@
  * service that does not answer skips its peers with one line.
  *
  * Options (environment): ORBIT_BENCH_TASKS (20000), ORBIT_BENCH_PRODUCERS (16),
- * ORBIT_BENCH_CONCURRENCY (16), ORBIT_BENCH_BATCH (1000 items per bulk request),
+ * ORBIT_BENCH_CONCURRENCY (16), ORBIT_BENCH_HIGH_CAPACITY (256: the slots per session of the 4-session high-capacity shape), ORBIT_BENCH_BATCH (1000 items per bulk request),
  * ORBIT_BENCH_BATCHES_IN_FLIGHT (4), ORBIT_BENCH_SERVERS (2 orbit-server processes),
  * ORBIT_BENCH_LATENCY_SECONDS (10), ORBIT_BENCH_LATENCY_RATE (submissions/s offered in the latency
  * run; default half the peak single-submit rate measured before it), ORBIT_BENCH_CEILING_CONNECTIONS (16),
@@ -86,6 +86,8 @@ try {
       [1, w.concurrency],
       [4, Math.max(1, Math.round(w.concurrency / 4))],
       [4, w.concurrency],
+      // The high-capacity shape: large claim and result groups (4 sessions × 256 slots).
+      [4, w.highCapacity],
     ];
     let limitsPrinted = false;
     for (const [sessions, capacity] of shapes) {

@@ -19,6 +19,8 @@ export interface Workload {
   producers: number;
   /** Worker concurrency in the drain phase (per system; Orbit: sessions × capacity). */
   concurrency: number;
+  /** Slots per session of Orbit's high-capacity shape (4 sessions). */
+  highCapacity: number;
   /** Items per bulk request (Orbit's tasks:batch, Graphile's addJobs). */
   batchSize: number;
   /** Bulk requests in flight at once. */
@@ -42,6 +44,7 @@ export function workloadFromEnv(): Workload {
     tasks: envInt('ORBIT_BENCH_TASKS', 20_000),
     producers: envInt('ORBIT_BENCH_PRODUCERS', 16),
     concurrency: envInt('ORBIT_BENCH_CONCURRENCY', 16),
+    highCapacity: envInt('ORBIT_BENCH_HIGH_CAPACITY', 256),
     batchSize: envInt('ORBIT_BENCH_BATCH', 1000),
     batchesInFlight: envInt('ORBIT_BENCH_BATCHES_IN_FLIGHT', 4),
     servers: envInt('ORBIT_BENCH_SERVERS', 2),

@@ -20,7 +20,7 @@ import type { Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, jsonOrNull, settleAttempts, type AttemptRef, type Settlement } from './attempts.ts';
 import { facts } from './attempt-results.ts';
-import { countBy, guard, isFastPathMiss, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+import { countBy, guard, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
 
 export interface CompleteItem extends AttemptRef {
   sessionId: IdBytes;
@@ -143,10 +143,11 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
     sql`UPDATE orbit_tasks
         SET state = ${perTask((i) => i.taskState)}, current_attempt_id = NULL, finished_at = @now, updated_at = @now,
             result = COALESCE(${perTask((i) => jsonOrNull(i.result))}, result), error = ${perTask((i) => errorColumn(i))}
-      WHERE (task_id, current_attempt_id) IN (${sql.join(
-        byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`),
-        sql`, `,
-      )}) AND state = 'RUNNING'`,
+      WHERE ${rowsAsExpected(
+        'task_id',
+        'current_attempt_id',
+        byTask.map((i) => [i.taskId, i.attemptId] as const),
+      )} AND state = 'RUNNING'`,
     guard(items.length, applicationId),
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
@@ -155,10 +156,11 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
       byAttempt.map((i) => sql`WHEN ${i.attemptId} THEN ${i.attemptState}`),
       sql` `,
     )} END, finished_at = @now
-      WHERE (attempt_id, session_id) IN (${sql.join(
-        byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`),
-        sql`, `,
-      )}) AND state = 'RUNNING' AND lease_expires_at > @now`,
+      WHERE ${rowsAsExpected(
+        'attempt_id',
+        'session_id',
+        byAttempt.map((i) => [i.attemptId, i.sessionId] as const),
+      )} AND state = 'RUNNING' AND lease_expires_at > @now`,
     guard(items.length, applicationId),
   );
   const perKey = [...countBy(items, (i) => (i.resourceKey === null ? null : `${hex(i.queueId)}/${i.resourceKey}`))].sort(([a], [b]) => a.localeCompare(b));

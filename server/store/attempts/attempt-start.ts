@@ -23,7 +23,7 @@ import { sql, type SQL } from '../database/sql.ts';
 import { valueList, type Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, lockForAttempts, type AttemptRef, type LockedAttempt, type Locked } from './attempts.ts';
-import { countBy, guard, isFastPathMiss, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+import { countBy, guard, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
 
 export type StartAnswer =
   | { kind: 'started'; leaseExpiresAtMs: number; duplicate: boolean }
@@ -152,19 +152,21 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   s.push(
     sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now
-      WHERE (task_id, current_attempt_id) IN (${sql.join(
-        byTask.map((i) => sql`(${i.taskId}, ${i.attemptId})`),
-        sql`, `,
-      )}) AND state = 'LEASED'`,
+      WHERE ${rowsAsExpected(
+        'task_id',
+        'current_attempt_id',
+        byTask.map((i) => [i.taskId, i.attemptId] as const),
+      )} AND state = 'LEASED'`,
     guard(items.length, applicationId),
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
   s.push(
     sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
-      WHERE (attempt_id, session_id) IN (${sql.join(
-        byAttempt.map((i) => sql`(${i.attemptId}, ${i.sessionId})`),
-        sql`, `,
-      )}) AND state = 'RESERVED' AND lease_expires_at > @now`,
+      WHERE ${rowsAsExpected(
+        'attempt_id',
+        'session_id',
+        byAttempt.map((i) => [i.attemptId, i.sessionId] as const),
+      )} AND state = 'RESERVED' AND lease_expires_at > @now`,
     guard(items.length, applicationId),
   );
   if (taskEventsEnabled())

@@ -150,25 +150,27 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
                WHERE c.credential_id IN (${valueList(credentialIds)}) ORDER BY c.credential_id ${lockRows('identity', 'share')}`,
           sql`SELECT session_id, capacity, state FROM orbit_worker_sessions WHERE session_id IN (${valueList(sessionIds)}) ORDER BY session_id ${lockRows('session')}`,
           sql`SELECT session_id, COUNT(*) AS held FROM orbit_attempts WHERE session_id IN (${valueList(sessionIds)}) AND state IN ('RESERVED', 'RUNNING') GROUP BY session_id`,
+          // A plain read, before the application row is taken: what it adds to the row's hold is
+          // the statements after that lock, and fairness needs no exact count of waiting nodes.
+          sql`SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
+        WHERE application_id = ${applicationId} AND state = 'OPEN' AND waiting_since IS NOT NULL
+          AND last_seen_at > NOW(6) - INTERVAL ${sql.raw(String(WAITING_WINDOW_SECONDS))} SECOND AND node_id NOT IN (${valueList(nodeIds)})`,
           sql`SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
          FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
           sql`SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
          FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
-          sql`SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
-        WHERE application_id = ${applicationId} AND state = 'OPEN' AND waiting_since IS NOT NULL
-          AND last_seen_at > NOW(6) - INTERVAL ${sql.raw(String(WAITING_WINDOW_SECONDS))} SECOND AND node_id NOT IN (${valueList(nodeIds)})`,
           ...queueIds.map((queueId) => candidateSql({ queueId, excludedKeys: [], excludedTasks: [], limit: candidateLimit(queueId) })),
         ],
         sql`;\n`,
       ),
     );
-    const [identityRows, sessionRows, heldRows, appRows, queueRows, waitingNodes] = results as [
+    const [identityRows, sessionRows, heldRows, waitingNodes, appRows, queueRows] = results as [
       Array<Pick<CredentialRow, 'credential_id'> & { valid: number }>,
       Array<Pick<WorkerSessionRow, 'session_id' | 'capacity' | 'state'>>,
       Array<Pick<AttemptRow, 'session_id'> & { held: string }>,
+      Array<{ nodes: string }>,
       Array<QuotaRow & { now: string }>,
       QueueQuotaRow[],
-      Array<{ nodes: string }>,
     ];
     const pool = (results.slice(6) as CandidateRow[][]).flat();
     const app = appRows[0];

@@ -72,9 +72,10 @@ export interface BatcherOptions<I = unknown> {
   maxWeight?: () => number;
   /**
    * How long the first item of an idle key waits for others to join its group (default 0: it
-   * runs at once). Groups that form behind one in flight never wait: they start as it ends.
+   * runs at once), or a function of the key (asked each time). Groups that form behind one in
+   * flight never wait: they start as it ends.
    */
-  lingerMs?: number;
+  lingerMs?: number | ((key: string) => number);
 }
 
 /** What an item still waiting at its request's deadline is answered. */
@@ -182,7 +183,8 @@ export class KeyedBatcher<I = unknown, O = unknown> {
   }
 
   private pump(key: string, state: KeyState<I, O>, afterGroup = false): void {
-    const linger = this.options.lingerMs ?? 0;
+    const lingerOption = this.options.lingerMs ?? 0;
+    const linger = typeof lingerOption === 'function' ? lingerOption(key) : lingerOption;
     while (state.inFlight < this.options.maxInFlight && state.queue.length > 0) {
       if (linger > 0 && !afterGroup && state.inFlight === 0 && !state.lingered && state.queue.length < this.options.maxBatch) {
         state.lingering ??= setTimeout(() => {

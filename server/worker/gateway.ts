@@ -63,6 +63,8 @@ export class WorkerGateway {
   readonly groupLingerMs: number;
   private upgradeWebSocket: UpgradeWebSocket<unknown> | null = null;
   private readonly sessions = new Map<string, WorkerSession>();
+  /** Open sessions of this process per application (hex id). */
+  private readonly sessionsPerApplication = new Map<string, number>();
   private readonly starts: KeyedBatcher<StartItem & KnownAttempt, StartAnswer>;
   private readonly completes: KeyedBatcher<CompleteItem & KnownAttempt, CompleteAnswer>;
   private readonly claims: KeyedBatcher<ClaimRequest, ClaimOutcome>;
@@ -111,8 +113,11 @@ export class WorkerGateway {
     // that arrive while the previous group runs are decided together, in one transaction
     // (claims.ts), so more sessions mean larger groups rather than more transactions queueing
     // on the application row.
+    // A claim lingers only where another session of its application in this process could join
+    // it: a worker's session has one claim in flight at a time, so a lone session's claim would
+    // wait for nobody (measured: 1 × 16 drained about a tenth slower with it).
     this.claims = new KeyedBatcher((_applicationHex, requests) => timed('claim', () => attemptClaimGroup(this.db, requests, this.leaseSeconds)), {
-      lingerMs: this.groupLingerMs,
+      lingerMs: (applicationHex) => ((this.sessionsPerApplication.get(applicationHex) ?? 0) > 1 ? this.groupLingerMs : 0),
       maxBatch: 64,
       maxInFlight: 1,
     });
@@ -172,8 +177,18 @@ export class WorkerGateway {
 
   register(session: WorkerSession): void {
     const key = session.sessionHex;
-    if (key) this.sessions.set(key, session);
+    if (key && !this.sessions.has(key)) {
+      this.sessions.set(key, session);
+      this.countSession(session.principal.applicationId, 1);
+    }
     this.metrics.workerSessions.set(this.sessions.size);
+  }
+
+  private countSession(applicationId: IdBytes, delta: number): void {
+    const app = idToHex(applicationId);
+    const n = (this.sessionsPerApplication.get(app) ?? 0) + delta;
+    if (n > 0) this.sessionsPerApplication.set(app, n);
+    else this.sessionsPerApplication.delete(app);
   }
 
   /** Remembers a session's closing work, so `close()` waits for its reservations to go back. */
@@ -186,7 +201,7 @@ export class WorkerGateway {
   async unregister(session: WorkerSession): Promise<void> {
     const info = session.info;
     if (!info) return;
-    this.sessions.delete(idToHex(info.sessionId));
+    if (this.sessions.delete(idToHex(info.sessionId))) this.countSession(info.principal.applicationId, -1);
     this.metrics.workerSessions.set(this.sessions.size);
     try {
       // Background work, not the frame's: outside any request's deadline (only the per-wait

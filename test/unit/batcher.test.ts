@@ -393,6 +393,29 @@ test('lingerMs: the first item of an idle key waits that long for company; a ful
   }
 });
 
+test('lingerMs as a function of the key: a key it gives 0 runs at once, another lingers', async () => {
+  mock.timers.enable({ apis: ['setTimeout'] });
+  try {
+    const r = recorder();
+    const b = new KeyedBatcher(r.run, { maxBatch: 8, maxInFlight: 1, lingerMs: (key) => (key === 'solo' ? 0 : 3) });
+    const solo = b.submit('solo', 1);
+    const shared = b.submit('shared', 2);
+    assert.deepEqual(
+      r.calls.map((c) => c.key),
+      ['solo'],
+      'solo went at once; shared waits',
+    );
+    mock.timers.tick(3);
+    assert.deepEqual(
+      r.calls.map((c) => c.key),
+      ['solo', 'shared'],
+    );
+    assert.deepEqual(await Promise.all([solo, shared]), ['solo:1', 'shared:2']);
+  } finally {
+    mock.timers.reset();
+  }
+});
+
 test('property: every item is answered by its deadline, with its output when the group answers in time, else UNAVAILABLE at the deadline; a group runs with its latest deadline', async () => {
   await fc.assert(
     fc.asyncProperty(

@@ -134,13 +134,6 @@ export interface OrbitWorkerOptions {
   handler: TaskHandler;
   /** Longest wait between claims when there is nothing to do (default 1000 ms). */
   maxPollIntervalMs?: number;
-  /**
-   * While busy, the worker claims once half of its capacity is free, or when a slot has been free
-   * this long (default 5 ms), whichever comes first: one claim then serves several slots (a claim
-   * is a transaction on the application's row), and a slot of a worker with long tasks is never
-   * left idle for more than this. 0 claims as soon as any slot is free.
-   */
-  claimGatherMs?: number;
   /** Problems the worker handled itself (a dropped attempt, a reconnect); default: ignored. */
   onEvent?: (event: WorkerEvent) => void;
   /**
@@ -196,7 +189,7 @@ export class OrbitWorker {
   constructor(options: OrbitWorkerOptions) {
     if (!/^https?:\/\//.test(options.baseUrl)) throw new Error('baseUrl must be an http(s) URL');
     if (options.capacity < 1) throw new Error('capacity must be at least 1');
-    this.options = { maxPollIntervalMs: 1000, startOnClaim: true, claimGatherMs: 5, ...options };
+    this.options = { maxPollIntervalMs: 1000, startOnClaim: true, ...options };
   }
 
   /**
@@ -412,31 +405,18 @@ export class OrbitWorker {
 
   private async claimLoop(): Promise<void> {
     let idleMs = 10;
-    /** While gathering free slots for one claim: when to claim anyway. */
-    let gatherUntil: number | null = null;
     while (this.running && !this.stopping) {
       if (!this.socket) {
         if (!(await this.establish())) break;
         idleMs = 10;
       }
       const room = this.options.capacity - this.held;
-      if (room <= 0) {
-        gatherUntil = null;
+      // Claim in batches: while busy, wait until a quarter of the capacity is free (a completion
+      // wakes the loop early), so one claim transaction serves several attempts.
+      if (room <= 0 || (this.held > 0 && room < Math.ceil(this.options.capacity / 4))) {
         await this.sleep(this.options.maxPollIntervalMs);
         continue;
       }
-      // Claim in batches: while busy, wait until half the capacity is free or a free slot has
-      // waited claimGatherMs (a completion wakes the loop early), so one claim transaction serves
-      // several attempts and no slot idles for long.
-      if (this.held > 0 && room < Math.ceil(this.options.capacity / 2) && this.options.claimGatherMs > 0) {
-        gatherUntil ??= Date.now() + this.options.claimGatherMs;
-        const left = gatherUntil - Date.now();
-        if (left > 0) {
-          await this.sleep(left);
-          continue;
-        }
-      }
-      gatherUntil = null;
       const claimId = `c${++this.claimCounter}`;
       let frame: ServerFrame;
       try {

@@ -153,7 +153,7 @@ let servers: ServerProcess[] = [];
 try {
   const tenant = await createTenant(bench.db, { namespace: 'capacity', queues: ['renew', 'recover'] });
   await bench.db.exec('UPDATE orbit_queues SET max_concurrency = 100000, rate_per_second = 1000000');
-  servers = await Promise.all([0, 1].map(() => startServerProcess(bench.url, { ORBIT_LOG_LEVEL: 'warn', ...PRODUCTION_BOUNDS })));
+  servers = await Promise.all([0, 1].map(() => startServerProcess(bench.url, PRODUCTION_BOUNDS)));
   const urls = servers.map((s) => s.url);
   await renewal(bench.db, urls, tenant.token);
   await recovery(bench.db, urls, tenant.token);

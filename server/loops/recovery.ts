@@ -19,6 +19,9 @@ export interface RecoveryLoopOptions {
   batchSize?: number;
 }
 
+/** Batches of expired attempts one recovery round may settle when it finds a backlog. */
+const MAX_BATCHES_PER_ROUND = 25;
+
 export class RecoveryLoop extends PeriodicLoop {
   private busyAttempts = new Set<string>();
   private busyDeadlines = new Set<string>();
@@ -32,7 +35,16 @@ export class RecoveryLoop extends PeriodicLoop {
     const { db, log, metrics } = this.options;
     const limit = this.options.batchSize ?? 200;
     try {
+      // A backlog (many leases ending at once: a worker fleet lost) is worked off batch after
+      // batch within the round, up to MAX_BATCHES_PER_ROUND, instead of one batch per interval.
       const attempts = await recoverExpiredAttempts(db, { limit, waitFor: this.busyAttempts });
+      for (let batch = 1; batch < MAX_BATCHES_PER_ROUND && attempts.candidates === limit && attempts.busy.length === 0; batch++) {
+        const more = await recoverExpiredAttempts(db, { limit, waitFor: new Set() });
+        attempts.expired_reservation += more.expired_reservation;
+        attempts.expired_lease += more.expired_lease;
+        attempts.busy = more.busy;
+        attempts.candidates = more.candidates;
+      }
       this.busyAttempts = new Set(attempts.busy);
       const deadlines = await expireDeadlines(db, { limit, waitFor: this.busyDeadlines });
       this.busyDeadlines = new Set(deadlines.busy);

@@ -192,8 +192,19 @@ export async function settleAttempts<R extends AttemptRef, T>(
 /** A JSON column's value: the text, or NULL for nothing (`COALESCE(…, column)` then keeps what is there). */
 export const jsonOrNull = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
 
+/** What one settlement writes to its task row. */
+interface TaskWrite {
+  taskId: IdBytes;
+  state: TaskState;
+  availableAt: string | null;
+  terminal: boolean;
+  result: string | null;
+  error: string | null | undefined;
+}
+
 class SettlementWrites {
-  private statements: BatchStatement[] = [];
+  private attemptsTo: Array<{ attemptId: IdBytes; state: Settlement['attemptState'] }> = [];
+  private tasksTo: TaskWrite[] = [];
   private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
   private permits = new Map<string, number>();
   /** The lifecycle events of the settlements, in order; their queue names are filled in at flush. */
@@ -208,14 +219,16 @@ class SettlementWrites {
     if (attempt.state !== 'RESERVED' && attempt.state !== 'RUNNING') throw new Error('only an active attempt can be settled');
     const terminal = isTerminal(s.taskState);
     const availableAt = s.availableAtMs === undefined ? null : millisToSql(s.availableAtMs);
-    const error = s.error === undefined ? sql`error` : sql`${s.error === null ? null : JSON.stringify(s.error)}`;
-    this.statements.push(
-      sql`UPDATE orbit_attempts SET state = ${s.attemptState}, finished_at = ${this.nowSql} WHERE attempt_id = ${attempt.attempt_id}`,
-      sql`UPDATE orbit_tasks
-          SET state = ${s.taskState}, current_attempt_id = NULL, available_at = COALESCE(${availableAt}, available_at), finished_at = ${terminal ? this.nowSql : null},
-              result = COALESCE(${jsonOrNull(s.result)}, result), error = ${error}, updated_at = ${this.nowSql}
-        WHERE task_id = ${task.task_id}`,
-    );
+    this.attemptsTo.push({ attemptId: attempt.attempt_id, state: s.attemptState });
+    this.tasksTo.push({
+      taskId: task.task_id,
+      state: s.taskState,
+      availableAt,
+      terminal,
+      result: jsonOrNull(s.result),
+      // Absent: the task keeps the error it has; null clears it.
+      error: s.error === undefined ? undefined : s.error === null ? null : JSON.stringify(s.error),
+    });
     const q = this.queues.get(hex(attempt.queue_id)) ?? { unfinished: 0, active: 0, pending: 0 };
     q.active -= 1;
     if (attempt.state === 'RESERVED') q.pending -= 1;
@@ -235,10 +248,39 @@ class SettlementWrites {
     }
   }
 
+  /**
+   * The attempt and task rows, one UPDATE per distinct outcome rather than per row: recovery's
+   * hundreds of expired leases share a handful of outcomes (the state, the retry time, the
+   * error), so a round costs a few statements whatever its size. Every row is locked already
+   * (lockForAttempts), and each is settled at most once per transaction (a second settlement of
+   * an attempt finds it no longer active), so no two groups name the same row.
+   */
+  private *rowStatements(): Generator<BatchStatement> {
+    const byState = new Map<string, IdBytes[]>();
+    for (const a of this.attemptsTo) byState.set(a.state, [...(byState.get(a.state) ?? []), a.attemptId]);
+    for (const [state, ids] of byState) {
+      yield sql`UPDATE orbit_attempts SET state = ${state}, finished_at = ${this.nowSql} WHERE attempt_id IN (${valueList(ids)})`;
+    }
+    const byOutcome = new Map<string, { write: TaskWrite; ids: IdBytes[] }>();
+    for (const t of this.tasksTo) {
+      const key = JSON.stringify([t.state, t.availableAt, t.terminal, t.result, t.error === undefined ? 0 : 1, t.error ?? null]);
+      const group = byOutcome.get(key);
+      if (group) group.ids.push(t.taskId);
+      else byOutcome.set(key, { write: t, ids: [t.taskId] });
+    }
+    for (const { write: t, ids } of byOutcome.values()) {
+      const error = t.error === undefined ? sql`error` : sql`${t.error}`;
+      yield sql`UPDATE orbit_tasks
+          SET state = ${t.state}, current_attempt_id = NULL, available_at = COALESCE(${t.availableAt}, available_at), finished_at = ${t.terminal ? this.nowSql : null},
+              result = COALESCE(${t.result}, result), error = ${error}, updated_at = ${this.nowSql}
+        WHERE task_id IN (${valueList(ids)})`;
+    }
+  }
+
   /** The writes and the COMMIT, in one round trip (more only when they would not fit in one packet: results carry tenant JSON). */
   async flush(tx: Transaction): Promise<void> {
-    if (this.statements.length === 0) return;
-    const s = this.statements;
+    if (this.attemptsTo.length === 0) return;
+    const s: BatchStatement[] = [...this.rowStatements()];
     s.push(
       ...counterAdjustStatements(
         this.applicationId,

@@ -32,6 +32,8 @@ export interface RecoveryCounts {
   deadline: number;
   /** Applications whose row was busy this round. */
   busy: string[];
+  /** Candidates read (at most the limit): a full batch means more may be waiting. */
+  candidates: number;
 }
 
 /**
@@ -39,12 +41,13 @@ export interface RecoveryCounts {
  * instead of skipping it again, so a constantly busy application is still recovered.
  */
 export async function recoverExpiredAttempts(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
-  const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
+  const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [], candidates: 0 };
   const rows = await db.rows<Pick<AttemptRow, 'application_id' | 'attempt_id' | 'task_id' | 'queue_id'>>(
     sql`SELECT /* scatter: recovery-expired-leases */ application_id, attempt_id, task_id, queue_id FROM orbit_attempts
       WHERE state IN ('RESERVED', 'RUNNING') AND lease_expires_at <= NOW(6)
       ORDER BY lease_expires_at LIMIT ${params.limit}`,
   );
+  counts.candidates = rows.length;
   for (const [applicationHex, group] of groupByApplication(rows)) {
     const refs: AttemptRef[] = group.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id }));
     const result = await attemptExpireBatch(db, {
@@ -63,7 +66,7 @@ export async function recoverExpiredAttempts(db: Database, params: { limit: numb
 
 /** WAITING tasks past their deadline → EXPIRED (one unfinished slot back at both levels). */
 export async function expireDeadlines(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
-  const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [] };
+  const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [], candidates: 0 };
   const rows = await db.rows<Pick<TaskRow, 'application_id' | 'queue_id' | 'task_id'>>(
     sql`SELECT /* scatter: recovery-deadlines */ application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ${params.limit}`,
   );

@@ -19,6 +19,7 @@ import { DEFAULT_DATABASE_TIMEOUT_MS, type Database } from '../store/database/da
 import { startAttempts, type StartAnswer, type StartItem } from '../store/attempts/attempt-start.ts';
 import { completeAttempts, completionBytes, type CompleteAnswer, type CompleteItem } from '../store/attempts/attempt-complete.ts';
 import { sessionReleaseReservations } from '../store/attempts/attempt-results.ts';
+import { attemptRenewBatch } from '../store/attempts/attempts.ts';
 import type { KnownAttempt } from '../store/attempts/fast-path-guards.ts';
 import { attemptTakeCancelNotices } from '../store/attempts/cancel-notices.ts';
 import { sessionHeartbeat, sessionMarkClosed, sessionsWithInvalidCredential } from '../store/attempts/sessions.ts';
@@ -68,6 +69,7 @@ export class WorkerGateway {
   private readonly starts: KeyedBatcher<StartItem & KnownAttempt, StartAnswer>;
   private readonly completes: KeyedBatcher<CompleteItem & KnownAttempt, CompleteAnswer>;
   private readonly claims: KeyedBatcher<ClaimRequest, ClaimOutcome>;
+  private readonly renewals: KeyedBatcher<{ sessionId: IdBytes; attemptId: IdBytes }, number | null>;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly closing = new Set<Promise<void>>();
 
@@ -120,6 +122,12 @@ export class WorkerGateway {
       lingerMs: (applicationHex) => ((this.sessionsPerApplication.get(applicationHex) ?? 0) > 1 ? this.groupLingerMs : 0),
       maxBatch: 64,
       maxInFlight: 1,
+    });
+    // Renewals group-commit too: they touch only attempt rows (no hot row), so several groups
+    // may be in flight; what a group saves is commits.
+    this.renewals = new KeyedBatcher((_applicationHex, items) => timed('renew', () => attemptRenewBatch(this.db, { items, leaseSeconds: this.leaseSeconds })), {
+      maxBatch: 256,
+      maxInFlight: 4,
     });
     // Background work, outside any request's deadline (deadline.ts).
     const every = (ms: number, fn: () => Promise<void>) => withoutDeadline(() => setInterval(() => void fn(), ms));
@@ -221,6 +229,11 @@ export class WorkerGateway {
 
   start(applicationId: IdBytes, item: StartItem & KnownAttempt): Promise<StartAnswer> {
     return this.starts.submit(idToHex(applicationId), item);
+  }
+
+  /** A renewal, group-committed with the others of its application: the new lease end, or null when the lease was lost. */
+  renew(applicationId: IdBytes, item: { sessionId: IdBytes; attemptId: IdBytes }): Promise<number | null> {
+    return this.renewals.submit(idToHex(applicationId), item);
   }
 
   complete(applicationId: IdBytes, item: CompleteItem & KnownAttempt): Promise<CompleteAnswer> {

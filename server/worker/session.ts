@@ -9,7 +9,7 @@ import { OrbitError } from '../errors.ts';
 import { idToHex, hexToId } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
 import { toCallerError, toOrbitError } from '../failures.ts';
-import { attemptRenew, type AttemptRef } from '../store/attempts/attempts.ts';
+import type { AttemptRef } from '../store/attempts/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempts/attempt-results.ts';
 import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
 import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } from '../generated/frames.ts';
@@ -235,11 +235,7 @@ export class WorkerSession {
 
   private async onRenew(attemptId: string): Promise<void> {
     const info = this.requireInfo();
-    const leaseExpiresAtMs = await attemptRenew(this.gateway.db, {
-      sessionId: info.sessionId,
-      attemptId: hexToId(attemptId),
-      leaseSeconds: this.gateway.leaseSeconds,
-    });
+    const leaseExpiresAtMs = await this.gateway.renew(this.principal.applicationId, { sessionId: info.sessionId, attemptId: hexToId(attemptId) });
     if (leaseExpiresAtMs === null) throw this.leaseLost(attemptId);
     this.send({ type: 'renewed', attempt_id: attemptId, lease_expires_at: new Date(leaseExpiresAtMs).toISOString() });
   }

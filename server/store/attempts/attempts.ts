@@ -19,6 +19,7 @@ import { valueList, type BatchStatement, type Database, type Queryable, type Tra
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
+import { rowsAsExpected } from './fast-path-guards.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement } from '../records/events.ts';
 import { settlementEventType, taskEvent, taskEventsEnabled } from '../records/task-events.ts';
@@ -328,19 +329,28 @@ export function heldBySession(attempt: LockedAttempt | undefined, sessionId: IdB
 }
 
 // ---------------------------------------------------------------------------------------------
-// Renew: extend a lease, never past the task's deadline. Touches only the attempt row.
+// Renew: extend leases, never past the task's deadline. Touches only the attempt rows.
 
-export async function attemptRenew(db: Queryable, params: { sessionId: IdBytes; attemptId: IdBytes; leaseSeconds: number }): Promise<number | null> {
-  const [result, rows] = (await db.batch(
-    sql.join(
-      [
-        sql`UPDATE orbit_attempts SET lease_expires_at = LEAST(NOW(6) + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
-      WHERE attempt_id = ${params.attemptId} AND session_id = ${params.sessionId} AND state IN ('RESERVED', 'RUNNING') AND lease_expires_at > NOW(6)`,
-        sql`SELECT lease_expires_at FROM orbit_attempts WHERE attempt_id = ${params.attemptId}`,
-      ],
-      sql`;\n`,
-    ),
-  )) as [{ affectedRows: number }, Array<Pick<AttemptRow, 'lease_expires_at'>>];
-  if (result.affectedRows !== 1 || !rows[0]) return null;
-  return sqlToMillis(rows[0].lease_expires_at);
+/**
+ * Renews leases, many in one transaction of one round trip: the group commit of renewals that
+ * arrive together (a thousand sessions renewing at once cost a thousand commits otherwise). Each
+ * is extended to min(now + lease, deadline) when its session still holds it; answers, in item
+ * order, the new lease end, or null when the lease was lost.
+ */
+export async function attemptRenewBatch(
+  db: Database,
+  params: { items: Array<{ sessionId: IdBytes; attemptId: IdBytes }>; leaseSeconds: number },
+): Promise<Array<number | null>> {
+  const pairs = params.items.map((i) => [i.attemptId, i.sessionId] as const);
+  const held = sql`${rowsAsExpected('attempt_id', 'session_id', pairs)} AND state IN ('RESERVED', 'RUNNING') AND lease_expires_at > @now`;
+  const results = await db.oneShot([
+    sql`SET @now = NOW(6)`,
+    sql`UPDATE orbit_attempts SET lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at) WHERE ${held}`,
+    // The same rows, after the UPDATE in this transaction: those it extended (a lease it did not
+    // touch was not live, and is not live now).
+    sql`SELECT attempt_id, session_id, lease_expires_at FROM orbit_attempts WHERE ${held}`,
+  ]);
+  const rows = results[2] as Array<Pick<AttemptRow, 'attempt_id' | 'session_id' | 'lease_expires_at'>>;
+  const leaseOf = new Map(rows.map((r) => [`${hex(r.attempt_id)}/${hex(r.session_id)}`, sqlToMillis(r.lease_expires_at)]));
+  return params.items.map((i) => leaseOf.get(`${hex(i.attemptId)}/${hex(i.sessionId)}`) ?? null);
 }

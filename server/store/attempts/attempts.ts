@@ -15,7 +15,7 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
 import { sql } from '../database/sql.ts';
-import { valueList, type BatchStatement, type Database, type Queryable, type Transaction } from '../database/database.ts';
+import { valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';

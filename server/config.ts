@@ -120,7 +120,7 @@ export const SETTINGS: readonly Setting[] = [
     default: '2',
     range: '0 to 100',
     meaning:
-      'how long the first claim, start or result of an idle application waits in a process for others to join its group commit (0: it goes at once); groups that form behind one in flight never wait',
+      'how long the first start or result of an idle application waits in a process for others to join its group commit, and its first claim when another session of the application is connected to that process (0: they go at once); groups that form behind one in flight never wait',
   },
   { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
 ];

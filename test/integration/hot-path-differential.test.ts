@@ -134,8 +134,13 @@ async function run(side: Side, s: Scenario) {
   await db.exec('UPDATE orbit_queues SET key_concurrency = ? WHERE application_id = UNHEX(?)', [s.keyConcurrency, tenant.applicationId]);
   const principal = await credentialAuthenticate(db, tenant.token);
   const session: SessionInfo = await sessionOpen(db, { principal, nodeId: 'differential', queues: ['jobs'], capacity: 16 });
+  // Claimable now by the database's clock: a task's available_at comes from the process's
+  // estimate of it (DatabaseClock), which may run a few milliseconds ahead.
+  await db.exec('UPDATE orbit_tasks SET available_at = NOW(6) - INTERVAL 1 SECOND WHERE application_id = UNHEX(?)', [tenant.applicationId]);
   const [claim] = await attemptClaimGroup(db, [{ session, max: 16 }], LEASE_SECONDS);
   assert.ok(claim?.ok);
+  // All of them but those a full key holds back (key_concurrency), so never none.
+  assert.ok(claim.claimed.length > 0, 'the claim reserved tasks');
   // Claim order is priority, then age: map each reservation to its task's index.
   const held = new Map<number, ClaimedAttemptInfo>(claim.claimed.map((c) => [indexOf.get(idToHex(c.taskId)) as number, c]));
   const known = (c: ClaimedAttemptInfo): KnownAttempt => ({
@@ -228,9 +233,11 @@ function withoutIdsAndTimes(value: unknown): unknown {
 /** The rows a user could see, keyed by task index instead of ids. */
 async function rowsOf(db: Database, tenant: TestTenant, indexOf: Map<string, number>) {
   const index = (hexId: string) => indexOf.get(hexId.toLowerCase()) as number;
+  // `later`: waiting for a retry (available after its last change), compared within the row so
+  // that a slow machine between the write and this read changes nothing.
   const tasks = await db.rows<{ id: string } & Record<string, unknown>>(
     `SELECT HEX(task_id) AS id, state, attempts, result, error, cancel_requested, current_attempt_id IS NULL AS no_attempt,
-            available_at > NOW(6) AS later, finished_at IS NULL AS unfinished
+            available_at > updated_at AS later, finished_at IS NULL AS unfinished
        FROM orbit_tasks WHERE application_id = UNHEX(?)`,
     [tenant.applicationId],
   );

@@ -158,16 +158,23 @@ async function ensurePrivateServer({ root, log, why }) {
 
     if (!fs.existsSync(p.data)) await initialiseDatadir(p, bins, log);
 
-    const port = await choosePort(readPort(p.portFile));
-    log(`orbit: starting a private MariaDB under ${p.rel} on 127.0.0.1:${port}`);
-    const { child, logOffsets } = startServer(p, bins, port);
-    fs.writeFileSync(p.portFile, `${port}\n`);
-    try {
-      await waitUntilReady({ port, p, child, logOffsets });
-    } finally {
-      child.removeAllListeners();
+    let port = await choosePort(readPort(p.portFile));
+    for (let attempt = 1; ; attempt++) {
+      log(`orbit: starting a private MariaDB under ${p.rel} on 127.0.0.1:${port}`);
+      const { child, logOffsets } = startServer(p, bins, port);
+      fs.writeFileSync(p.portFile, `${port}\n`);
+      try {
+        await waitUntilReady({ port, p, child, logOffsets });
+        return privateUrl(port);
+      } catch (error) {
+        // Another server took the port between the check and the bind (two test runs starting
+        // private servers at the same moment): try again on a port the system picks.
+        if (attempt >= 3 || !/Address already in use/.test(String(error?.message))) throw error;
+        port = await systemPort();
+      } finally {
+        child.removeAllListeners();
+      }
     }
-    return privateUrl(port);
   });
 }
 
@@ -355,6 +362,11 @@ async function choosePort(previous) {
   for (const port of [PREFERRED_PORT, previous]) {
     if (port && (await portIsFree(port))) return port;
   }
+  return systemPort();
+}
+
+/** A port that is free now, as the system picks it. */
+function systemPort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.once('error', reject);

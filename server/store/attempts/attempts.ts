@@ -258,7 +258,11 @@ class SettlementWrites {
    */
   private *rowStatements(): Generator<BatchStatement> {
     const byState = new Map<string, IdBytes[]>();
-    for (const a of this.attemptsTo) byState.set(a.state, [...(byState.get(a.state) ?? []), a.attemptId]);
+    for (const a of this.attemptsTo) {
+      const ids = byState.get(a.state);
+      if (ids) ids.push(a.attemptId);
+      else byState.set(a.state, [a.attemptId]);
+    }
     for (const [state, ids] of byState) {
       yield sql`UPDATE orbit_attempts SET state = ${state}, finished_at = ${this.nowSql} WHERE attempt_id IN (${valueList(ids)})`;
     }

@@ -21,7 +21,9 @@ function groupByApplication<T extends { application_id: Buffer }>(rows: T[]): Ma
   const groups = new Map<string, T[]>();
   for (const row of rows) {
     const key = idToHex(row.application_id);
-    groups.set(key, [...(groups.get(key) ?? []), row]);
+    const group = groups.get(key);
+    if (group) group.push(row);
+    else groups.set(key, [row]);
   }
   return groups;
 }

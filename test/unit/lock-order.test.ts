@@ -74,6 +74,29 @@ test('going back to rows already held (named by primary key, or returned by a lo
   );
 });
 
+test('set-based statements: a UNION of locking reads, a CASE update of queues, permits named as rows', () => {
+  const check = new LockOrderCheck();
+  check.observe('SELECT 1 FROM orbit_application_resources WHERE application_id = ? FOR UPDATE /* lock: application */', [app]);
+  check.observe('SELECT 1 FROM orbit_queues WHERE queue_id IN (?, ?) FOR UPDATE /* lock: queue */', [q1, q2]);
+  check.observe(
+    '(SELECT task_id FROM orbit_tasks WHERE queue_id = ? LIMIT 2 FOR UPDATE SKIP LOCKED /* lock: task */) UNION ALL (SELECT task_id FROM orbit_tasks WHERE queue_id = ? LIMIT 2 FOR UPDATE SKIP LOCKED /* lock: task */)',
+    [q1, q2],
+  );
+  check.locked([[{ task_id: t1 }]]);
+  check.observe(
+    'UPDATE orbit_key_permits SET holders = CASE WHEN (queue_id, resource_key) = (?, ?) THEN holders + 1 ELSE holders END WHERE (queue_id, resource_key) IN ((?, ?))',
+    [q1, 'k', q1, 'k'],
+  );
+  // Back to rows held: the queues locked at the start, the task the UNION returned, the permit above.
+  check.observe('UPDATE orbit_queues SET a = CASE queue_id WHEN ? THEN a + ? WHEN ? THEN a + ? ELSE a END WHERE queue_id IN (?, ?)', [q1, 1, q2, 2, q1, q2]);
+  check.observe("UPDATE orbit_tasks SET state = 'LEASED' WHERE task_id IN (?)", [t1]);
+  check.observe('UPDATE orbit_key_permits SET holders = holders - 1 WHERE (queue_id, resource_key) IN ((?, ?))', [q1, 'k']);
+  assert.throws(
+    () => check.observe('UPDATE orbit_queues SET a = CASE queue_id WHEN ? THEN a END WHERE queue_id IN (?, ?)', [q1, q1, Buffer.from('ee', 'hex')]),
+    /queue rows locked after/,
+  );
+});
+
 test('a locking read that never waits may take a lower level (SKIP LOCKED, NOWAIT)', () => {
   const check = new LockOrderCheck();
   check.observe('SELECT 1 FROM orbit_key_permits WHERE queue_id = ? AND resource_key = ? FOR UPDATE /* lock: permit */', [q1, 'k']);

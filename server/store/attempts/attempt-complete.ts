@@ -16,6 +16,8 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { afterResult, ATTEMPT_STATE_OF_OUTCOME, resultStateWithoutFacts, type AttemptOutcome, type TaskState } from '../../domain/task-transitions.ts';
 import { errorAfterResult } from '../../domain/task-errors.ts';
 import { sql, type SQL } from '../database/sql.ts';
+import { updateEachRow } from '../database/set-based.ts';
+import { permitHoldersStatement } from '../quotas/counters.ts';
 import type { Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, jsonOrNull, settleAttempts, type AttemptRef, type Settlement } from './attempts.ts';
@@ -127,11 +129,14 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
     sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks - ${items.length}, active_attempts = active_attempts - ${items.length} WHERE application_id = ${applicationId}`,
   ];
   const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
-  for (const [queueHex, n] of perQueue) {
-    s.push(
-      sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks - ${n}, active_attempts = active_attempts - ${n} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`,
-    );
-  }
+  s.push(
+    updateEachRow({
+      table: 'orbit_queues',
+      key: ['queue_id'],
+      columns: ['unfinished_tasks', 'active_attempts'],
+      rows: perQueue.map(([queueHex, n]) => ({ key: [Buffer.from(queueHex, 'hex')], values: [sql`unfinished_tasks - ${n}`, sql`active_attempts - ${n}`] })),
+    }),
+  );
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   /** `CASE task_id WHEN ? THEN ? … END`: each task's own value. */
   const perTask = (value: (i: KnownResult) => unknown) =>
@@ -163,13 +168,9 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
       )} AND state = 'RUNNING' AND lease_expires_at > @now`,
     guard(items.length, applicationId),
   );
-  const perKey = [...countBy(items, (i) => (i.resourceKey === null ? null : `${hex(i.queueId)}/${i.resourceKey}`))].sort(([a], [b]) => a.localeCompare(b));
-  for (const [key, n] of perKey) {
-    const slash = key.indexOf('/');
-    s.push(
-      sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = @now WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
-    );
-  }
+  const perKey = countBy(items, (i) => (i.resourceKey === null ? null : `${hex(i.queueId)}/${i.resourceKey}`));
+  const permits = permitHoldersStatement(new Map([...perKey].map(([key, n]) => [key, -n])), sql`@now`);
+  if (permits !== null) s.push(permits);
   if (taskEventsEnabled()) {
     s.push(
       taskEventsFromRows(

@@ -20,6 +20,7 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
+import { updateEachRow } from '../database/set-based.ts';
 import { valueList, type Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, lockForAttempts, type AttemptRef, type LockedAttempt, type Locked } from './attempts.ts';
@@ -73,22 +74,31 @@ export async function startCareful(db: Database, params: { applicationId: IdByte
     const statements: SQL[] = [
       sql`UPDATE orbit_application_resources SET window_started_at = ${started(appWindow)}, window_starts = ${appWindow.starts}, pending_starts = pending_starts - ${granted.length} WHERE application_id = ${params.applicationId}`,
     ];
-    const perQueue = new Map<string, number>();
-    for (const g of granted) perQueue.set(hex(g.attempt.queue_id), (perQueue.get(hex(g.attempt.queue_id)) ?? 0) + 1);
-    for (const [queueKey, n] of perQueue) {
-      const w = queueWindows.get(queueKey) as WindowState;
-      statements.push(
-        sql`UPDATE orbit_queues SET window_started_at = ${started(w)}, window_starts = ${w.starts}, pending_starts = pending_starts - ${n} WHERE queue_id = ${Buffer.from(queueKey, 'hex')}`,
-      );
-    }
+    const perQueue = [...countBy(granted, (g) => hex(g.attempt.queue_id))].sort(([a], [b]) => a.localeCompare(b));
+    statements.push(
+      updateEachRow({
+        table: 'orbit_queues',
+        key: ['queue_id'],
+        columns: ['window_started_at', 'window_starts', 'pending_starts'],
+        rows: perQueue.map(([queueKey, n]) => {
+          const w = queueWindows.get(queueKey) as WindowState;
+          return { key: [Buffer.from(queueKey, 'hex')], values: [sql`${started(w)}`, sql`${w.starts}`, sql`pending_starts - ${n}`] };
+        }),
+      }),
+    );
     statements.push(
       sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ${nowSql} WHERE task_id IN (${valueList(granted.map((g) => g.attempt.task_id))})`,
     );
-    for (const g of granted) {
-      statements.push(
-        sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = ${nowSql}, lease_expires_at = ${millisToSql(g.leaseExpiresAtMs)} WHERE attempt_id = ${g.attempt.attempt_id}`,
-      );
-    }
+    statements.push(
+      updateEachRow({
+        table: 'orbit_attempts',
+        key: ['attempt_id'],
+        columns: ['state', 'started_at', 'lease_expires_at'],
+        rows: [...granted]
+          .sort((a, b) => Buffer.compare(a.attempt.attempt_id, b.attempt.attempt_id))
+          .map((g) => ({ key: [g.attempt.attempt_id], values: [sql`'RUNNING'`, sql`${nowSql}`, sql`${millisToSql(g.leaseExpiresAtMs)}`] })),
+      }),
+    );
     if (taskEventsEnabled()) {
       // The same statement as the fast Start's (after the task rows above were updated).
       const taskIds = granted.map((g) => g.attempt.task_id);
@@ -121,11 +131,21 @@ export async function startAttempts(
   return { answers: await startCareful(db, params), path: 'careful' };
 }
 
-/** The rows whose start window a Start advances: the table and its key column (constant SQL text). */
-const WINDOW_ROWS = {
-  application: { table: 'orbit_application_resources', key: 'application_id' },
-  queue: { table: 'orbit_queues', key: 'queue_id' },
-} as const;
+/**
+ * A start window advanced by `n` starts in SQL, as start-window.ts decides (`tryStart`): a window
+ * that has ended is replaced by one opened at @now; the starts must fit under rate_per_second,
+ * else NULL fails the NOT NULL column and the fast path misses. `n` pending starts are given back.
+ * The same columns, in this order, for the application row and every queue row.
+ */
+const WINDOW_COLUMNS = ['window_starts', 'window_started_at', 'pending_starts'] as const;
+function windowAdvanced(n: number): SQL[] {
+  const ended = sql`window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now`;
+  return [
+    sql`IF(${ended}, IF(${n} <= rate_per_second, ${n}, NULL), IF(window_starts + ${n} <= rate_per_second, window_starts + ${n}, NULL))`,
+    sql`IF(${ended}, @now, window_started_at)`,
+    sql`pending_starts - ${n}`,
+  ];
+}
 
 /**
  * Starts every item, or nothing. Both windows are checked and advanced in SQL exactly as
@@ -138,17 +158,23 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
   if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return null;
   // One timestamp for the whole transaction: windows, started_at and leases agree exactly.
   const s: SQL[] = [sql`SET @now = NOW(6)`, sql`SELECT @now AS now`];
-  /** Advances one row's window by `n` starts (and gives back `n` pending starts). */
-  const window = (rows: keyof typeof WINDOW_ROWS, id: IdBytes, n: number) => sql`UPDATE ${sql.raw(WINDOW_ROWS[rows].table)}
-      SET window_starts = IF(window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now,
-                             IF(${n} <= rate_per_second, ${n}, NULL),
-                             IF(window_starts + ${n} <= rate_per_second, window_starts + ${n}, NULL)),
-          window_started_at = IF(window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now, @now, window_started_at),
-          pending_starts = pending_starts - ${n}
-    WHERE ${sql.raw(WINDOW_ROWS[rows].key)} = ${id}`;
-  s.push(window('application', applicationId, items.length));
+  s.push(
+    updateEachRow({
+      table: 'orbit_application_resources',
+      key: ['application_id'],
+      columns: WINDOW_COLUMNS,
+      rows: [{ key: [applicationId], values: windowAdvanced(items.length) }],
+    }),
+  );
   const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
-  for (const [queueHex, n] of perQueue) s.push(window('queue', Buffer.from(queueHex, 'hex'), n));
+  s.push(
+    updateEachRow({
+      table: 'orbit_queues',
+      key: ['queue_id'],
+      columns: WINDOW_COLUMNS,
+      rows: perQueue.map(([queueHex, n]) => ({ key: [Buffer.from(queueHex, 'hex')], values: windowAdvanced(n) })),
+    }),
+  );
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   s.push(
     sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now

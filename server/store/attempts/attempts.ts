@@ -17,7 +17,7 @@ import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
 import { sql } from '../database/sql.ts';
 import { valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
-import { counterAdjustStatements } from '../quotas/counters.ts';
+import { counterAdjustStatements, permitHoldersStatement } from '../quotas/counters.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { rowsAsExpected } from './fast-path-guards.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
@@ -292,12 +292,8 @@ class SettlementWrites {
         [...this.queues].map(([queueHex, delta]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta })),
       ),
     );
-    for (const [key, n] of [...this.permits].sort(([x], [y]) => x.localeCompare(y))) {
-      const slash = key.indexOf('/');
-      s.push(
-        sql`UPDATE orbit_key_permits SET holders = holders - ${n}, updated_at = ${this.nowSql} WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
-      );
-    }
+    const permits = permitHoldersStatement(new Map([...this.permits].map(([key, n]) => [key, -n])), sql`${this.nowSql}`);
+    if (permits !== null) s.push(permits);
     if (this.events.length > 0) {
       // Records last, under the application row this transaction holds (the feed's ordering rule).
       const names = await queueNamesOf(

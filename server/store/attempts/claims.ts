@@ -36,6 +36,8 @@ import {
 } from '../../domain/claim-decisions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
+import { updateEachRow } from '../database/set-based.ts';
+import { permitHoldersStatement } from '../quotas/counters.ts';
 import { rowsStatement, valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from './sessions.ts';
@@ -159,7 +161,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
          FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
           sql`SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
          FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
-          ...queueIds.map((queueId) => candidateSql({ queueId, excludedKeys: [], excludedTasks: [], limit: candidateLimit(queueId) })),
+          candidatesSql(queueIds.map((queueId) => ({ queueId, excludedKeys: [], excludedTasks: [], limit: candidateLimit(queueId) }))),
         ],
         sql`;\n`,
       ),
@@ -172,7 +174,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
       Array<QuotaRow & { now: string }>,
       QueueQuotaRow[],
     ];
-    const pool = (results.slice(6) as CandidateRow[][]).flat();
+    const pool = [...(results[6] as CandidateRow[])];
     const app = appRows[0];
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
     const nowMs = sqlToMillis(app.now);
@@ -256,8 +258,28 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
   });
 }
 
+interface CandidateQuery {
+  queueId: IdBytes;
+  excludedKeys: string[];
+  excludedTasks: IdBytes[];
+  limit: number;
+}
+
+/**
+ * The candidates of every queue in ONE statement: each queue's own claim-order scan of the claim
+ * index with its own LIMIT, as parts of a UNION ALL (a statement per queue would cost the group
+ * a statement per queue while the application row is held).
+ */
+function candidatesSql(queries: CandidateQuery[]): SQL {
+  if (queries.length === 1) return candidateSql(queries[0] as CandidateQuery);
+  return sql.join(
+    queries.map((q) => sql`(${candidateSql(q)})`),
+    sql` UNION ALL `,
+  );
+}
+
 /** One queue's claimable tasks in claim order, at most `limit`, without the excluded keys and tasks, locked with SKIP LOCKED. */
-function candidateSql(options: { queueId: IdBytes; excludedKeys: string[]; excludedTasks: IdBytes[]; limit: number }): SQL {
+function candidateSql(options: CandidateQuery): SQL {
   const { excludedKeys, excludedTasks } = options;
   return sql`SELECT task_id, queue_id, priority, resource_key, LENGTH(payload) AS payload_bytes, attempts, deadline_at, available_at
       FROM orbit_tasks FORCE INDEX (ix_orbit_tasks_claim)
@@ -306,16 +328,16 @@ async function pick(
       if (queues.length === 0) return;
       // Rows this transaction read already (locked by it: SKIP LOCKED would return them again).
       const excludedTasks = distinctIdsAscending(ctx.pool.map((c) => c.task_id));
-      const statements = queues.map(([queueHex, room]) =>
-        candidateSql({
-          queueId: Buffer.from(queueHex, 'hex'),
-          excludedKeys: [...state.fullKeys].filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1)),
-          excludedTasks,
-          limit: Math.min(left, room),
-        }),
+      candidates = await tx.rows<CandidateRow>(
+        candidatesSql(
+          queues.map(([queueHex, room]) => ({
+            queueId: Buffer.from(queueHex, 'hex'),
+            excludedKeys: [...state.fullKeys].filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1)),
+            excludedTasks,
+            limit: Math.min(left, room),
+          })),
+        ),
       );
-      // One statement alone comes back as plain rows, several as a list of row sets.
-      candidates = statements.length === 1 ? await tx.rows<CandidateRow>(statements[0] as SQL) : ((await tx.batch(statements)) as CandidateRow[][]).flat();
       // Rows read here are locked by this transaction and may be picked by the next claims too.
       ctx.pool.push(...candidates);
     }
@@ -399,12 +421,18 @@ async function writeClaims(
   const { applicationId, now } = params;
   // Session rows (locked in the first round trip) first, then the new attempts, the task rows
   // picked, the counters on rows already held, and the permits.
-  const statements: BatchStatement[] = [...params.claims]
-    .sort((a, b) => byIdAscending(a.session.sessionId, b.session.sessionId))
-    .map(
-      ({ session, waiting }) =>
-        sql`UPDATE orbit_worker_sessions SET waiting_since = ${waiting ? sql`COALESCE(waiting_since, ${now})` : sql`NULL`}, last_seen_at = ${now} WHERE session_id = ${session.sessionId}`,
-    );
+  // One row per session (the same session twice in a group: its last claim decides whether it waits).
+  const waitingOf = new Map(params.claims.map(({ session, waiting }) => [hex(session.sessionId), { sessionId: session.sessionId, waiting }]));
+  const statements: BatchStatement[] = [
+    updateEachRow({
+      table: 'orbit_worker_sessions',
+      key: ['session_id'],
+      columns: ['waiting_since', 'last_seen_at'],
+      rows: [...waitingOf.values()]
+        .sort((a, b) => byIdAscending(a.sessionId, b.sessionId))
+        .map(({ sessionId, waiting }) => ({ key: [sessionId], values: [waiting ? sql`COALESCE(waiting_since, ${now})` : sql`NULL`, sql`${now}`] })),
+    }),
+  ];
   const all = params.claims.flatMap(({ session, claimed }) => claimed.map((c) => ({ session, c })));
   if (all.length > 0) {
     const rows = all.map(
@@ -437,35 +465,47 @@ async function writeClaims(
      * A quota row's counters: +active for every attempt, +pending for the reserved ones, and the
      * started ones counted in its start window - opened now when the last one has ended, as
      * start-window.ts decides (the row is locked: the claim's room already left them room).
+     * The same columns for every row (updateEachRow): a row that starts nothing keeps its window.
      */
-    const counters = (n: number, startedHere: number, window: WindowState) => {
-      const set = [sql`active_attempts = active_attempts + ${n}`, sql`pending_starts = pending_starts + ${n - startedHere}`];
-      if (startedHere > 0) {
-        set.push(
-          windowIsOpen(window, params.nowMs)
-            ? sql`window_starts = window_starts + ${startedHere}`
-            : sql`window_started_at = ${now}, window_starts = ${startedHere}`,
-        );
-      }
-      return sql.join(set, sql`, `);
+    const COUNTER_COLUMNS = ['active_attempts', 'pending_starts', 'window_started_at', 'window_starts'];
+    const counters = (n: number, startedHere: number, window: WindowState): SQL[] => {
+      const open = startedHere === 0 || windowIsOpen(window, params.nowMs);
+      return [
+        sql`active_attempts + ${n}`,
+        sql`pending_starts + ${n - startedHere}`,
+        open ? sql`window_started_at` : sql`${now}`,
+        startedHere === 0 ? sql`window_starts` : open ? sql`window_starts + ${startedHere}` : sql`${startedHere}`,
+      ];
     };
     const startedTotal = all.filter(({ c }) => c.started).length;
     statements.push(
-      sql`UPDATE orbit_application_resources SET ${counters(all.length, startedTotal, params.windows.application)} WHERE application_id = ${applicationId}`,
+      updateEachRow({
+        table: 'orbit_application_resources',
+        key: ['application_id'],
+        columns: COUNTER_COLUMNS,
+        rows: [{ key: [applicationId], values: counters(all.length, startedTotal, params.windows.application) }],
+      }),
     );
     const perQueue = countBy(all, ({ c }) => hex(c.queueId));
     const startedPerQueue = countBy(all, ({ c }) => (c.started ? hex(c.queueId) : null));
-    const perKey = countBy(all, ({ c }) => (c.resourceKey === null ? null : permitKey(c.queueId, c.resourceKey)));
-    for (const [queueHex, n] of [...perQueue].sort(([a], [b]) => a.localeCompare(b))) {
-      const window = params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 };
-      statements.push(sql`UPDATE orbit_queues SET ${counters(n, startedPerQueue.get(queueHex) ?? 0, window)} WHERE queue_id = ${Buffer.from(queueHex, 'hex')}`);
-    }
-    for (const [key, n] of [...perKey].sort(([a], [b]) => a.localeCompare(b))) {
-      const slash = key.indexOf('/');
-      statements.push(
-        sql`UPDATE orbit_key_permits SET holders = holders + ${n}, updated_at = ${now} WHERE queue_id = ${Buffer.from(key.slice(0, slash), 'hex')} AND resource_key = ${key.slice(slash + 1)}`,
-      );
-    }
+    statements.push(
+      updateEachRow({
+        table: 'orbit_queues',
+        key: ['queue_id'],
+        columns: COUNTER_COLUMNS,
+        rows: [...perQueue]
+          .sort(([a], [b]) => a.localeCompare(b))
+          .map(([queueHex, n]) => ({
+            key: [Buffer.from(queueHex, 'hex')],
+            values: counters(n, startedPerQueue.get(queueHex) ?? 0, params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 }),
+          })),
+      }),
+    );
+    const permits = permitHoldersStatement(
+      countBy(all, ({ c }) => (c.resourceKey === null ? null : permitKey(c.queueId, c.resourceKey))),
+      sql`${now}`,
+    );
+    if (permits !== null) statements.push(permits);
   }
   const startedTasks = all.filter(({ c }) => c.started).map(({ c }) => c.taskId);
   if (startedTasks.length > 0 && taskEventsEnabled()) {

@@ -109,9 +109,14 @@ export function lockRows(level: LockLevel, mode: LockMode = 'update'): SQL {
 
 const LOCKING_CLAUSE = /\bFOR UPDATE\b|\bLOCK IN SHARE MODE\b|\bFOR SHARE\b/i;
 
+/** Whether a statement is a SELECT, or a UNION of parenthesised SELECTs (`(SELECT …) UNION ALL (SELECT …)`). */
+function isSelect(statement: string): boolean {
+  return /^\s*\(?\s*SELECT\b/i.test(statement);
+}
+
 /** Whether a statement is a locking read (`SELECT … FOR UPDATE` or in share mode). */
 export function isLockingRead(statement: string): boolean {
-  return /^\s*SELECT\b/i.test(statement) && LOCKING_CLAUSE.test(statement);
+  return isSelect(statement) && LOCKING_CLAUSE.test(statement);
 }
 
 /** The level a locking read says it takes (`/* lock: queue *\/`, written by `lockRows`), or null. */
@@ -148,7 +153,7 @@ const TABLE = /\borbit_[a-z_]+\b/g;
 /** The tables whose rows one statement locks (only Orbit's tables, only the locking kinds of statement). */
 export function lockedTables(statement: string): string[] {
   const text = statement.replace(/\s+/g, ' ').trim();
-  const verb = /^(\w+)/.exec(text)?.[1]?.toUpperCase();
+  const verb = isSelect(text) ? 'SELECT' : /^(\w+)/.exec(text)?.[1]?.toUpperCase();
   let tables: string[] = [];
   if (verb === 'SELECT') {
     if (!LOCKING_CLAUSE.test(text)) return [];
@@ -225,6 +230,23 @@ function rowsNamed(statement: string, params: readonly unknown[], table: string)
     const count = m[1] === undefined ? 1 : placeholderCount(m[1]);
     return params.slice(offset, offset + count);
   };
+  if (columns.length > 1) {
+    // A composite key compared as rows: `(queue_id, resource_key) IN ((?, ?), (?, ?))`.
+    const m = new RegExp(`\\(${columns.join(', ')}\\) IN \\(((?:\\(\\?(?:, \\?)*\\)(?:, )?)+)\\)`, 'i').exec(clause);
+    if (m) {
+      const offset = before + placeholderCount(clause.slice(0, m.index));
+      const values = params.slice(offset, offset + placeholderCount(m[1] as string));
+      const keys: string[] = [];
+      for (let i = 0; i + columns.length <= values.length; i += columns.length)
+        keys.push(
+          values
+            .slice(i, i + columns.length)
+            .map(keyText)
+            .join('/'),
+        );
+      return keys;
+    }
+  }
   const perColumn = columns.map(valuesOf);
   if (perColumn.some((v) => v === null)) return null;
   if (columns.length === 1) return (perColumn[0] as unknown[]).map(keyText);
@@ -283,7 +305,7 @@ export class LockOrderCheck {
         for (const r of named ?? []) set.add(r);
         this.rows.set(level, set);
         // A locking read that picks its rows (SKIP LOCKED candidates, say): they are known from what it returns.
-        if (named === null && tables.length === 1 && /^SELECT\b/i.test(statement)) this.capture.push({ index, level, columns: PRIMARY_KEY[table] ?? [] });
+        if (named === null && tables.length === 1 && isSelect(statement)) this.capture.push({ index, level, columns: PRIMARY_KEY[table] ?? [] });
         this.highest = Math.max(this.highest, rank);
       }
       if (tables.length > 0) this.history.push(tables.map((t) => LOCK_LEVEL_OF_TABLE[t]).join('+'));

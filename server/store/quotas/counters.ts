@@ -8,6 +8,7 @@
 import { sql, type SQL } from '../database/sql.ts';
 import type { IdBytes } from '../../ids.ts';
 import type { Queryable } from '../database/database.ts';
+import { updateEachRow } from '../database/set-based.ts';
 
 export interface CounterDelta {
   unfinished?: number;
@@ -21,13 +22,15 @@ export interface QueueDelta {
 }
 
 /**
- * The statements that apply per-queue deltas: the application row gets their sum, then each
- * queue row its own (ascending queue id, the lock order). Send them in the list of the caller's
- * other statements (`tx.batch([...])`, `tx.finish([...])`): the same round trip.
+ * The statements that apply per-queue deltas: the application row gets their sum, then the
+ * queue rows each their own, in ONE statement whatever the number of queues (ascending queue
+ * id, the lock order). Send them in the list of the caller's other statements
+ * (`tx.batch([...])`, `tx.finish([...])`): the same round trip.
  */
 export function counterAdjustStatements(applicationId: IdBytes, queues: QueueDelta[]): SQL[] {
   const set = (d: CounterDelta) =>
     sql`SET unfinished_tasks = unfinished_tasks + ${d.unfinished ?? 0}, active_attempts = active_attempts + ${d.active ?? 0}, pending_starts = pending_starts + ${d.pending ?? 0}`;
+  const columns = ['unfinished_tasks', 'active_attempts', 'pending_starts'] as const;
   const total = queues.reduce<Required<CounterDelta>>(
     (sum, q) => ({
       unfinished: sum.unfinished + (q.delta.unfinished ?? 0),
@@ -37,10 +40,45 @@ export function counterAdjustStatements(applicationId: IdBytes, queues: QueueDel
     { unfinished: 0, active: 0, pending: 0 },
   );
   const sorted = [...queues].sort((x, y) => Buffer.compare(x.queueId, y.queueId));
-  return [
-    sql`UPDATE orbit_application_resources ${set(total)} WHERE application_id = ${applicationId}`,
-    ...sorted.map((q) => sql`UPDATE orbit_queues ${set(q.delta)} WHERE queue_id = ${q.queueId}`),
-  ];
+  const statements = [sql`UPDATE orbit_application_resources ${set(total)} WHERE application_id = ${applicationId}`];
+  if (sorted.length > 0) {
+    statements.push(
+      updateEachRow({
+        table: 'orbit_queues',
+        key: ['queue_id'],
+        columns,
+        rows: sorted.map((q) => ({
+          key: [q.queueId],
+          values: [
+            sql`unfinished_tasks + ${q.delta.unfinished ?? 0}`,
+            sql`active_attempts + ${q.delta.active ?? 0}`,
+            sql`pending_starts + ${q.delta.pending ?? 0}`,
+          ],
+        })),
+      }),
+    );
+  }
+  return statements;
+}
+
+/**
+ * ONE statement for every keyed permit's holder change (`queue/key` → delta), ascending
+ * (queue_id, resource_key) - the permit level's lock order. Null when there is none.
+ */
+export function permitHoldersStatement(deltas: ReadonlyMap<string, number>, now: SQL): SQL | null {
+  if (deltas.size === 0) return null;
+  const rows = [...deltas]
+    .map(([permit, n]) => {
+      const slash = permit.indexOf('/');
+      return { queueId: Buffer.from(permit.slice(0, slash), 'hex'), key: permit.slice(slash + 1), n };
+    })
+    .sort((a, b) => Buffer.compare(a.queueId, b.queueId) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  return updateEachRow({
+    table: 'orbit_key_permits',
+    key: ['queue_id', 'resource_key'],
+    columns: ['holders', 'updated_at'],
+    rows: rows.map((r) => ({ key: [r.queueId, r.key], values: [sql`holders + ${r.n}`, now] })),
+  });
 }
 
 export async function counterAdjust(tx: Queryable, applicationId: IdBytes, queueId: IdBytes, delta: CounterDelta): Promise<void> {

@@ -30,6 +30,8 @@ import type { Principal } from '../../domain/principal.ts';
 import { millisToSql } from '../../time.ts';
 import type { Clock } from '../database/clock.ts';
 import { sql, type SQL } from '../database/sql.ts';
+import { updateEachRow } from '../database/set-based.ts';
+import { counterAdjustStatements } from '../quotas/counters.ts';
 import { isDuplicateKeyError, isGuardError, rowsStatement, type BatchStatement, type Database, type Queryable } from '../database/database.ts';
 import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
@@ -201,11 +203,16 @@ function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: 
     sql`UPDATE orbit_application_resources
         SET unfinished_tasks = IF(unfinished_tasks + ${total} <= max_unfinished_tasks, unfinished_tasks + ${total}, NULL)
       WHERE application_id = ${applicationId}`,
-    ...perQueue.map(
-      (q) => sql`UPDATE orbit_queues
-                SET unfinished_tasks = IF(unfinished_tasks + ${q.count} <= max_unfinished_tasks, unfinished_tasks + ${q.count}, NULL)
-              WHERE queue_id = ${q.queueId}`,
-    ),
+    // Every queue of the group in one statement; a full one fails it (NULL) like the application's.
+    updateEachRow({
+      table: 'orbit_queues',
+      key: ['queue_id'],
+      columns: ['unfinished_tasks'],
+      rows: perQueue.map((q) => ({
+        key: [q.queueId],
+        values: [sql`IF(unfinished_tasks + ${q.count} <= max_unfinished_tasks, unfinished_tasks + ${q.count}, NULL)`],
+      })),
+    }),
   ];
 }
 
@@ -344,8 +351,10 @@ async function careful(
     if (accepted.length > 0) {
       // Lock order: counters (rows locked above), then the new tasks and their receipts.
       const statements: BatchStatement[] = [
-        sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + ${accepted.length} WHERE application_id = ${applicationId}`,
-        ...countByQueue(accepted).map((q) => sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + ${q.count} WHERE queue_id = ${q.queueId}`),
+        ...counterAdjustStatements(
+          applicationId,
+          countByQueue(accepted).map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
+        ),
         ...insertStatements(accepted),
       ];
       await tx.batch(statements);

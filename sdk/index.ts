@@ -30,7 +30,8 @@ type BigintField =
   | 'fired'
   | 'skipped_misfire'
   | 'deferred_full'
-  | 'acked_sequence';
+  | 'acked_sequence'
+  | 'pruned_through';
 
 /**
  * A response schema as the SDK returns it. openapi-typescript renders a free JSON object
@@ -56,6 +57,9 @@ export type TaskState = Schemas['TaskState'];
 export type ApplicationResources = FromWire<Schemas['ApplicationResources']>;
 export type ConfigureApplicationResourcesRequest = ToWire<Schemas['ConfigureApplicationResourcesRequest']>;
 export type ConfigureApplicationResourcesResult = FromWire<Schemas['ConfigureApplicationResourcesResult']>;
+export type RetentionPolicy = FromWire<Schemas['RetentionPolicy']>;
+export type ConfigureRetentionRequest = ToWire<Schemas['ConfigureRetentionRequest']>;
+export type ConfigureRetentionResult = FromWire<Schemas['ConfigureRetentionResult']>;
 export type Queue = FromWire<Schemas['Queue']>;
 export type QueuePage = FromWire<Schemas['QueuePage']>;
 export type QueueResult = FromWire<Schemas['QueueResult']>;
@@ -261,7 +265,13 @@ const eventPage = (p: Schemas['EventPage']): EventPage => ({
   events: p.events.map(event),
   next_after: BigInt(p.next_after),
 });
-const subscription = (s: Schemas['Subscription']): Subscription => ({ ...s, acked_sequence: BigInt(s.acked_sequence) });
+const subscription = (s: Schemas['Subscription']): Subscription =>
+  ({
+    ...s,
+    acked_sequence: BigInt(s.acked_sequence),
+    ...(s.pruned_through !== undefined ? { pruned_through: BigInt(s.pruned_through) } : {}),
+  }) as Subscription;
+const retention = (r: Schemas['RetentionPolicy']): RetentionPolicy => ({ ...r, revision: BigInt(r.revision) });
 const subscriptionResult = (r: Schemas['SubscriptionResult']): SubscriptionResult => ({ ...r, subscription: subscription(r.subscription) });
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
@@ -381,6 +391,22 @@ export function createOrbitClient(options: OrbitClientOptions) {
         }),
       );
       return { ...data, resources: usage(data.resources) };
+    },
+
+    /** The application's retention policy: how long finished history is kept (an absent duration: forever). */
+    async getRetention(): Promise<RetentionPolicy> {
+      return retention(await unwrap(api.GET('/v1/application/retention')));
+    },
+
+    /** Replaces the retention policy (a full replacement: an absent duration keeps that history forever). */
+    async configureRetention(key: string, request: ConfigureRetentionRequest): Promise<ConfigureRetentionResult> {
+      const data = await unwrap(
+        api.POST('/v1/application/retention:configure', {
+          params: { header: idempotencyKey(key) },
+          body: toWire<'ConfigureRetentionRequest'>(request),
+        }),
+      );
+      return { ...data, retention: retention(data.retention) };
     },
 
     async listQueues(params: ListQueuesParams = {}): Promise<QueuePage> {

@@ -31,6 +31,12 @@ export interface ServerConfig {
   databaseTimeoutMs: number;
   /** ORBIT_GROUP_LINGER_MS: how long a group commit of an idle application waits for company. */
   groupLingerMs: number;
+  /** How often each process's pruning loop looks for an application whose history is due (0: never - the loop is off). */
+  pruneIntervalMs: number;
+  /** Rows one prune batch removes at most (one statement per table). */
+  pruneBatchRows: number;
+  /** The share of one database connection's time a process's pruning may take (it pauses after each batch to keep under it). */
+  pruneMaxShare: number;
   /** Test mode: every transaction is checked against the lock order; a violation stops the process. */
   checkLockOrder: boolean;
   /** Test mode: every statement is checked to route to one shard by application_id (docs/scale-out.md); a violation fails it. */
@@ -122,6 +128,25 @@ export const SETTINGS: readonly Setting[] = [
     meaning:
       'how long the first start or result of an idle application waits in a process for others to join its group commit, and its first claim when another session of the application is connected to that process (0: they go at once); groups that form behind one in flight never wait',
   },
+  {
+    name: 'ORBIT_PRUNE_INTERVAL_MS',
+    default: '1000',
+    range: '0 to 3600000',
+    meaning:
+      "how often each process's pruning loop looks for an application whose finished history is due for pruning by its retention policy (docs/operations.md#retention); 0 turns this process's pruning off",
+  },
+  {
+    name: 'ORBIT_PRUNE_BATCH_ROWS',
+    default: '500',
+    range: '1 to 10000',
+    meaning: 'rows one prune batch removes at most from one table (each batch is one short statement on rows no hot path takes)',
+  },
+  {
+    name: 'ORBIT_PRUNE_MAX_SHARE',
+    default: '0.2',
+    range: '0.01 to 1',
+    meaning: "the share of one database connection's time a process's pruning may use: after each batch it pauses long enough to stay under it",
+  },
   { name: 'ORBIT_LOG_LEVEL', default: 'info', range: LOG_LEVELS.join(', '), meaning: 'pino level; logs are JSON lines on stdout' },
 ];
 
@@ -147,6 +172,15 @@ function intFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min:
   if (text === undefined) return fallback;
   const value = /^\d{1,9}$/.test(text) ? Number(text) : NaN;
   if (!(value >= min && value <= max)) throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(text)}`);
+  return value;
+}
+
+/** A share from 0.01 to 1 (a decimal such as 0.2). */
+function shareFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const text = raw(env, name);
+  if (text === undefined) return fallback;
+  const value = /^(?:0|1)(?:\.\d{1,4})?$/.test(text) ? Number(text) : NaN;
+  if (!(value >= 0.01 && value <= 1)) throw new ConfigError(`${name} must be a decimal from 0.01 to 1, got ${JSON.stringify(text)}`);
   return value;
 }
 
@@ -239,6 +273,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     admissionInFlight: intFromEnv(env, 'ORBIT_ADMISSION_IN_FLIGHT', 1, 1, 64),
     databaseTimeoutMs: intFromEnv(env, 'ORBIT_DB_TIMEOUT_MS', DEFAULT_DATABASE_TIMEOUT_MS, 100, 600_000),
     groupLingerMs: intFromEnv(env, 'ORBIT_GROUP_LINGER_MS', 2, 0, 100),
+    pruneIntervalMs: intFromEnv(env, 'ORBIT_PRUNE_INTERVAL_MS', 1000, 0, 3_600_000),
+    pruneBatchRows: intFromEnv(env, 'ORBIT_PRUNE_BATCH_ROWS', 500, 1, 10_000),
+    pruneMaxShare: shareFromEnv(env, 'ORBIT_PRUNE_MAX_SHARE', 0.2),
     ...databaseChecksFromEnv(env),
     logLevel: logLevelFromEnv(env),
   };

@@ -24,6 +24,7 @@ export interface Metrics {
   dbRoundTrips: Counter<'operation'>;
   dbTransactionHeld: Histogram<'operation'>;
   fastPath: Counter<'operation' | 'result'>;
+  prunedRows: Counter<'table'>;
   workerSessions: Gauge;
 }
 
@@ -120,6 +121,12 @@ export function createMetrics(): Metrics {
       name: 'orbit_fast_path_total',
       help: 'One-round-trip transactions by operation and result (hit, or miss: the careful path decided)',
       labelNames: ['operation', 'result'],
+      registers: [registry],
+    }),
+    prunedRows: new Counter({
+      name: 'orbit_pruned_rows_total',
+      help: "Rows of finished history this process's pruning loop removed, by table (retention policies)",
+      labelNames: ['table'],
       registers: [registry],
     }),
     workerSessions: new Gauge({ name: 'orbit_worker_sessions', help: 'Worker sessions connected to this process', registers: [registry] }),

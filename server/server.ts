@@ -20,6 +20,9 @@ import { MAX_FRAME_BYTES } from './worker/frames.ts';
 import { serveWorkerUpgrades } from './worker/upgrade.ts';
 import { RecoveryLoop } from './loops/recovery.ts';
 import { ScheduleLoop } from './loops/schedules.ts';
+import { PruneLoop } from './loops/prune.ts';
+import { registerRetentionGauges } from './retention-metrics.ts';
+import { retentionSnapshot } from './store/retention/retention-gauges.ts';
 import { registerUsageGauges } from './usage-metrics.ts';
 import { setTaskEventsEnabled } from './store/records/task-events.ts';
 import { usageSnapshot } from './store/quotas/usage-gauges.ts';
@@ -31,6 +34,7 @@ export interface RunningServer {
   deps: AppDeps;
   recovery: RecoveryLoop;
   schedules: ScheduleLoop;
+  prune: PruneLoop;
   close(): Promise<void>;
 }
 
@@ -99,6 +103,7 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   }
   setTaskEventsEnabled(config.taskEvents);
   registerUsageGauges(metrics.registry, () => usageSnapshot(db, config.metricsMaxQueues), log);
+  registerRetentionGauges(metrics.registry, () => retentionSnapshot(db), log);
   const workers = new WorkerGateway({
     db,
     log,
@@ -127,6 +132,15 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
   recovery.start();
   const schedules = new ScheduleLoop({ db, log, metrics, intervalMs: config.scheduleIntervalMs });
   schedules.start();
+  const prune = new PruneLoop({
+    db,
+    log,
+    metrics,
+    intervalMs: config.pruneIntervalMs,
+    batchRows: config.pruneBatchRows,
+    maxShare: config.pruneMaxShare,
+  });
+  if (config.pruneIntervalMs > 0) prune.start();
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
@@ -136,12 +150,14 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     deps,
     recovery,
     schedules,
+    prune,
     async close() {
       // Stop accepting, close worker sockets (their unstarted reservations go back), then stop the loops.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const client of nodeWs.wss.clients) client.close(1001, 'server shutting down');
       await recovery.stop();
       await schedules.stop();
+      await prune.stop();
       deps.watcher.stop();
       await workers.close();
       (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();

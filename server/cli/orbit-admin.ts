@@ -19,6 +19,7 @@ import { tenantBootstrap } from '../store/tenancy/bootstrap.ts';
 import { ENVIRONMENTS, applicationSetEnabled, namespaceFindById, namespaceSetEnabled, type Environment } from '../store/tenancy/tenancy.ts';
 import { UsageError, parseFlags, usageFailure, wantsHelp, type FlagSpecs, type Flags } from './args.ts';
 import { VERIFY_USAGE, verifyCommand } from './verify-command.ts';
+import { pruneCommand } from './prune-command.ts';
 
 const PROGRAM = 'orbit-admin';
 
@@ -282,6 +283,7 @@ const COMMANDS: Record<string, Entry> = {
   namespace: { subcommands: { enable: toggleCommand('namespace', 'enable'), disable: toggleCommand('namespace', 'disable') } },
   credential: { subcommands: { create: credentialCreateCommand, revoke: credentialRevokeCommand } },
   verify: { usage: VERIFY_USAGE, main: (args, ctx) => verifyCommand(args, ctx.url) },
+  prune: pruneCommand,
 };
 
 function isGroup(entry: Entry): entry is CommandGroup {

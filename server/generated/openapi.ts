@@ -239,6 +239,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/application/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The application's retention policy - how long finished history is kept.
+         * @description Each duration is in seconds; an absent one keeps that history forever. Finished tasks
+         *     (with their attempts), events, idempotency receipts and audit records older than their
+         *     duration are pruned online by every server process; unfinished tasks, the receipts of
+         *     unfinished tasks, events an ACTIVE subscription has not acknowledged (for at most
+         *     `subscription_max_lag_seconds`), schedules, subscriptions and queues never are.
+         */
+        get: operations["getRetention"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/application/retention:configure": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replace the application's retention policy (compare-and-set on its revision).
+         * @description A full replacement, like the application's limits: every duration absent from the body
+         *     keeps that history forever. The policy, its revision + 1, an audit record, the event
+         *     `application.retention.configured` and the idempotency receipt commit together.
+         *     Shortening a duration deletes nothing at once: the pruning loop removes what became
+         *     due in its next rounds. `dry_run: true` checks the change and answers the policy it
+         *     would set, writing nothing.
+         *
+         *     `application:resources:manage` includes this operation's action
+         *     `application:resources:configure`.
+         */
+        post: operations["configureRetention"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/queues": {
         parameters: {
             query?: never;
@@ -593,6 +645,12 @@ export interface paths {
          *     A waiting request holds no database connection: one watcher per server process notices
          *     new events. Reading does not move the position; acknowledge what was processed. A
          *     PAUSED subscription is 409 STATE_CONFLICT.
+         *
+         *     A subscription whose unacknowledged events were pruned by the retention policy (it
+         *     lagged past `subscription_max_lag_seconds`) is told, never silently skipped: the read is
+         *     409 STATE_CONFLICT with `details.reason` `events_pruned`, `details.pruned_through` (the
+         *     highest sequence pruned) and `details.oldest_sequence` (the oldest that may still be
+         *     kept). Acknowledge `pruned_through` to move on and read from there.
          */
         get: operations["readSubscription"];
         put?: never;
@@ -726,6 +784,46 @@ export interface components {
         ConfigureApplicationResourcesResult: {
             resources: components["schemas"]["ApplicationResources"];
             deduplicated: boolean;
+        };
+        /** @description Seconds, from one minute to ten years. */
+        RetentionSeconds: number;
+        /** @description An absent duration keeps that history forever. */
+        RetentionPolicy: {
+            application_id: components["schemas"]["Id"];
+            revision: components["schemas"]["Counter"];
+            finished_task_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            event_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            receipt_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            audit_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            subscription_max_lag_seconds?: components["schemas"]["RetentionSeconds"];
+        };
+        /**
+         * @description A full replacement: a duration absent here keeps that history forever (nothing keeps its
+         *     old value by omission). Defaults of a new application: finished tasks, events and
+         *     receipts 604800 (7 days), audit records 31536000 (365 days), subscription lag 2592000
+         *     (30 days).
+         */
+        ConfigureRetentionRequest: {
+            expected_revision: components["schemas"]["Revision"];
+            reason: components["schemas"]["Reason"];
+            /** @description How long a finished task (SUCCEEDED, FAILED, CANCELLED, EXPIRED) is kept after it finished, with its attempts; also how long a closed worker session is kept. */
+            finished_task_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            /** @description How long an event is kept after it occurred, unless an ACTIVE subscription of its namespace has not acknowledged it yet. */
+            event_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            /** @description The idempotency window - how long a key is remembered after its request succeeded (and always while its task is unfinished). */
+            receipt_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            /** @description How long an audit record is kept. */
+            audit_retention_seconds?: components["schemas"]["RetentionSeconds"];
+            /** @description How long after it occurred an event an ACTIVE subscription has not acknowledged is still kept for it; past that it is pruned and the subscription is told (its reads answer 409 STATE_CONFLICT with `pruned_through` and `oldest_sequence` until it acknowledges past them). Absent - kept until acknowledged. */
+            subscription_max_lag_seconds?: components["schemas"]["RetentionSeconds"];
+            /** @description Check the change and answer the policy it would set; nothing is written and no receipt is kept. */
+            dry_run?: boolean;
+        };
+        ConfigureRetentionResult: {
+            retention: components["schemas"]["RetentionPolicy"];
+            deduplicated: boolean;
+            /** @description Present and true when nothing was written. */
+            dry_run?: boolean;
         };
         Queue: {
             queue: components["schemas"]["QueueName"];
@@ -1036,6 +1134,13 @@ export interface components {
             /** @enum {string} */
             state: "ACTIVE" | "PAUSED";
             acked_sequence: components["schemas"]["Counter"];
+            /**
+             * @description Present when events after `acked_sequence` were pruned before this subscription
+             *     acknowledged them (it lagged past the retention policy's `subscription_max_lag_seconds`,
+             *     or was PAUSED past `event_retention_seconds`): the highest sequence pruned. Reads answer
+             *     409 STATE_CONFLICT until the position is acknowledged up to it or beyond.
+             */
+            pruned_through?: components["schemas"]["Counter"];
             created_at: components["schemas"]["Timestamp"];
         };
         CreateSubscriptionRequest: {
@@ -1091,7 +1196,7 @@ export interface components {
             sequence: components["schemas"]["Counter"];
             event_id: components["schemas"]["Id"];
             /**
-             * @description Management: `application.resources.configured`, `queue.created`, `queue.configured`,
+             * @description Management: `application.resources.configured`, `application.retention.configured`, `queue.created`, `queue.configured`,
              *     `schedule.created`, `schedule.paused`, `schedule.resumed`, `subscription.created`,
              *     `subscription.paused`, `subscription.resumed`.
              *
@@ -1146,7 +1251,14 @@ export interface components {
         };
     };
     parameters: {
-        /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+        /**
+         * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+         *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+         *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+         *     it created is unfinished, however old. A replay after that is a new request: a
+         *     submission makes a new task, a create of a named resource that exists is 409
+         *     STATE_CONFLICT.
+         */
         IdempotencyKey: string;
         Queue: components["schemas"]["QueueName"];
         TaskId: components["schemas"]["Id"];
@@ -1459,7 +1571,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path?: never;
@@ -1480,6 +1599,68 @@ export interface operations {
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ConfigureApplicationResourcesResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    getRetention: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The current policy. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["RetentionPolicy"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    configureRetention: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConfigureRetentionRequest"];
+            };
+        };
+        responses: {
+            /** @description The policy after the change (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["ConfigureRetentionResult"];
                     };
                 };
             };
@@ -1519,7 +1700,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path?: never;
@@ -1576,7 +1764,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1641,7 +1836,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1735,7 +1937,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1768,7 +1977,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1832,7 +2048,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1891,7 +2114,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1924,7 +2154,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -1986,7 +2223,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path?: never;
@@ -2043,7 +2287,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -2076,7 +2327,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
@@ -2140,7 +2398,14 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace. */
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {

@@ -29,6 +29,8 @@ export type OperationId =
   | "connectWorker"
   | "getApplicationResources"
   | "configureApplicationResources"
+  | "getRetention"
+  | "configureRetention"
   | "listQueues"
   | "createQueue"
   | "getQueue"
@@ -55,6 +57,7 @@ export type OperationId =
   | "listEvents";
 /** The credential actions the HTTP operations require. */
 export type OperationAction =
+  | "application:resources:configure"
   | "application:resources:manage"
   | "application:resources:read"
   | "audit:read"
@@ -344,6 +347,42 @@ export const routes: readonly RouteSpec[] = [
       query: validators.configureApplicationResources_query,
       headers: validators.configureApplicationResources_headers,
       body: validators.configureApplicationResources_body,
+    },
+  },
+  {
+    operationId: "getRetention",
+    method: "GET",
+    path: "/v1/application/retention",
+    honoPath: "/v1/application/retention",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "application:resources:read",
+    raw: false,
+    validate: {
+      path: validators.getRetention_path,
+      query: validators.getRetention_query,
+      headers: validators.getRetention_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "configureRetention",
+    method: "POST",
+    path: "/v1/application/retention:configure",
+    honoPath: "/v1/application/retention:configure",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "application:resources:configure",
+    raw: false,
+    validate: {
+      path: validators.configureRetention_path,
+      query: validators.configureRetention_query,
+      headers: validators.configureRetention_headers,
+      body: validators.configureRetention_body,
     },
   },
   {

@@ -12,6 +12,9 @@
  *                application row they then lock; subscription rows (orbit_subscriptions) are at
  *                the same level (DESIGN: "schedule or subscription row"), one at a time by id
  *   application  the application resources row           (orbit_application_resources)
+ *   retention    the application's retention policy row   (orbit_retention_policies): configure
+ *                takes it after the application row (its event orders the feed); the pruning
+ *                loop takes policy rows alone (SKIP LOCKED) to choose whose history to prune
  *   queue        queue rows, in ascending queue_id        (orbit_queues)
  *   task         task rows                                (orbit_tasks)
  *   attempt      their attempt rows                       (orbit_attempts)
@@ -61,7 +64,7 @@ export function distinctIdsAscending(ids: readonly Buffer[]): Buffer[] {
   return [...new Map(ids.map((id) => [id.toString('hex'), id])).values()].sort(byIdAscending);
 }
 
-export const LOCK_LEVELS = ['identity', 'session', 'schedule', 'application', 'queue', 'task', 'attempt', 'permit', 'records'] as const;
+export const LOCK_LEVELS = ['identity', 'session', 'schedule', 'application', 'retention', 'queue', 'task', 'attempt', 'permit', 'records'] as const;
 export type LockLevel = (typeof LOCK_LEVELS)[number];
 
 export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
@@ -72,6 +75,7 @@ export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
   orbit_schedules: 'schedule',
   orbit_subscriptions: 'schedule',
   orbit_application_resources: 'application',
+  orbit_retention_policies: 'retention',
   orbit_queues: 'queue',
   orbit_tasks: 'task',
   orbit_attempts: 'attempt',
@@ -195,6 +199,7 @@ const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
   orbit_schedules: ['schedule_id'],
   orbit_subscriptions: ['subscription_id'],
   orbit_application_resources: ['application_id'],
+  orbit_retention_policies: ['application_id'],
   orbit_queues: ['queue_id'],
   orbit_tasks: ['task_id'],
   orbit_attempts: ['attempt_id'],

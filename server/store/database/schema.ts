@@ -179,7 +179,11 @@ export const idempotencyReceipts = mysqlTable(
     response: mediumtext('response').notNull(),
     created_at: time('created_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.namespace_id, t.idempotency_key] })],
+  (t) => [
+    primaryKey({ columns: [t.namespace_id, t.idempotency_key] }),
+    // 0007_retention.sql
+    index('ix_orbit_idempotency_receipts_created').on(t.application_id, t.created_at),
+  ],
 );
 
 export const auditEvents = mysqlTable(
@@ -200,7 +204,12 @@ export const auditEvents = mysqlTable(
     after_state: text('after_state'),
     created_at: time('created_at').notNull(),
   },
-  (t) => [uniqueIndex('uk_orbit_audit_events_id').on(t.audit_id), index('ix_orbit_audit_events_namespace').on(t.namespace_id, t.sequence)],
+  (t) => [
+    uniqueIndex('uk_orbit_audit_events_id').on(t.audit_id),
+    index('ix_orbit_audit_events_namespace').on(t.namespace_id, t.sequence),
+    // 0007_retention.sql
+    index('ix_orbit_audit_events_created').on(t.application_id, t.created_at),
+  ],
 );
 
 export const events = mysqlTable(
@@ -217,7 +226,12 @@ export const events = mysqlTable(
     // 0004_subscriptions.sql
     queue_name: varchar('queue_name', { length: 63 }),
   },
-  (t) => [uniqueIndex('uk_orbit_events_id').on(t.event_id), index('ix_orbit_events_namespace').on(t.namespace_id, t.sequence)],
+  (t) => [
+    uniqueIndex('uk_orbit_events_id').on(t.event_id),
+    index('ix_orbit_events_namespace').on(t.namespace_id, t.sequence),
+    // 0007_retention.sql
+    index('ix_orbit_events_occurred').on(t.namespace_id, t.occurred_at),
+  ],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -258,6 +272,8 @@ export const tasks = mysqlTable(
     index('ix_orbit_tasks_claim').on(t.queue_id, t.state, sql`${t.priority} desc`, t.available_at, t.task_id),
     index('ix_orbit_tasks_queue').on(t.queue_id, t.task_id),
     index('ix_orbit_tasks_deadline').on(t.state, t.deadline_at),
+    // 0007_retention.sql
+    index('ix_orbit_tasks_finished').on(t.application_id, t.finished_at),
     uniqueIndex('uk_orbit_tasks_trigger_point').on(t.schedule_id, t.scheduled_for),
   ],
 );
@@ -307,6 +323,8 @@ export const workerSessions = mysqlTable(
   (t) => [
     index('ix_orbit_worker_sessions_waiting').on(t.application_id, t.state, t.waiting_since),
     index('ix_orbit_worker_sessions_liveness').on(t.state, t.last_seen_at),
+    // 0007_retention.sql
+    index('ix_orbit_worker_sessions_closed').on(t.application_id, t.closed_at),
   ],
 );
 
@@ -386,8 +404,29 @@ export const subscriptions = mysqlTable(
     acked_at: time('acked_at'),
     created_at: time('created_at').notNull(),
     updated_at: time('updated_at').notNull(),
+    // 0007_retention.sql
+    pruned_through: uint64('pruned_through').notNull().default('0'),
   },
   (t) => [uniqueIndex('uk_orbit_subscriptions_name').on(t.namespace_id, t.name)],
+);
+
+// ---------------------------------------------------------------------------------------------
+// 0007_retention.sql
+// ---------------------------------------------------------------------------------------------
+export const retentionPolicies = mysqlTable(
+  'orbit_retention_policies',
+  {
+    application_id: id('application_id').primaryKey(),
+    revision: uint64('revision').notNull().default('1'),
+    finished_task_retention_seconds: uint64('finished_task_retention_seconds').default('604800'),
+    event_retention_seconds: uint64('event_retention_seconds').default('604800'),
+    receipt_retention_seconds: uint64('receipt_retention_seconds').default('604800'),
+    audit_retention_seconds: uint64('audit_retention_seconds').default('31536000'),
+    subscription_max_lag_seconds: uint64('subscription_max_lag_seconds').default('2592000'),
+    next_prune_at: time('next_prune_at').notNull(),
+    updated_at: time('updated_at').notNull(),
+  },
+  (t) => [index('ix_orbit_retention_policies_due').on(t.next_prune_at)],
 );
 
 /** Every table of the schema, ledger included: the drift test requires this list to equal the database's. */
@@ -407,6 +446,7 @@ export const allTables = [
   keyPermits,
   schedules,
   subscriptions,
+  retentionPolicies,
 ] as const;
 
 // ---------------------------------------------------------------------------------------------
@@ -427,3 +467,4 @@ export type WorkerSessionRow = typeof workerSessions.$inferSelect;
 export type KeyPermitRow = typeof keyPermits.$inferSelect;
 export type ScheduleRow = typeof schedules.$inferSelect;
 export type SubscriptionRow = typeof subscriptions.$inferSelect;
+export type RetentionPolicyRow = typeof retentionPolicies.$inferSelect;

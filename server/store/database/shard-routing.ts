@@ -51,6 +51,7 @@ export const ROUTING_COLUMNS: Readonly<Record<string, readonly string[]>> = {
   orbit_key_permits: ['application_id', 'queue_id'],
   orbit_schedules: ['application_id', 'schedule_id', 'queue_id', 'namespace_id'],
   orbit_subscriptions: ['application_id', 'subscription_id', 'namespace_id'],
+  orbit_retention_policies: ['application_id'],
 };
 
 /** The tables that are not per application: the migration ledger (a reference table: every shard holds the same rows). */
@@ -71,6 +72,12 @@ export const SCATTER_EXCEPTIONS: Readonly<Record<string, string>> = {
     'the recovery loop looks for WAITING tasks past their deadline in every application; each application found is then expired in its own routed transaction',
   'recovery-stale-sessions':
     'the recovery loop closes OPEN worker sessions of every application whose server stopped heartbeating; one UPDATE of session rows that holds no other lock',
+  'prune-turns':
+    "each server process's pruning loop takes the retention policies whose turn it is, in every application (SKIP LOCKED, so processes take different ones); each application's history is then pruned in its own routed statements",
+  'prune-admin':
+    'orbit-admin prune reads the retention policy of every application when no application is named; each is then pruned in its own routed statements',
+  'metrics-retention':
+    'the retention gauges of /metrics read the oldest kept row of each pruned table across applications (one loose index scan per table) on a scrape; plain reads, no lock',
   'schedules-due': 'the schedule loop looks for due trigger points in every application; each application found is then fired in its own routed transaction',
   'event-watcher':
     "each server process's event watcher reads the headers of events committed since its last look, in every application, to wake the requests waiting for them (long-polls); one plain read per tick, and only while someone waits",

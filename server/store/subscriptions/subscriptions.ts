@@ -21,6 +21,7 @@ import { OrbitError, notFound } from '../../errors.ts';
 import { idToHex, newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
+import { subscriptionLag } from '../../domain/retention.ts';
 import { millisToSql, sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
@@ -37,7 +38,7 @@ export type SubscriptionState = Subscription['state'];
 
 /** Every column of orbit_subscriptions (constant SQL text). */
 const SUBSCRIPTION_COLUMNS = sql.raw(
-  'subscription_id, application_id, namespace_id, name, types, queues, state, acked_sequence, acked_at, created_at, updated_at',
+  'subscription_id, application_id, namespace_id, name, types, queues, state, acked_sequence, acked_at, created_at, updated_at, pruned_through',
 );
 
 function listOf(text: string | null): string[] | null {
@@ -64,6 +65,8 @@ export function toSubscription(row: SubscriptionRow, namespace: string): Subscri
   };
   if (types) subscription.types = types;
   if (queues) subscription.queues = queues;
+  const lag = subscriptionLag(BigInt(row.acked_sequence), BigInt(row.pruned_through));
+  if (lag) subscription.pruned_through = lag.prunedThrough;
   return subscription;
 }
 
@@ -264,7 +267,11 @@ export async function subscriptionAck(
         details: { field: 'sequence', acked_sequence: String(row.acked_sequence) },
       });
     }
-    const head = BigInt(await namespaceEventHead(tx, principal.applicationId, principal.namespaceId));
+    // The newest event may have been pruned: a lagging subscription may always move on to what
+    // was pruned after its position (pruned_through), even when nothing newer is left.
+    const newest = BigInt(await namespaceEventHead(tx, principal.applicationId, principal.namespaceId));
+    const pruned = BigInt(row.pruned_through);
+    const head = newest > pruned ? newest : pruned;
     if (wanted > head) {
       throw new OrbitError('STATE_CONFLICT', `sequence ${params.sequence} is beyond the newest event of the feed`, {
         details: { field: 'sequence', acked_sequence: String(row.acked_sequence) },
@@ -308,6 +315,23 @@ export async function subscriptionRead(
   const row = await subscriptionGetVisible(db, principal, params.subscriptionId);
   if (row.state === 'PAUSED') {
     throw new OrbitError('STATE_CONFLICT', 'the subscription is PAUSED; resume it to read', { details: { field: 'state', state: row.state } });
+  }
+  // Events after the position were pruned (the subscription lagged past the retention policy):
+  // say so, never skip them silently. Acknowledging pruned_through moves it on.
+  const lag = subscriptionLag(BigInt(row.acked_sequence), BigInt(row.pruned_through));
+  if (lag) {
+    throw new OrbitError(
+      'STATE_CONFLICT',
+      `events after the acknowledged position ${row.acked_sequence} were pruned by the retention policy (through ${lag.prunedThrough}); acknowledge ${lag.prunedThrough} to read on from ${lag.oldestSequence}`,
+      {
+        details: {
+          reason: 'events_pruned',
+          acked_sequence: String(row.acked_sequence),
+          pruned_through: lag.prunedThrough,
+          oldest_sequence: lag.oldestSequence,
+        },
+      },
+    );
   }
   const { types, queues } = filtersOfRow(row);
   const { events } = await eventList(db, {

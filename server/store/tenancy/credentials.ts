@@ -6,7 +6,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { OrbitError } from '../../errors.ts';
 import { hexToId, idToHex, newId, type IdBytes } from '../../ids.ts';
-import { isAction, type Action } from '../../domain/actions.ts';
+import { effectiveActions, type Action } from '../../domain/actions.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sql } from '../database/sql.ts';
 import type { Queryable, Transaction } from '../database/database.ts';
@@ -74,7 +74,7 @@ export async function credentialAuthenticate(db: Queryable, token: string): Prom
   if (!timingSafeEqual(presented, stored) || !row) throw new OrbitError('UNAUTHENTICATED', 'the bearer token is not valid');
   const cause = credentialInvalidCause(row);
   if (cause !== null) throw new OrbitError('UNAUTHENTICATED', cause);
-  const actions = (JSON.parse(row.actions) as string[]).filter(isAction);
+  const actions = effectiveActions(JSON.parse(row.actions) as string[]);
   const scope = JSON.parse(row.queue_scope) as string[];
   return {
     credentialId: row.credential_id,

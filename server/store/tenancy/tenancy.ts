@@ -3,6 +3,7 @@ import { OrbitError } from '../../errors.ts';
 import { newId, type IdBytes } from '../../ids.ts';
 import { sql } from '../database/sql.ts';
 import { applicationResourcesInsert } from '../quotas/application-resources.ts';
+import { retentionPolicyInsert } from '../retention/retention-policies.ts';
 import type { Queryable } from '../database/database.ts';
 import type { ApplicationRow, NamespaceRow } from '../database/schema.ts';
 
@@ -24,13 +25,14 @@ export async function applicationFindById(db: Queryable, applicationId: IdBytes)
   return row ?? null;
 }
 
-/** A new application and its resources row with the default limits, revision 1. */
+/** A new application, its resources row with the default limits and its retention policy with the default durations, revision 1 each. */
 export async function applicationCreate(tx: Queryable, name: string): Promise<Application> {
   const applicationId = newId();
   await tx.exec(
     sql`INSERT INTO orbit_applications (application_id, name, enabled, created_at, updated_at) VALUES (${applicationId}, ${name}, 1, NOW(6), NOW(6))`,
   );
   await applicationResourcesInsert(tx, applicationId);
+  await retentionPolicyInsert(tx, applicationId);
   return { application_id: applicationId, name, enabled: 1 };
 }
 

@@ -16,7 +16,8 @@ import { createDatabase, type Database } from '../server/store/database/database
  */
 export const PRODUCTION_BOUNDS = { ORBIT_DB_TIMEOUT_MS: '' } as const;
 
-export async function benchDatabase(): Promise<{ url: string; db: Database; drop(): Promise<void> }> {
+/** A private database for one run; `timeoutMs: 0` for a run whose statements may take minutes (bulk fills, index builds). */
+export async function benchDatabase(options: { timeoutMs?: number } = {}): Promise<{ url: string; db: Database; drop(): Promise<void> }> {
   let serverUrl = process.env.ORBIT_BENCH_DATABASE_URL ?? process.env.ORBIT_TEST_DATABASE_URL;
   if (!serverUrl) {
     // @ts-expect-error - a plain .mjs module without type declarations
@@ -26,7 +27,7 @@ export async function benchDatabase(): Promise<{ url: string; db: Database; drop
   const name = `orbit_bench_${randomBytes(4).toString('hex')}`;
   const url = `${serverUrl.replace(/\/+$/, '')}/${name}`;
   await migrate(url);
-  const db = createDatabase({ url, connectionLimit: 8 });
+  const db = createDatabase({ url, connectionLimit: 8, ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
   return {
     url,
     db,

@@ -120,7 +120,7 @@ and writes the credentials file: one line of compact JSON, mode 0600.
   --namespace NAME         [a-z0-9][a-z0-9._-]{0,62}
   --environment ENV        development, staging or production
   --queue NAME             repeatable; created when missing
-  --resource-access        also grant application:resources:read and :manage
+  --resource-access        also grant application:resources:read, :manage and :configure
   --output FILE            where to write the credentials`,
   flags: {
     application: { type: 'string' },
@@ -197,7 +197,7 @@ of compact JSON, mode 0600).
   --namespace-id ID        32 hex characters
   --action ACTION          repeatable; default: every namespace action
   --queue NAME             repeatable; default '*' (every queue)
-  --resource-access        also grant application:resources:read and :manage
+  --resource-access        also grant application:resources:read, :manage and :configure
   --expires-at RFC3339     when it stops working (default: never)
   --description TEXT       kept with the credential
   --output FILE            where to write the credentials`,

@@ -49,7 +49,7 @@ Prints, per application, the rows removed per table and a summary line.
     const db = ctx.db();
     const policies = await retentionPoliciesList(db, idText === undefined ? undefined : hexToId(idText));
     if (idText !== undefined && policies.length === 0) throw new OrbitError('NOT_FOUND', `application ${idText} does not exist`);
-    const config = loadConfig({ ...process.env, ORBIT_DATABASE_URL: ctx.url() });
+    const config = loadConfig();
     const loop = new PruneLoop({ db, log: silentLogger(), metrics: null, intervalMs: 1000, batchRows: config.pruneBatchRows, maxShare: 1 });
     let total = 0;
     let applications = 0;

@@ -109,6 +109,16 @@ const VALID: Record<string, JsonObject> = {
     max_concurrency: 10000,
     rate_per_second: 100000,
   },
+  configureRetention: {
+    expected_revision: STALE_REVISION,
+    reason: '模糊测试',
+    finished_task_retention_seconds: 604800,
+    event_retention_seconds: 604800,
+    receipt_retention_seconds: 604800,
+    audit_retention_seconds: 31536000,
+    subscription_max_lag_seconds: 2592000,
+    dry_run: false,
+  },
   createQueue: {
     name: 'fz-created',
     reason: '模糊测试',

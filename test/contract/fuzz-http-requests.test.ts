@@ -61,6 +61,7 @@ const REFUSED_BODY: Record<string, string> = {
   resolveTask: '{"outcome":"nope","reason":"x"}',
   createQueue: '{"name":"BAD NAME","reason":"x"}',
   configureApplicationResources: '{"expected_revision":"0"}',
+  configureRetention: '{"expected_revision":"0"}',
   createSchedule: '{"name":"BAD NAME","reason":"x","payload":{},"interval_seconds":86400}',
   // Refused before the handler, so the schedule's state never flips (whatever the path fuzzing sends).
   pauseSchedule: '{"reason":""}',

@@ -71,6 +71,19 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?
     path: '/v1/application/resources:configure',
     body: { expected_revision: '1', reason: '负例测试基线', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
   },
+  configureRetention: {
+    path: '/v1/application/retention:configure',
+    body: {
+      expected_revision: '1',
+      reason: '负例测试保留策略',
+      finished_task_retention_seconds: 604800,
+      event_retention_seconds: 604800,
+      receipt_retention_seconds: 604800,
+      audit_retention_seconds: 31536000,
+      subscription_max_lag_seconds: 2592000,
+      dry_run: true,
+    },
+  },
   createQueue: {
     path: '/v1/queues',
     body: {
@@ -623,6 +636,7 @@ const ORDER = [
   'ackSubscription',
   'configureQueue',
   'configureApplicationResources',
+  'configureRetention',
 ];
 const bodyOperations = operations
   .filter((op) => op.requestSchema !== null)
@@ -1105,6 +1119,9 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
           }
           if (op.operationId === 'configureApplicationResources') {
             body.expected_revision = (await api.request('GET', '/v1/application/resources', { token })).body.data.revision;
+          }
+          if (op.operationId === 'configureRetention') {
+            body.expected_revision = (await api.request('GET', '/v1/application/retention', { token })).body.data.revision;
           }
           if (op.operationId === 'cancelTask') path = pathFor(op.operationId, await submit());
           if (op.operationId === 'resolveTask') path = pathFor(op.operationId, await needsReview());

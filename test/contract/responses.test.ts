@@ -312,6 +312,41 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.deepEqual([twice.body.error.details.field, twice.body.error.details.location], ['limit', 'query']);
   });
 
+  test('retention: get, configure (full replacement), replay, dry run, conflicts, bad input', async () => {
+    const before = (await get('/v1/application/retention')).body.data;
+    assert.equal(before.application_id, owner.applicationId);
+    const body = { expected_revision: before.revision, reason: '合同测试：保留策略', finished_task_retention_seconds: 86400, event_retention_seconds: 86400 };
+    const dry = await post('/v1/application/retention:configure', { ...body, dry_run: true }, 200);
+    assert.equal(dry.body.data.dry_run, true);
+    assert.deepEqual((await get('/v1/application/retention')).body.data, before, 'a dry run writes nothing');
+    const changed = await post('/v1/application/retention:configure', body, 200, { key: 'retention-1' });
+    assert.deepEqual(changed.body.data, {
+      retention: {
+        application_id: owner.applicationId,
+        revision: String(BigInt(before.revision) + 1n),
+        finished_task_retention_seconds: 86400,
+        event_retention_seconds: 86400,
+      },
+      deduplicated: false,
+    });
+    const replay = await post('/v1/application/retention:configure', body, 200, { key: 'retention-1' });
+    assert.equal(replay.body.data.deduplicated, true);
+    await post('/v1/application/retention:configure', { ...body, event_retention_seconds: 60 }, 409, { key: 'retention-1', code: 'IDEMPOTENCY_CONFLICT' });
+    await post('/v1/application/retention:configure', body, 409, { code: 'STATE_CONFLICT' });
+    const bad = await post('/v1/application/retention:configure', { ...body, audit_retention_seconds: 59 }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.equal(bad.body.error.details.field, 'audit_retention_seconds');
+    // Back to the defaults, so that nothing else here is pruned sooner (no prune loop runs in-process anyway).
+    await post('/v1/application/retention:configure', {
+      expected_revision: changed.body.data.retention.revision,
+      reason: '恢复默认',
+      finished_task_retention_seconds: 604800,
+      event_retention_seconds: 604800,
+      receipt_retention_seconds: 604800,
+      audit_retention_seconds: 31536000,
+      subscription_max_lag_seconds: 2592000,
+    });
+  });
+
   test('queues: create, replay, get, list with pages, configure, and their errors', async () => {
     for (const name of ['q-a', 'q-b', 'q-c']) {
       const created = await post('/v1/queues', { name, reason: '新建队列', max_concurrency: 50, key_concurrency: 2 }, 200, { key: `create-${name}` });
@@ -1180,6 +1215,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       .replace('{subscription_id}', subscriptionId);
     const bodies: Record<string, unknown> = {
       configureApplicationResources: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1 },
+      configureRetention: { expected_revision: '1', reason: 'x' },
       createQueue: { name: 'never', reason: 'x' },
       configureQueue: {
         expected_revision: '1',

@@ -157,6 +157,7 @@ describe('documented metrics are counted', () => {
       ORBIT_LEASE_SECONDS: String(LEASE_SECONDS),
       ORBIT_RECOVERY_INTERVAL_MS: '100',
       ORBIT_SCHEDULE_INTERVAL_MS: '100',
+      ORBIT_PRUNE_INTERVAL_MS: '100',
     });
   });
   after(async () => {
@@ -230,6 +231,23 @@ describe('documented metrics are counted', () => {
 
     // A subscription: the lag gauges.
     assert.equal((await http('POST', '/v1/subscriptions', { name: 'lagging', reason: '指标', from: 'beginning' })).status, 200);
+
+    // Pruning: a policy of one minute, and a cancelled task that finished an hour ago (moved back
+    // in the database) - the pruning loop removes it and its attempts' and receipts' rows.
+    const retention = (await http('GET', '/v1/application/retention')).body.data;
+    const configured = await http('POST', '/v1/application/retention:configure', {
+      expected_revision: retention.revision,
+      reason: '指标',
+      finished_task_retention_seconds: 60,
+      receipt_retention_seconds: 60,
+    });
+    assert.equal(configured.status, 200, JSON.stringify(configured.body));
+    const old = (await http('POST', '/v1/queues/timed/tasks', { payload: { old: true } })).body.data.task.task_id as string;
+    assert.equal((await http('POST', `/v1/tasks/${old}:cancel`, { reason: '指标' })).status, 200);
+    await t.db.exec('UPDATE orbit_tasks SET finished_at = finished_at - INTERVAL 1 HOUR WHERE task_id = UNHEX(?) AND application_id = UNHEX(?)', [
+      old,
+      tenant.applicationId,
+    ]);
   }
 
   test('every metric of docs/operations.md and of the dashboard has samples with exactly the documented labels', async () => {

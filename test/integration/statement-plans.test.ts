@@ -11,6 +11,7 @@ import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { rowsAsExpected } from '../../server/store/attempts/fast-path-guards.ts';
 import { sql } from '../../server/store/database/sql.ts';
+import { PRUNE_BATCH } from '../../server/store/retention/prune.ts';
 
 let t: TestDatabase;
 before(async () => {
@@ -43,3 +44,56 @@ for (const n of [1, 2, 16]) {
     assert.ok(Number(plan[0]?.rows) <= n, JSON.stringify(plan));
   });
 }
+
+test('a prune batch looks up each row it deletes by its key: never a scan of the table', async () => {
+  const app = Buffer.from('1'.repeat(32), 'hex');
+  const namespace = Buffer.from('2'.repeat(32), 'hex');
+  // Enough rows of each kind that a scan would show.
+  await t.db.exec(
+    `INSERT INTO orbit_idempotency_receipts (namespace_id, idempotency_key, application_id, operation, request_sha256, resource_id, response, created_at)
+    SELECT ?, CONCAT('k', seq), ?, 'submitTask', UNHEX(SHA2(seq, 256)), NULL, '{}', NOW(6) - INTERVAL seq MINUTE FROM seq_1_to_500`,
+    [namespace, app],
+  );
+  await t.db.exec(
+    `INSERT INTO orbit_events (event_id, application_id, namespace_id, type, subject, data, occurred_at)
+    SELECT UNHEX(LPAD(HEX(seq), 32, '0')), ?, ?, 'queue.configured', 'q', '{}', NOW(6) - INTERVAL (600 - seq) MINUTE FROM seq_1_to_500`,
+    [app, namespace],
+  );
+  await t.db.exec(
+    `INSERT INTO orbit_audit_events (audit_id, application_id, namespace_id, credential_id, action, resource_type, resource, reason, request_id, idempotency_key, created_at)
+     SELECT UNHEX(LPAD(HEX(seq), 32, '0')), ?, ?, ?, 'queue.configure', 'queue', 'q', 'x', ?, 'k', NOW(6) - INTERVAL seq MINUTE FROM seq_1_to_500`,
+    [app, namespace, namespace, namespace],
+  );
+  await t.db.exec(
+    `INSERT INTO orbit_worker_sessions (session_id, application_id, namespace_id, credential_id, node_id, queues, capacity, state, connected_at, last_seen_at, closed_at)
+     SELECT UNHEX(CONCAT('ee', LPAD(HEX(seq), 30, '0'))), ?, ?, ?, 'n', '[]', 1, 'CLOSED', NOW(6) - INTERVAL seq HOUR, NOW(6) - INTERVAL seq HOUR, NOW(6) - INTERVAL seq HOUR FROM seq_1_to_500`,
+    [app, namespace, namespace],
+  );
+  await t.db.exec('ANALYZE TABLE orbit_idempotency_receipts, orbit_events, orbit_audit_events, orbit_worker_sessions');
+  try {
+    const policy = {
+      finished_task_retention_seconds: 60,
+      event_retention_seconds: 60,
+      receipt_retention_seconds: 60,
+      audit_retention_seconds: 60,
+      subscription_max_lag_seconds: 60,
+    };
+    for (const statement of [
+      PRUNE_BATCH.receipts(app, 60, 50),
+      PRUNE_BATCH.audit(app, 60, 50),
+      PRUNE_BATCH.sessions(app, 60, 50),
+      PRUNE_BATCH.events(namespace, '400', policy, null, 50),
+    ]) {
+      const plan = await t.db.rows<{ table: string; type: string; key: string | null; rows: number }>(sql`EXPLAIN ${statement}`);
+      // The deleted table (alias x) is joined by its primary key; nothing reads a whole table.
+      const target = plan.find((p) => p.table === 'x');
+      assert.ok(target && target.type === 'eq_ref' && target.key === 'PRIMARY', JSON.stringify(plan));
+      assert.ok(
+        plan.every((p) => p.type !== 'ALL' || String(p.table).startsWith('<derived')),
+        JSON.stringify(plan),
+      );
+    }
+  } finally {
+    for (const table of ['orbit_idempotency_receipts', 'orbit_events', 'orbit_audit_events', 'orbit_worker_sessions']) await t.db.exec(`DELETE FROM ${table}`);
+  }
+});

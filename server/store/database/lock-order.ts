@@ -169,7 +169,8 @@ export function lockedTables(statement: string): string[] {
     const updatesOnDuplicate = /\bON DUPLICATE KEY UPDATE\b/i.test(text);
     tables = table === undefined || (NEW_ROWS_ONLY_ON_INSERT.has(table) && !updatesOnDuplicate && verb === 'INSERT') ? [] : [table];
   } else if (verb === 'DELETE') {
-    tables = [/^DELETE FROM (orbit_[a-z_]+)/i.exec(text)?.[1] ?? ''].filter(Boolean);
+    // `DELETE FROM orbit_x …`, or the join form `DELETE x FROM orbit_x x JOIN (…) …`.
+    tables = [/^DELETE (?:\w+(?:, ?\w+)* )?FROM (orbit_[a-z_]+)/i.exec(text)?.[1] ?? ''].filter(Boolean);
   }
   return [...new Set(tables.filter((t) => t in LOCK_LEVEL_OF_TABLE))];
 }

@@ -78,6 +78,15 @@ try {
   }
   await bench.db.exec('ANALYZE TABLE orbit_tasks, orbit_attempts, orbit_idempotency_receipts, orbit_events');
   console.log(`history: ${fmt(HISTORY)} finished tasks with attempts, receipts and 3 events each, written in ${fmt((Date.now() - filled) / 1000, 1)} s`);
+  // What a task leaves behind, for sizing (InnoDB's figures after ANALYZE: data and indexes).
+  const sizes = await bench.db.rows<{ name: string; bytes: string }>(
+    `SELECT TABLE_NAME AS name, DATA_LENGTH + INDEX_LENGTH AS bytes FROM information_schema.TABLES
+      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('orbit_tasks', 'orbit_attempts', 'orbit_idempotency_receipts', 'orbit_events') ORDER BY TABLE_NAME`,
+  );
+  const total = sizes.reduce((n, r) => n + Number(r.bytes), 0);
+  console.log(
+    `bytes per finished task: ${fmt(total / HISTORY)} in all (${sizes.map((r) => `${r.name} ${fmt(Number(r.bytes) / HISTORY)}`).join(', ')}; a payload of ~10 bytes, no result)`,
+  );
   // One day for finished tasks, events and receipts: the whole history is due, nothing of the run.
   await bench.db.exec(
     'UPDATE orbit_retention_policies SET finished_task_retention_seconds = 86400, event_retention_seconds = 86400, receipt_retention_seconds = 86400 WHERE application_id = ?',

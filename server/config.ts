@@ -143,7 +143,7 @@ export const SETTINGS: readonly Setting[] = [
   },
   {
     name: 'ORBIT_PRUNE_MAX_SHARE',
-    default: '0.2',
+    default: '0.1',
     range: '0.01 to 1',
     meaning: "the share of one database connection's time a process's pruning may use: after each batch it pauses long enough to stay under it",
   },
@@ -275,7 +275,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ServerConfig {
     groupLingerMs: intFromEnv(env, 'ORBIT_GROUP_LINGER_MS', 2, 0, 100),
     pruneIntervalMs: intFromEnv(env, 'ORBIT_PRUNE_INTERVAL_MS', 1000, 0, 3_600_000),
     pruneBatchRows: intFromEnv(env, 'ORBIT_PRUNE_BATCH_ROWS', 500, 1, 10_000),
-    pruneMaxShare: shareFromEnv(env, 'ORBIT_PRUNE_MAX_SHARE', 0.2),
+    pruneMaxShare: shareFromEnv(env, 'ORBIT_PRUNE_MAX_SHARE', 0.1),
     ...databaseChecksFromEnv(env),
     logLevel: logLevelFromEnv(env),
   };

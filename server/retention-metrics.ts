@@ -7,21 +7,10 @@
 import { Gauge, type Registry } from 'prom-client';
 import type { Logger } from './log.ts';
 import type { RetentionSnapshot } from './store/retention/retention-gauges.ts';
+import { oncePerSecond } from './usage-metrics.ts';
 
 export function registerRetentionGauges(registry: Registry, load: () => Promise<RetentionSnapshot>, log: Logger): void {
-  let cached: { at: number; value: Promise<RetentionSnapshot> } | null = null;
-  const snapshot = (): Promise<RetentionSnapshot> => {
-    if (cached === null || Date.now() - cached.at >= 1000) {
-      cached = {
-        at: Date.now(),
-        value: load().catch((error: unknown) => {
-          log.warn({ err: error }, 'retention gauges: the database did not answer; reporting none this scrape');
-          return { oldestAgeSeconds: [], sizes: [] };
-        }),
-      };
-    }
-    return cached.value;
-  };
+  const snapshot = oncePerSecond(load, () => ({ oldestAgeSeconds: [], sizes: [] }), log, 'retention gauges');
   const gauge = <T>(name: string, help: string, rows: (s: RetentionSnapshot) => T[], label: (row: T) => string, value: (row: T) => number) =>
     new Gauge({
       name,

@@ -32,20 +32,28 @@ const FIGURES: Array<[keyof UsageFigures, string]> = [
   ['rate_per_second', 'the rate_per_second limit (starts per one-second window)'],
 ];
 
-export function registerUsageGauges(registry: Registry, load: () => Promise<UsageSnapshot>, log: Logger): void {
-  let cached: { at: number; value: Promise<UsageSnapshot> } | null = null;
-  const snapshot = (): Promise<UsageSnapshot> => {
+/**
+ * `load`, at most once a second however many gauges ask (a scrape collects each gauge in turn);
+ * when the database does not answer, `empty` for that scrape and a warning naming `what`.
+ */
+export function oncePerSecond<T>(load: () => Promise<T>, empty: () => T, log: Logger, what: string): () => Promise<T> {
+  let cached: { at: number; value: Promise<T> } | null = null;
+  return () => {
     if (cached === null || Date.now() - cached.at >= 1000) {
       cached = {
         at: Date.now(),
         value: load().catch((error: unknown) => {
-          log.warn({ err: error }, 'usage gauges: the database did not answer; reporting none this scrape');
-          return { applications: [], queues: [], subscriptions: [] };
+          log.warn({ err: error }, `${what}: the database did not answer; reporting none this scrape`);
+          return empty();
         }),
       };
     }
     return cached.value;
   };
+}
+
+export function registerUsageGauges(registry: Registry, load: () => Promise<UsageSnapshot>, log: Logger): void {
+  const snapshot = oncePerSecond(load, () => ({ applications: [], queues: [], subscriptions: [] }), log, 'usage gauges');
   const gauge = <T>(
     name: string,
     help: string,

@@ -10,7 +10,7 @@
  *   ORBIT_PRUNE_BATCH_ROWS rows, one statement at a time on one connection.
  * - Throttled: after each batch the loop pauses so that its statements take at most
  *   ORBIT_PRUNE_MAX_SHARE of the wall time (of one connection, per process); a batch of 40 ms at
- *   the default share 0.2 is followed by 160 ms of nothing.
+ *   the default share 0.1 is followed by 360 ms of nothing.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../log.ts';

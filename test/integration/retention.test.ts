@@ -77,6 +77,46 @@ async function pruneAll(t: TestDatabase, tenant: TestTenant, batchRows = 500) {
   return total;
 }
 
+/**
+ * A fresh database, the in-process app and one tenant for a describe block, read through getters
+ * (they exist once `before` has run); `configure` replaces the tenant's policy with `durations`.
+ */
+function retentionFixture(label: string, namespace: string) {
+  let t: TestDatabase;
+  let app: Awaited<ReturnType<typeof testApp>>;
+  let owner: TestTenant;
+  before(async () => {
+    t = await freshDatabase(label);
+    app = await testApp(t.db);
+    owner = await createTenant(t.db, { namespace, queues: ['jobs'], resourceAccess: true });
+  });
+  after(async () => {
+    await assertCountersMatchRecount(t.db);
+    await t.drop();
+  });
+  const fixture = {
+    get db() {
+      return t;
+    },
+    get api() {
+      return app;
+    },
+    get tenant() {
+      return owner;
+    },
+    async configure(durations: Record<string, number>) {
+      const current = (await app.request('GET', GET, { token: owner.token })).body.data;
+      const r = await app.request('POST', CONFIGURE, {
+        token: owner.token,
+        key: key('cfg'),
+        body: { expected_revision: current.revision, reason: 'test', ...durations },
+      });
+      assert.equal(r.status, 200, r.text);
+    },
+  };
+  return fixture;
+}
+
 describe('retention policy API', () => {
   let t: TestDatabase;
   let api: Awaited<ReturnType<typeof testApp>>;
@@ -199,29 +239,14 @@ describe('retention policy API', () => {
 });
 
 describe('pruning by the policy', () => {
+  const fixture = retentionFixture('retention_prune', 'ops');
+  const configure = fixture.configure;
   let t: TestDatabase;
   let api: Awaited<ReturnType<typeof testApp>>;
   let tenant: TestTenant;
-
-  before(async () => {
-    t = await freshDatabase('retention_prune');
-    api = await testApp(t.db);
-    tenant = await createTenant(t.db, { namespace: 'ops', queues: ['jobs'], resourceAccess: true });
+  before(() => {
+    ({ db: t, api, tenant } = fixture);
   });
-  after(async () => {
-    await assertCountersMatchRecount(t.db);
-    await t.drop();
-  });
-
-  async function configure(durations: Record<string, number>) {
-    const current = (await api.request('GET', GET, { token: tenant.token })).body.data;
-    const r = await api.request('POST', CONFIGURE, {
-      token: tenant.token,
-      key: key('cfg'),
-      body: { expected_revision: current.revision, reason: 'test', ...durations },
-    });
-    assert.equal(r.status, 200, r.text);
-  }
   async function submit(k: string) {
     const r = await api.request('POST', '/v1/queues/jobs/tasks', { token: tenant.token, key: k, body: { payload: { k } } });
     assert.equal(r.status, 200, r.text);
@@ -275,29 +300,14 @@ describe('pruning by the policy', () => {
 });
 
 describe('a subscription and the events it needs', () => {
+  const fixture = retentionFixture('retention_subs', 'feed');
+  const configure = fixture.configure;
   let t: TestDatabase;
   let api: Awaited<ReturnType<typeof testApp>>;
   let tenant: TestTenant;
-
-  before(async () => {
-    t = await freshDatabase('retention_subs');
-    api = await testApp(t.db);
-    tenant = await createTenant(t.db, { namespace: 'feed', queues: ['jobs'], resourceAccess: true });
+  before(() => {
+    ({ db: t, api, tenant } = fixture);
   });
-  after(async () => {
-    await assertCountersMatchRecount(t.db);
-    await t.drop();
-  });
-
-  async function configure(durations: Record<string, number>) {
-    const current = (await api.request('GET', GET, { token: tenant.token })).body.data;
-    const r = await api.request('POST', CONFIGURE, {
-      token: tenant.token,
-      key: key('cfg'),
-      body: { expected_revision: current.revision, reason: 'test', ...durations },
-    });
-    assert.equal(r.status, 200, r.text);
-  }
   async function subscribe(name: string, from: 'now' | 'beginning') {
     const r = await api.request('POST', '/v1/subscriptions', { token: tenant.token, key: key('sub'), body: { name, reason: 'test', from } });
     assert.equal(r.status, 200, r.text);

@@ -1175,10 +1175,10 @@ export interface components {
             audit_id: components["schemas"]["Id"];
             namespace: string;
             credential_id: components["schemas"]["Id"];
-            /** @description e.g. application.resources.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume, subscription.create, subscription.pause, subscription.resume */
+            /** @description e.g. application.resources.configure, application.retention.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume, subscription.create, subscription.pause, subscription.resume */
             action: string;
             /** @enum {string} */
-            resource_type: "application_resources" | "queue" | "task" | "schedule" | "subscription";
+            resource_type: "application_resources" | "retention_policy" | "queue" | "task" | "schedule" | "subscription";
             /** @description The application id, queue name, task id, schedule id or subscription id. */
             resource: string;
             reason: string;

@@ -27,8 +27,11 @@ CREATE TABLE orbit_retention_policies (
   KEY ix_orbit_retention_policies_due (next_prune_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='保留策略：每个应用的历史数据保留期限，以及清理循环的轮转位置';
 
-INSERT INTO orbit_retention_policies (application_id, next_prune_at, updated_at)
-  SELECT application_id, NOW(6), NOW(6) FROM orbit_application_resources;
+-- Existing applications keep everything (every duration NULL: forever) until an operator sets a
+-- policy: an upgrade never deletes history by itself. New applications get the defaults.
+INSERT INTO orbit_retention_policies (application_id, finished_task_retention_seconds, event_retention_seconds, receipt_retention_seconds,
+                                      audit_retention_seconds, subscription_max_lag_seconds, next_prune_at, updated_at)
+  SELECT application_id, NULL, NULL, NULL, NULL, NULL, NOW(6), NOW(6) FROM orbit_application_resources;
 
 -- A subscription is told, not silently skipped, when events after its position were pruned:
 -- the highest sequence of its namespace pruned while it had not acknowledged it.

@@ -471,12 +471,13 @@ export async function tasksDisagreeingWithAttempts(db: Queryable): Promise<numbe
 
 /**
  * How many schedules' `fired` counters disagree with the tasks they made (tasks carrying their
- * schedule_id): the loop counts a fire in the transaction that inserts its task, so they must
- * always be equal. Checked by the test helper after every scenario, like the agreement above.
+ * schedule_id): the loop counts a fire in the transaction that inserts its task, so they are
+ * equal until retention prunes some of those tasks (finished ones only); the counter is never
+ * below the tasks kept. Checked by the test helper after every scenario, like the agreement above.
  */
 export async function schedulesDisagreeingWithTasks(db: Queryable): Promise<number> {
   const [row] = await db.rows<{ n: string }>(sql`
     SELECT /* scatter: verify-schedule-fired */ COUNT(*) AS n FROM orbit_schedules s
-     WHERE s.fired <> (SELECT COUNT(*) FROM orbit_tasks t WHERE t.schedule_id = s.schedule_id)`);
+     WHERE s.fired < (SELECT COUNT(*) FROM orbit_tasks t WHERE t.schedule_id = s.schedule_id)`);
   return Number(row?.n ?? 0);
 }

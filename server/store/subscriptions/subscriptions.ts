@@ -341,5 +341,11 @@ export async function subscriptionRead(
     limit: params.limit,
     filter: { scope: principal.queues, types, queues },
   });
+  // A prune may have committed between the row's read and the events' read: read the mark again,
+  // so that events pruned meanwhile are never skipped silently.
+  const [again] = await db.rows<Pick<SubscriptionRow, 'pruned_through'>>(
+    sql`SELECT pruned_through FROM orbit_subscriptions WHERE subscription_id = ${row.subscription_id} AND namespace_id = ${principal.namespaceId}`,
+  );
+  if (again && BigInt(again.pruned_through) > BigInt(row.pruned_through)) return subscriptionRead(db, params);
   return { events, row };
 }

@@ -51,3 +51,10 @@ export function invalidArgument(field: string, reason: string, location: FieldLo
 export function notFound(what: string): OrbitError {
   return new OrbitError('NOT_FOUND', `${what} not found`);
 }
+
+/** A configure's compare-and-set lost: `expected_revision` is not the row's current revision. */
+export function revisionConflict(expected: string, current: string): OrbitError {
+  return new OrbitError('STATE_CONFLICT', `expected_revision is ${expected} but the current revision is ${current}`, {
+    details: { field: 'expected_revision', current_revision: current },
+  });
+}

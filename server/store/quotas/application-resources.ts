@@ -2,7 +2,7 @@
  * The application's shared quota row: three limits, a config revision and live usage.
  * This row serialises one application's short transactions; see lock-order.ts.
  */
-import { OrbitError } from '../../errors.ts';
+import { OrbitError, revisionConflict } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import type { components } from '../../generated/openapi.ts';
@@ -93,11 +93,7 @@ export async function applicationResourcesConfigure(
       sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${principal.applicationId} ${lockRows('application')}`,
     );
     if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
-    if (row.revision !== params.expectedRevision) {
-      throw new OrbitError('STATE_CONFLICT', `expected_revision is ${params.expectedRevision} but the current revision is ${row.revision}`, {
-        details: { field: 'expected_revision', current_revision: row.revision },
-      });
-    }
+    if (row.revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, row.revision);
     await tx.exec(sql`
       UPDATE orbit_application_resources
          SET max_unfinished_tasks = ${params.limits.max_unfinished_tasks}, max_concurrency = ${params.limits.max_concurrency},

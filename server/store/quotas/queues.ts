@@ -3,7 +3,7 @@
  * changes lock the application row first (lock order, and the event feed's ordering rule),
  * then the queue row.
  */
-import { OrbitError, notFound } from '../../errors.ts';
+import { OrbitError, notFound, revisionConflict } from '../../errors.ts';
 import { newId, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { QUEUE_DEFAULTS } from '../../domain/limits.ts';
@@ -163,11 +163,7 @@ export async function queueConfigure(
     await applicationRowLock(tx, principal.applicationId);
     const row = await queueFind(tx, principal.namespaceId, params.name, { lock: true });
     if (!row) throw notFound(`queue "${params.name}"`);
-    if (row.revision !== params.expectedRevision) {
-      throw new OrbitError('STATE_CONFLICT', `expected_revision is ${params.expectedRevision} but the current revision is ${row.revision}`, {
-        details: { field: 'expected_revision', current_revision: row.revision },
-      });
-    }
+    if (row.revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, row.revision);
     const limits = params.limits;
     await tx.exec(sql`
       UPDATE orbit_queues

@@ -8,7 +8,7 @@
  * (level `retention`). The pruning loop reads policies without locks and takes policy rows only
  * to choose whose turn it is (prune.ts).
  */
-import { OrbitError } from '../../errors.ts';
+import { OrbitError, revisionConflict } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { RETENTION_FIELDS, type RetentionPolicy } from '../../domain/retention.ts';
@@ -65,12 +65,6 @@ export interface RetentionConfigureParams {
   reason: string;
   policy: RetentionPolicy;
   dryRun: boolean;
-}
-
-function revisionConflict(expected: string, current: string): OrbitError {
-  return new OrbitError('STATE_CONFLICT', `expected_revision is ${expected} but the current revision is ${current}`, {
-    details: { field: 'expected_revision', current_revision: current },
-  });
 }
 
 /**

@@ -462,6 +462,102 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List tasks across queues
+         * @description The tasks of every queue the credential's scope includes, newest first, optionally of
+         *     one queue and in one state. Pages follow `next_cursor`; a page is consistent with the
+         *     task ids before it, so tasks submitted while paging appear on the first page of a new
+         *     listing, never twice. Finished tasks are kept for the application's
+         *     `finished_task_retention_seconds` (GET /v1/application/retention).
+         */
+        get: operations["listAllTasks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/attempts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a task's attempts
+         * @description Every attempt of the task, first to last: which worker session held it, when it was
+         *     claimed, started and finished, and how it ended. Why the task is in its state is its
+         *     `error`; what each attempt reported is in the task's events (GET /v1/tasks/{task_id}/events).
+         */
+        get: operations["listTaskAttempts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a task's lifecycle events
+         * @description The task's history: its `task.*` events in order (submitted, started, retry_scheduled,
+         *     cancelled, resolved, retried, …), the same events as in the namespace's feed, with their
+         *     sequence numbers. Kept for the application's `event_retention_seconds`.
+         */
+        get: operations["listTaskEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}:retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry a failed, expired or cancelled task
+         * @description Puts a FAILED, EXPIRED or CANCELLED task back to WAITING, claimable at once, with the
+         *     same payload, priority, resource key and task id. It is admitted like a submission: it
+         *     needs room at both levels (`max_unfinished_tasks` of the application and of the queue;
+         *     429 APPLICATION_FULL or QUEUE_FULL when there is none, and nothing changes). It gets a
+         *     new deadline as long as its original one (`deadline_at - created_at`), one more attempt
+         *     than it has used (`max_attempts` becomes at least `attempts + 1`), and no `error`,
+         *     `result` or `finished_at`; what it carried before is in the `task.retried` event
+         *     (`previous_state`, `previous_error`). A task in any other state is 409 STATE_CONFLICT;
+         *     a task already pruned by retention is 404.
+         */
+        post: operations["retryTask"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/queues/{queue}/schedules": {
         parameters: {
             query?: never;
@@ -999,6 +1095,33 @@ export interface components {
         CancelTaskRequest: {
             reason: components["schemas"]["Reason"];
         };
+        RetryTaskRequest: {
+            reason: components["schemas"]["Reason"];
+        };
+        /**
+         * @description RESERVED: claimed, not started yet. RUNNING: started. SUCCEEDED, FAILED, CANCELLED: the
+         *     worker's result. RELEASED: given back before it started (a reservation that expired, a
+         *     cancel, a worker that released it). EXPIRED: its lease ran out while it was running
+         *     (the outcome is unknown).
+         * @enum {string}
+         */
+        AttemptState: "RESERVED" | "RUNNING" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "RELEASED" | "EXPIRED";
+        Attempt: {
+            attempt_id: components["schemas"]["Id"];
+            attempt_number: number;
+            state: components["schemas"]["AttemptState"];
+            session_id: components["schemas"]["Id"];
+            /** @description The `node_id` the worker gave in its `hello`. */
+            node_id: string;
+            claimed_at: components["schemas"]["Timestamp"];
+            started_at?: components["schemas"]["Timestamp"];
+            finished_at?: components["schemas"]["Timestamp"];
+            /** @description When the lease ends (or ended) unless the worker renews it. */
+            lease_expires_at: components["schemas"]["Timestamp"];
+        };
+        AttemptList: {
+            attempts: components["schemas"]["Attempt"][];
+        };
         ResolveTaskRequest: {
             /**
              * @description succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed).
@@ -1216,6 +1339,7 @@ export interface components {
              *     | `task.cancel_requested` | an operator asked to cancel a RUNNING task (the worker is told) | `state`, `previous_state` |
              *     | `task.expired` | its deadline passed | - |
              *     | `task.resolved` | an operator resolved a NEEDS_REVIEW task | `outcome`, `state`, and `previous_error` when the task had another error |
+             *     | `task.retried` | an operator retried a FAILED, EXPIRED or CANCELLED task (POST /v1/tasks/{task_id}:retry) | `state` (WAITING), `previous_state`, and `previous_error` when the task had an error |
              */
             type: string;
             namespace: string;
@@ -1921,6 +2045,11 @@ export interface operations {
             /** @description The task. */
             200: {
                 headers: {
+                    /**
+                     * @description Present when `wait_seconds` was more than 0: `settled` when the task is terminal
+                     *     or NEEDS_REVIEW, `timed_out` when the time ran out first (the task as it is then).
+                     */
+                    "X-Orbit-Wait"?: "settled" | "timed_out";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2010,6 +2139,136 @@ export interface operations {
                     };
                 };
             };
+            default: components["responses"]["Error"];
+        };
+    };
+    listAllTasks: {
+        parameters: {
+            query?: {
+                /** @description Only this queue's tasks (a queue outside the credential's scope is 404). */
+                queue?: components["schemas"]["QueueName"];
+                state?: components["schemas"]["TaskState"];
+                /** @description Page size (default 50). */
+                limit?: components["parameters"]["Limit"];
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of tasks, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["TaskPage"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listTaskAttempts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The attempts, by attempt number. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["AttemptList"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listTaskEvents: {
+        parameters: {
+            query?: {
+                /** @description Only events with a sequence greater than this (the `next_after` of the previous page; default 0). */
+                after?: components["schemas"]["Uint64"];
+                /** @description Page size (default 50). */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The task's events in sequence order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["EventPage"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    retryTask: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetryTaskRequest"];
+            };
+        };
+        responses: {
+            /** @description The task, WAITING again (or, for a replay, the original snapshot). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["TaskResult"];
+                    };
+                };
+            };
+            429: components["responses"]["Full"];
             default: components["responses"]["Error"];
         };
     };

@@ -41,6 +41,10 @@ export type OperationId =
   | "getTask"
   | "cancelTask"
   | "resolveTask"
+  | "listAllTasks"
+  | "listTaskAttempts"
+  | "listTaskEvents"
+  | "retryTask"
   | "listSchedules"
   | "createSchedule"
   | "getSchedule"
@@ -563,6 +567,78 @@ export const routes: readonly RouteSpec[] = [
       query: validators.resolveTask_query,
       headers: validators.resolveTask_headers,
       body: validators.resolveTask_body,
+    },
+  },
+  {
+    operationId: "listAllTasks",
+    method: "GET",
+    path: "/v1/tasks",
+    honoPath: "/v1/tasks",
+    queryParams: {"queue":"string","state":"string","limit":"integer","cursor":"string"},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "tasks:read",
+    raw: false,
+    validate: {
+      path: validators.listAllTasks_path,
+      query: validators.listAllTasks_query,
+      headers: validators.listAllTasks_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "listTaskAttempts",
+    method: "GET",
+    path: "/v1/tasks/{task_id}/attempts",
+    honoPath: "/v1/tasks/:task_id/attempts",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "tasks:read",
+    raw: false,
+    validate: {
+      path: validators.listTaskAttempts_path,
+      query: validators.listTaskAttempts_query,
+      headers: validators.listTaskAttempts_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "listTaskEvents",
+    method: "GET",
+    path: "/v1/tasks/{task_id}/events",
+    honoPath: "/v1/tasks/:task_id/events",
+    queryParams: {"after":"string","limit":"integer"},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "tasks:read",
+    raw: false,
+    validate: {
+      path: validators.listTaskEvents_path,
+      query: validators.listTaskEvents_query,
+      headers: validators.listTaskEvents_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "retryTask",
+    method: "POST",
+    path: "/v1/tasks/{task_id}:retry",
+    honoPath: "/v1/tasks/:task_id{[^/]+:retry}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "tasks:submit",
+    raw: false,
+    validate: {
+      path: validators.retryTask_path,
+      query: validators.retryTask_query,
+      headers: validators.retryTask_headers,
+      body: validators.retryTask_body,
     },
   },
   {

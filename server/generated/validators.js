@@ -5765,7 +5765,7 @@ return errors === 0;
 }
 validate118.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema161 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema161 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5778,8 +5778,915 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema161,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema161.type,parentSchema:schema161,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate121.errors = vErrors;
+return errors === 0;
+}
+validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema162 = {"type":"object","additionalProperties":false,"required":[],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate122.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((((key0 === "queue") || (key0 === "state")) || (key0 === "limit")) || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema162,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern12.test(data0)){
+const err1 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.state !== undefined){
+let data1 = data.state;
+if(typeof data1 !== "string"){
+const err3 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!((((((((data1 === "WAITING") || (data1 === "LEASED")) || (data1 === "RUNNING")) || (data1 === "NEEDS_REVIEW")) || (data1 === "SUCCEEDED")) || (data1 === "FAILED")) || (data1 === "CANCELLED")) || (data1 === "EXPIRED"))){
+const err4 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values",schema:schema119.enum,parentSchema:schema119,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data2 = data.limit;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema162.properties.limit.type,parentSchema:schema162.properties.limit,data:data2};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 100 || isNaN(data2)){
+const err6 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema162.properties.limit,data:data2};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(data2 < 1 || isNaN(data2)){
+const err7 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema162.properties.limit,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data3 = data.cursor;
+if(typeof data3 === "string"){
+if(!pattern10.test(data3)){
+const err8 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data3};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data3};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+else {
+const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema162.type,parentSchema:schema162,data};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+validate122.errors = vErrors;
+return errors === 0;
+}
+validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema166 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate123.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema166,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema166.type,parentSchema:schema166,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate123.errors = vErrors;
+return errors === 0;
+}
+validate123.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema167 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate124.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema167.required,parentSchema:schema167,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema167,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema167.type,parentSchema:schema167,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate124.errors = vErrors;
+return errors === 0;
+}
+validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema169 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate125.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema169,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema169.type,parentSchema:schema169,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate125.errors = vErrors;
+return errors === 0;
+}
+validate125.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema170 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate126.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema170,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema170.type,parentSchema:schema170,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate126.errors = vErrors;
+return errors === 0;
+}
+validate126.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema171 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate127.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema171.required,parentSchema:schema171,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema171,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema171.type,parentSchema:schema171,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate127.errors = vErrors;
+return errors === 0;
+}
+validate127.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema173 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema174 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const pattern36 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate128.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "after") || (key0 === "limit"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema173,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.after !== undefined){
+let data0 = data.after;
+if(typeof data0 === "string"){
+if(!pattern36.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema174,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema173.properties.limit.type,parentSchema:schema173.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema173.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema173.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema173.type,parentSchema:schema173,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate128.errors = vErrors;
+return errors === 0;
+}
+validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema175 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate129.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema175,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema175.type,parentSchema:schema175,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate129.errors = vErrors;
+return errors === 0;
+}
+validate129.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema176 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate130.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema176.required,parentSchema:schema176,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema176,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema176.type,parentSchema:schema176,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate130.errors = vErrors;
+return errors === 0;
+}
+validate130.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema178 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate131.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema178.type,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate131.errors = vErrors;
+return errors === 0;
+}
+validate131.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema179 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate132.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema179.required,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema179.properties["Idempotency-Key"].type,parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema179.type,parentSchema:schema179,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate132.errors = vErrors;
+return errors === 0;
+}
+validate132.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema180 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/RetryTaskRequest"};
+const schema181 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate134.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema181.required,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema181.type,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate134.errors = vErrors;
+return errors === 0;
+}
+validate134.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate134(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate134.errors : vErrors.concat(validate134.errors);
+errors = vErrors.length;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema183 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate136.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema161.required,parentSchema:schema161,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema183.required,parentSchema:schema183,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5790,7 +6697,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema161,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema183,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5827,7 +6734,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema161.type,parentSchema:schema161,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema183.type,parentSchema:schema183,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5836,17 +6743,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate121.errors = vErrors;
+validate136.errors = vErrors;
 return errors === 0;
 }
-validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema163 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema185 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
-function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate122.evaluated;
+const evaluated0 = validate137.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5856,7 +6763,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema163,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema185,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5869,7 +6776,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema163.properties.limit.type,parentSchema:schema163.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema185.properties.limit.type,parentSchema:schema185.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5880,7 +6787,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema163.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema185.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5890,7 +6797,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema163.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema185.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5928,7 +6835,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema163.type,parentSchema:schema163,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema185.type,parentSchema:schema185,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5937,17 +6844,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate122.errors = vErrors;
+validate137.errors = vErrors;
 return errors === 0;
 }
-validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema165 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema187 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate123.evaluated;
+const evaluated0 = validate138.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5956,7 +6863,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema165,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5967,7 +6874,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema165.type,parentSchema:schema165,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5976,17 +6883,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate123.errors = vErrors;
+validate138.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema166 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema188 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate124.evaluated;
+const evaluated0 = validate139.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5995,7 +6902,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema166.required,parentSchema:schema166,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema188.required,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6006,7 +6913,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema166,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6043,7 +6950,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema166.type,parentSchema:schema166,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema188.type,parentSchema:schema188,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6052,17 +6959,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate124.errors = vErrors;
+validate139.errors = vErrors;
 return errors === 0;
 }
-validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema168 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema190 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate125.evaluated;
+const evaluated0 = validate140.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6071,7 +6978,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema168,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6082,7 +6989,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema168.type,parentSchema:schema168,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6091,17 +6998,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate125.errors = vErrors;
+validate140.errors = vErrors;
 return errors === 0;
 }
-validate125.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema169 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema191 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate126.evaluated;
+const evaluated0 = validate141.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6110,7 +7017,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema169.required,parentSchema:schema169,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema191.required,parentSchema:schema191,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6121,7 +7028,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema169,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema191,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6135,7 +7042,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema169.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema191.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6146,7 +7053,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema169.properties["Idempotency-Key"].type,parentSchema:schema169.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema191.properties["Idempotency-Key"].type,parentSchema:schema191.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6158,7 +7065,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema169.type,parentSchema:schema169,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema191.type,parentSchema:schema191,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6167,25 +7074,25 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate126.errors = vErrors;
+validate141.errors = vErrors;
 return errors === 0;
 }
-validate126.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate141.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema170 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
-const schema171 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
-const schema172 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema174 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
-const schema181 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
-const schema182 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
-const func15 = Object.prototype.hasOwnProperty;
-const pattern36 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
-const pattern39 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
+const schema192 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
+const schema193 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
+const schema194 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema196 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
+const schema203 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
+const schema204 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
+const func17 = Object.prototype.hasOwnProperty;
+const pattern44 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
+const pattern47 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
 
-function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate128.evaluated;
+const evaluated0 = validate143.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6194,7 +7101,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema171.required,parentSchema:schema171,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema193.required,parentSchema:schema193,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6204,7 +7111,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema171.required,parentSchema:schema171,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema193.required,parentSchema:schema193,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6214,7 +7121,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.payload === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema171.required,parentSchema:schema171,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema193.required,parentSchema:schema193,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6224,8 +7131,8 @@ vErrors.push(err2);
 errors++;
 }
 for(const key0 in data){
-if(!(func15.call(schema171.properties, key0))){
-const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema171,data};
+if(!(func17.call(schema193.properties, key0))){
+const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema193,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6238,8 +7145,8 @@ errors++;
 if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
-if(!pattern36.test(data0)){
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema172,data:data0};
+if(!pattern44.test(data0)){
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema194,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6250,7 +7157,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema172.type,parentSchema:schema172,data:data0};
+const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema194.type,parentSchema:schema194,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6309,7 +7216,7 @@ if(data.cron !== undefined){
 let data2 = data.cron;
 if(typeof data2 === "string"){
 if(func1(data2) > 200){
-const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema174,data:data2};
+const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema196,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -6319,7 +7226,7 @@ vErrors.push(err10);
 errors++;
 }
 if(func1(data2) < 1){
-const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema174,data:data2};
+const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema196,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -6330,7 +7237,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data2};
+const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema196.type,parentSchema:schema196,data:data2};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -6343,7 +7250,7 @@ errors++;
 if(data.interval_seconds !== undefined){
 let data3 = data.interval_seconds;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema171.properties.interval_seconds.type,parentSchema:schema171.properties.interval_seconds,data:data3};
+const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema193.properties.interval_seconds.type,parentSchema:schema193.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -6354,7 +7261,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 31536000 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema171.properties.interval_seconds,data:data3};
+const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema193.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -6364,7 +7271,7 @@ vErrors.push(err14);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema171.properties.interval_seconds,data:data3};
+const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema193.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -6379,7 +7286,7 @@ if(data.timezone !== undefined){
 let data4 = data.timezone;
 if(typeof data4 === "string"){
 if(func1(data4) > 64){
-const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema171.properties.timezone,data:data4};
+const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema193.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -6389,7 +7296,7 @@ vErrors.push(err16);
 errors++;
 }
 if(func1(data4) < 1){
-const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema171.properties.timezone,data:data4};
+const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema193.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -6400,7 +7307,7 @@ errors++;
 }
 }
 else {
-const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema171.properties.timezone.type,parentSchema:schema171.properties.timezone,data:data4};
+const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema193.properties.timezone.type,parentSchema:schema193.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -6609,7 +7516,7 @@ errors++;
 if(data.misfire_policy !== undefined){
 let data11 = data.misfire_policy;
 if(typeof data11 !== "string"){
-const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema181.type,parentSchema:schema181,data:data11};
+const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema203.type,parentSchema:schema203,data:data11};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -6619,7 +7526,7 @@ vErrors.push(err36);
 errors++;
 }
 if(!(((data11 === "skip") || (data11 === "fire_once")) || (data11 === "fire_all"))){
-const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema181.enum},message:"must be equal to one of the allowed values",schema:schema181.enum,parentSchema:schema181,data:data11};
+const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema203.enum},message:"must be equal to one of the allowed values",schema:schema203.enum,parentSchema:schema203,data:data11};
 if(vErrors === null){
 vErrors = [err37];
 }
@@ -6632,7 +7539,7 @@ errors++;
 if(data.misfire_window_seconds !== undefined){
 let data12 = data.misfire_window_seconds;
 if(!(((typeof data12 == "number") && (!(data12 % 1) && !isNaN(data12))) && (isFinite(data12)))){
-const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema171.properties.misfire_window_seconds.type,parentSchema:schema171.properties.misfire_window_seconds,data:data12};
+const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema193.properties.misfire_window_seconds.type,parentSchema:schema193.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -6643,7 +7550,7 @@ errors++;
 }
 if((typeof data12 == "number") && (isFinite(data12))){
 if(data12 > 86400 || isNaN(data12)){
-const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema171.properties.misfire_window_seconds,data:data12};
+const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema193.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -6653,7 +7560,7 @@ vErrors.push(err39);
 errors++;
 }
 if(data12 < 1 || isNaN(data12)){
-const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema171.properties.misfire_window_seconds,data:data12};
+const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema193.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -6667,8 +7574,8 @@ errors++;
 if(data.start_at !== undefined){
 let data13 = data.start_at;
 if(typeof data13 === "string"){
-if(!pattern39.test(data13)){
-const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema182,data:data13};
+if(!pattern47.test(data13)){
+const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema204,data:data13};
 if(vErrors === null){
 vErrors = [err41];
 }
@@ -6679,7 +7586,7 @@ errors++;
 }
 }
 else {
-const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema182.type,parentSchema:schema182,data:data13};
+const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema204.type,parentSchema:schema204,data:data13};
 if(vErrors === null){
 vErrors = [err42];
 }
@@ -6691,781 +7598,12 @@ errors++;
 }
 }
 else {
-const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema171.type,parentSchema:schema171,data};
+const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema193.type,parentSchema:schema193,data};
 if(vErrors === null){
 vErrors = [err43];
 }
 else {
 vErrors.push(err43);
-}
-errors++;
-}
-validate128.errors = vErrors;
-return errors === 0;
-}
-validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate127.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate128(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate128.errors : vErrors.concat(validate128.errors);
-errors = vErrors.length;
-}
-validate127.errors = vErrors;
-return errors === 0;
-}
-validate127.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema183 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate130.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema183.required,parentSchema:schema183,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema183,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema183.type,parentSchema:schema183,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate130.errors = vErrors;
-return errors === 0;
-}
-validate130.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema185 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate131.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema185,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema185.type,parentSchema:schema185,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate131.errors = vErrors;
-return errors === 0;
-}
-validate131.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema186 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate132.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema186,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema186.type,parentSchema:schema186,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate132.errors = vErrors;
-return errors === 0;
-}
-validate132.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema187 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate133.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema187.required,parentSchema:schema187,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate133.errors = vErrors;
-return errors === 0;
-}
-validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema189 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate134.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema189,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema189.type,parentSchema:schema189,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate134.errors = vErrors;
-return errors === 0;
-}
-validate134.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema190 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate135.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema190.required,parentSchema:schema190,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema190.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema190.properties["Idempotency-Key"].type,parentSchema:schema190.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate135.errors = vErrors;
-return errors === 0;
-}
-validate135.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema191 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
-const schema192 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
-
-function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate137.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema192.required,parentSchema:schema192,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema192,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema192.type,parentSchema:schema192,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate137.errors = vErrors;
-return errors === 0;
-}
-validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate136.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
-errors = vErrors.length;
-}
-validate136.errors = vErrors;
-return errors === 0;
-}
-validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema194 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate139.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema194.required,parentSchema:schema194,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema194,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema194.type,parentSchema:schema194,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate139.errors = vErrors;
-return errors === 0;
-}
-validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema196 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate140.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema196,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema196.type,parentSchema:schema196,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate140.errors = vErrors;
-return errors === 0;
-}
-validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema197 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate141.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema197.required,parentSchema:schema197,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema197,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema197.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema197.properties["Idempotency-Key"].type,parentSchema:schema197.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema197.type,parentSchema:schema197,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate141.errors = vErrors;
-return errors === 0;
-}
-validate141.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema198 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
-
-function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate143.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema192.required,parentSchema:schema192,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema192,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema192.type,parentSchema:schema192,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -7494,7 +7632,7 @@ return errors === 0;
 }
 validate142.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema201 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema205 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7507,8 +7645,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema201,data};
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema205.required,parentSchema:schema205,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7517,9 +7655,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema201.type,parentSchema:schema201,data};
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7528,12 +7666,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate145.errors = vErrors;
 return errors === 0;
 }
 validate145.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema202 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema207 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7547,8 +7722,740 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema207,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema207.type,parentSchema:schema207,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate146.errors = vErrors;
+return errors === 0;
+}
+validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema208 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate147.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema208,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema208.type,parentSchema:schema208,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate147.errors = vErrors;
+return errors === 0;
+}
+validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema209 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate148.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema209.required,parentSchema:schema209,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema209,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema209.type,parentSchema:schema209,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate148.errors = vErrors;
+return errors === 0;
+}
+validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema211 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate149.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema211,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema211.type,parentSchema:schema211,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate149.errors = vErrors;
+return errors === 0;
+}
+validate149.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema212 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate150.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema212.required,parentSchema:schema212,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema212,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema212.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema212.properties["Idempotency-Key"].type,parentSchema:schema212.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema212.type,parentSchema:schema212,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate150.errors = vErrors;
+return errors === 0;
+}
+validate150.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema213 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+const schema214 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate152.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema214.required,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate152.errors = vErrors;
+return errors === 0;
+}
+validate152.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate151.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate152(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate152.errors : vErrors.concat(validate152.errors);
+errors = vErrors.length;
+}
+validate151.errors = vErrors;
+return errors === 0;
+}
+validate151.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema216 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate154.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema216.required,parentSchema:schema216,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema216,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema216.type,parentSchema:schema216,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate154.errors = vErrors;
+return errors === 0;
+}
+validate154.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema218 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate155.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema218,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema218.type,parentSchema:schema218,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate155.errors = vErrors;
+return errors === 0;
+}
+validate155.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema219 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate156.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema219.required,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema219.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema219.properties["Idempotency-Key"].type,parentSchema:schema219.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema219.type,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate156.errors = vErrors;
+return errors === 0;
+}
+validate156.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema220 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+
+function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate158.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema214.required,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate158.errors = vErrors;
+return errors === 0;
+}
+validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate157.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate158(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate158.errors : vErrors.concat(validate158.errors);
+errors = vErrors.length;
+}
+validate157.errors = vErrors;
+return errors === 0;
+}
+validate157.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema223 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate160.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate160.errors = vErrors;
+return errors === 0;
+}
+validate160.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema224 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate161.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema202,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema224,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7561,7 +8468,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema202.properties.limit.type,parentSchema:schema202.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema224.properties.limit.type,parentSchema:schema224.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7572,7 +8479,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema202.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema224.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7582,7 +8489,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema202.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema224.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7620,7 +8527,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema202.type,parentSchema:schema202,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema224.type,parentSchema:schema224,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -7629,17 +8536,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate146.errors = vErrors;
+validate161.errors = vErrors;
 return errors === 0;
 }
-validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate161.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema204 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema226 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate147.evaluated;
+const evaluated0 = validate162.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7648,7 +8555,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema204,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema226,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7659,7 +8566,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema204.type,parentSchema:schema204,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema226.type,parentSchema:schema226,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7668,17 +8575,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate147.errors = vErrors;
+validate162.errors = vErrors;
 return errors === 0;
 }
-validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate162.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema205 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema227 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate148.evaluated;
+const evaluated0 = validate163.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7687,7 +8594,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema227,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7698,7 +8605,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema227.type,parentSchema:schema227,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7707,17 +8614,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate148.errors = vErrors;
+validate163.errors = vErrors;
 return errors === 0;
 }
-validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate163.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema206 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema228 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate149.evaluated;
+const evaluated0 = validate164.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7726,7 +8633,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema206,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema228,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7737,7 +8644,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema206.type,parentSchema:schema206,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema228.type,parentSchema:schema228,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7746,17 +8653,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate149.errors = vErrors;
+validate164.errors = vErrors;
 return errors === 0;
 }
-validate149.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate164.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema207 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema229 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate150.evaluated;
+const evaluated0 = validate165.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7765,7 +8672,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema207.required,parentSchema:schema207,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema229.required,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7776,7 +8683,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema207,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7790,7 +8697,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema207.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema229.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7801,7 +8708,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema207.properties["Idempotency-Key"].type,parentSchema:schema207.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema229.properties["Idempotency-Key"].type,parentSchema:schema229.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7813,7 +8720,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema207.type,parentSchema:schema207,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema229.type,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7822,22 +8729,22 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate150.errors = vErrors;
+validate165.errors = vErrors;
 return errors === 0;
 }
-validate150.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate165.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema208 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
-const schema209 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
-const schema210 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema212 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
-const pattern51 = new RegExp("^[a-z]+(\\.[a-z_]+)+$", "u");
+const schema230 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
+const schema231 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
+const schema232 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema234 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
+const pattern59 = new RegExp("^[a-z]+(\\.[a-z_]+)+$", "u");
 const func0 = require("ajv/dist/runtime/equal").default;
 
-function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate152.evaluated;
+const evaluated0 = validate167.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7846,7 +8753,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema209.required,parentSchema:schema209,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema231.required,parentSchema:schema231,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7856,7 +8763,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema209.required,parentSchema:schema209,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema231.required,parentSchema:schema231,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7867,7 +8774,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((key0 === "name") || (key0 === "reason")) || (key0 === "types")) || (key0 === "queues")) || (key0 === "from"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema209,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema231,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7880,8 +8787,8 @@ errors++;
 if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
-if(!pattern36.test(data0)){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema210,data:data0};
+if(!pattern44.test(data0)){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema232,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7892,7 +8799,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema210.type,parentSchema:schema210,data:data0};
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema232.type,parentSchema:schema232,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7951,7 +8858,7 @@ if(data.types !== undefined){
 let data2 = data.types;
 if(Array.isArray(data2)){
 if(data2.length > 50){
-const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema209.properties.types,data:data2};
+const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema231.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -7961,7 +8868,7 @@ vErrors.push(err9);
 errors++;
 }
 if(data2.length < 1){
-const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema209.properties.types,data:data2};
+const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema231.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -7974,8 +8881,8 @@ const len0 = data2.length;
 for(let i0=0; i0<len0; i0++){
 let data3 = data2[i0];
 if(typeof data3 === "string"){
-if(!pattern51.test(data3)){
-const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema212,data:data3};
+if(!pattern59.test(data3)){
+const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema234,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -7986,7 +8893,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema212.type,parentSchema:schema212,data:data3};
+const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema234.type,parentSchema:schema234,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -8003,7 +8910,7 @@ outer0:
 for(;i1--;){
 for(j0 = i1; j0--;){
 if(func0(data2[i1], data2[j0])){
-const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema209.properties.types,data:data2};
+const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema231.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -8018,7 +8925,7 @@ break outer0;
 }
 }
 else {
-const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema209.properties.types.type,parentSchema:schema209.properties.types,data:data2};
+const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema231.properties.types.type,parentSchema:schema231.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -8032,7 +8939,7 @@ if(data.queues !== undefined){
 let data4 = data.queues;
 if(Array.isArray(data4)){
 if(data4.length > 100){
-const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema209.properties.queues,data:data4};
+const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema231.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -8042,7 +8949,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4.length < 1){
-const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema209.properties.queues,data:data4};
+const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema231.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -8084,7 +8991,7 @@ outer1:
 for(;i3--;){
 for(j1 = i3; j1--;){
 if(func0(data4[i3], data4[j1])){
-const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema209.properties.queues,data:data4};
+const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema231.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -8099,7 +9006,7 @@ break outer1;
 }
 }
 else {
-const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema209.properties.queues.type,parentSchema:schema209.properties.queues,data:data4};
+const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema231.properties.queues.type,parentSchema:schema231.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -8112,7 +9019,7 @@ errors++;
 if(data.from !== undefined){
 let data6 = data.from;
 if(typeof data6 !== "string"){
-const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema209.properties.from.type,parentSchema:schema209.properties.from,data:data6};
+const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema231.properties.from.type,parentSchema:schema231.properties.from,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -8122,7 +9029,7 @@ vErrors.push(err21);
 errors++;
 }
 if(!((data6 === "now") || (data6 === "beginning"))){
-const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema209.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema209.properties.from.enum,parentSchema:schema209.properties.from,data:data6};
+const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema231.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema231.properties.from.enum,parentSchema:schema231.properties.from,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -8134,781 +9041,12 @@ errors++;
 }
 }
 else {
-const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema209.type,parentSchema:schema209,data};
+const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema231.type,parentSchema:schema231,data};
 if(vErrors === null){
 vErrors = [err23];
 }
 else {
 vErrors.push(err23);
-}
-errors++;
-}
-validate152.errors = vErrors;
-return errors === 0;
-}
-validate152.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate151.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate152(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate152.errors : vErrors.concat(validate152.errors);
-errors = vErrors.length;
-}
-validate151.errors = vErrors;
-return errors === 0;
-}
-validate151.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema214 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate154.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema214.required,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate154.errors = vErrors;
-return errors === 0;
-}
-validate154.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema216 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate155.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema216,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema216.type,parentSchema:schema216,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate155.errors = vErrors;
-return errors === 0;
-}
-validate155.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema217 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate156.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema217,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema217.type,parentSchema:schema217,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate156.errors = vErrors;
-return errors === 0;
-}
-validate156.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema218 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate157.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema218.required,parentSchema:schema218,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema218,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema218.type,parentSchema:schema218,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate157.errors = vErrors;
-return errors === 0;
-}
-validate157.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema220 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate158.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema220,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema220.type,parentSchema:schema220,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate158.errors = vErrors;
-return errors === 0;
-}
-validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema221 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate159.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema221.required,parentSchema:schema221,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema221,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema221.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema221.properties["Idempotency-Key"].type,parentSchema:schema221.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema221.type,parentSchema:schema221,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate159.errors = vErrors;
-return errors === 0;
-}
-validate159.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema222 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
-const schema223 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
-
-function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate161.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema223.required,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate161.errors = vErrors;
-return errors === 0;
-}
-validate161.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate160.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate161(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate161.errors : vErrors.concat(validate161.errors);
-errors = vErrors.length;
-}
-validate160.errors = vErrors;
-return errors === 0;
-}
-validate160.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema225 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate163.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema225.required,parentSchema:schema225,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema225,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema225.type,parentSchema:schema225,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate163.errors = vErrors;
-return errors === 0;
-}
-validate163.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema227 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate164.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema227,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema227.type,parentSchema:schema227,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate164.errors = vErrors;
-return errors === 0;
-}
-validate164.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema228 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate165.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema228.required,parentSchema:schema228,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema228,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema228.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema228.properties["Idempotency-Key"].type,parentSchema:schema228.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema228.type,parentSchema:schema228,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate165.errors = vErrors;
-return errors === 0;
-}
-validate165.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema229 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
-
-function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate167.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema223.required,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -8937,238 +9075,12 @@ return errors === 0;
 }
 validate166.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema232 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema236 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate169.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema232.required,parentSchema:schema232,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema232,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema232.type,parentSchema:schema232,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate169.errors = vErrors;
-return errors === 0;
-}
-validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema234 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
-
-function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate170.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "wait_seconds"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema234,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema234.properties.limit.type,parentSchema:schema234.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema234.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema234.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.wait_seconds !== undefined){
-let data1 = data.wait_seconds;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema234.properties.wait_seconds.type,parentSchema:schema234.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 30 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema234.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema234.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema234.type,parentSchema:schema234,data};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-validate170.errors = vErrors;
-return errors === 0;
-}
-validate170.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema235 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate171.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema235,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema235.type,parentSchema:schema235,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate171.errors = vErrors;
-return errors === 0;
-}
-validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema236 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate172.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9234,17 +9146,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate172.errors = vErrors;
+validate169.errors = vErrors;
 return errors === 0;
 }
-validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema238 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate173.evaluated;
+const evaluated0 = validate170.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9273,12 +9185,166 @@ vErrors.push(err1);
 }
 errors++;
 }
+validate170.errors = vErrors;
+return errors === 0;
+}
+validate170.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema239 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate171.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema239,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema239.type,parentSchema:schema239,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate171.errors = vErrors;
+return errors === 0;
+}
+validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema240 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate172.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema240.required,parentSchema:schema240,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema240,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema240.type,parentSchema:schema240,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate172.errors = vErrors;
+return errors === 0;
+}
+validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema242 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate173.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema242,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema242.type,parentSchema:schema242,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
 validate173.errors = vErrors;
 return errors === 0;
 }
 validate173.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema239 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema243 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9292,7 +9358,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema239.required,parentSchema:schema239,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema243.required,parentSchema:schema243,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9303,7 +9369,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema239,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema243,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9317,7 +9383,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema239.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema243.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9328,7 +9394,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema239.properties["Idempotency-Key"].type,parentSchema:schema239.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema243.properties["Idempotency-Key"].type,parentSchema:schema243.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9340,7 +9406,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema239.type,parentSchema:schema239,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema243.type,parentSchema:schema243,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -9354,10 +9420,8 @@ return errors === 0;
 }
 validate174.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema240 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
-const schema241 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
-const schema242 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern63 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+const schema244 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+const schema245 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
 
 function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9370,8 +9434,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.sequence === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema241.required,parentSchema:schema241,data};
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema245.required,parentSchema:schema245,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9381,8 +9445,8 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "sequence")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema241,data};
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema245,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9392,11 +9456,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.sequence !== undefined){
-let data0 = data.sequence;
+if(data.reason !== undefined){
+let data0 = data.reason;
 if(typeof data0 === "string"){
-if(!pattern63.test(data0)){
-const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema242,data:data0};
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9405,9 +9469,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-else {
-const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema242.type,parentSchema:schema242,data:data0};
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9416,15 +9479,36 @@ vErrors.push(err3);
 }
 errors++;
 }
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema241.type,parentSchema:schema241,data};
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
 else {
 vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema245.type,parentSchema:schema245,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
 }
 errors++;
 }
@@ -9453,7 +9537,7 @@ return errors === 0;
 }
 validate175.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema243 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema247 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9466,8 +9550,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema243,data};
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema247.required,parentSchema:schema247,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9476,9 +9560,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema243.type,parentSchema:schema243,data};
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema247,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9487,12 +9571,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema247.type,parentSchema:schema247,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate178.errors = vErrors;
 return errors === 0;
 }
 validate178.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema244 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema249 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9506,8 +9627,315 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema244,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema249,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema249.type,parentSchema:schema249,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate179.errors = vErrors;
+return errors === 0;
+}
+validate179.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema250 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate180.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema250.required,parentSchema:schema250,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema250,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema250.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema250.properties["Idempotency-Key"].type,parentSchema:schema250.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema250.type,parentSchema:schema250,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate180.errors = vErrors;
+return errors === 0;
+}
+validate180.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema251 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+
+function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate182.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema245.required,parentSchema:schema245,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema245,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema245.type,parentSchema:schema245,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate182.errors = vErrors;
+return errors === 0;
+}
+validate182.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate181.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate182(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate182.errors : vErrors.concat(validate182.errors);
+errors = vErrors.length;
+}
+validate181.errors = vErrors;
+return errors === 0;
+}
+validate181.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema254 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate184.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema254.required,parentSchema:schema254,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema254,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema254.type,parentSchema:schema254,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate184.errors = vErrors;
+return errors === 0;
+}
+validate184.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema256 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
+
+function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate185.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "wait_seconds"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema256,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9520,7 +9948,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema244.properties.limit.type,parentSchema:schema244.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema256.properties.limit.type,parentSchema:schema256.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9531,7 +9959,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema244.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema256.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9541,7 +9969,484 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema244.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema256.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.wait_seconds !== undefined){
+let data1 = data.wait_seconds;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema256.properties.wait_seconds.type,parentSchema:schema256.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 30 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema256.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data1 < 0 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema256.properties.wait_seconds,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema256.type,parentSchema:schema256,data};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+validate185.errors = vErrors;
+return errors === 0;
+}
+validate185.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema257 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate186.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema257,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema257.type,parentSchema:schema257,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate186.errors = vErrors;
+return errors === 0;
+}
+validate186.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema258 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate187.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema258.required,parentSchema:schema258,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema258,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern25.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema258.type,parentSchema:schema258,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate187.errors = vErrors;
+return errors === 0;
+}
+validate187.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema260 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate188.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema260,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema260.type,parentSchema:schema260,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate188.errors = vErrors;
+return errors === 0;
+}
+validate188.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema261 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate189.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema261.required,parentSchema:schema261,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema261,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema261.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema261.properties["Idempotency-Key"].type,parentSchema:schema261.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema261.type,parentSchema:schema261,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate189.errors = vErrors;
+return errors === 0;
+}
+validate189.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema262 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
+const schema263 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
+
+function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate191.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sequence === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema263.required,parentSchema:schema263,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "sequence")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema263,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.sequence !== undefined){
+let data0 = data.sequence;
+if(typeof data0 === "string"){
+if(!pattern36.test(data0)){
+const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema174,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema263.type,parentSchema:schema263,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate191.errors = vErrors;
+return errors === 0;
+}
+validate191.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate190.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate191(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate191.errors : vErrors.concat(validate191.errors);
+errors = vErrors.length;
+}
+validate190.errors = vErrors;
+return errors === 0;
+}
+validate190.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema265 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate193.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema265,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema265.type,parentSchema:schema265,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate193.errors = vErrors;
+return errors === 0;
+}
+validate193.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema266 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate194.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema266,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema266.properties.limit.type,parentSchema:schema266.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema266.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema266.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9579,7 +10484,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema244.type,parentSchema:schema244,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema266.type,parentSchema:schema266,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9588,17 +10493,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate179.errors = vErrors;
+validate194.errors = vErrors;
 return errors === 0;
 }
-validate179.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate194.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema246 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema268 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate180.evaluated;
+const evaluated0 = validate195.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9607,7 +10512,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema246,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema268,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9618,7 +10523,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema246.type,parentSchema:schema246,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema268.type,parentSchema:schema268,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9627,17 +10532,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate180.errors = vErrors;
+validate195.errors = vErrors;
 return errors === 0;
 }
-validate180.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate195.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema247 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema269 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate181.evaluated;
+const evaluated0 = validate196.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9646,7 +10551,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema247,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema269,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9657,7 +10562,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema247.type,parentSchema:schema247,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema269.type,parentSchema:schema269,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9666,17 +10571,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate181.errors = vErrors;
+validate196.errors = vErrors;
 return errors === 0;
 }
-validate181.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate196.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema248 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema270 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
 
-function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate182.evaluated;
+const evaluated0 = validate197.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9686,7 +10591,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "after") || (key0 === "limit"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema248,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema270,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9699,8 +10604,8 @@ errors++;
 if(data.after !== undefined){
 let data0 = data.after;
 if(typeof data0 === "string"){
-if(!pattern63.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema242,data:data0};
+if(!pattern36.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema174,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9711,7 +10616,7 @@ errors++;
 }
 }
 else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema242.type,parentSchema:schema242,data:data0};
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9724,7 +10629,7 @@ errors++;
 if(data.limit !== undefined){
 let data1 = data.limit;
 if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema248.properties.limit.type,parentSchema:schema248.properties.limit,data:data1};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema270.properties.limit.type,parentSchema:schema270.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9735,7 +10640,7 @@ errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
 if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema248.properties.limit,data:data1};
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema270.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -9745,7 +10650,7 @@ vErrors.push(err4);
 errors++;
 }
 if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema248.properties.limit,data:data1};
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema270.properties.limit,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -9758,7 +10663,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema248.type,parentSchema:schema248,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema270.type,parentSchema:schema270,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9767,17 +10672,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate182.errors = vErrors;
+validate197.errors = vErrors;
 return errors === 0;
 }
-validate182.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate197.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema250 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema272 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate183.evaluated;
+const evaluated0 = validate198.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9786,7 +10691,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema250,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema272,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9797,7 +10702,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema250.type,parentSchema:schema250,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema272.type,parentSchema:schema272,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9806,18 +10711,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate183.errors = vErrors;
+validate198.errors = vErrors;
 return errors === 0;
 }
-validate183.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate198.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema251 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
-const schema252 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema273 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
+const schema274 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
 
-function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate200(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate185.evaluated;
+const evaluated0 = validate200.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9826,7 +10731,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.idempotency_key === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema252.required,parentSchema:schema252,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema274.required,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9836,7 +10741,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.payload === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema252.required,parentSchema:schema252,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema274.required,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9847,7 +10752,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema252,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9861,7 +10766,7 @@ if(data.idempotency_key !== undefined){
 let data0 = data.idempotency_key;
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema252.properties.idempotency_key,data:data0};
+const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema274.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9872,7 +10777,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema252.properties.idempotency_key.type,parentSchema:schema252.properties.idempotency_key,data:data0};
+const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema274.properties.idempotency_key.type,parentSchema:schema274.properties.idempotency_key,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -10115,7 +11020,7 @@ errors++;
 }
 }
 else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema252.type,parentSchema:schema252,data};
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema274.type,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -10124,29 +11029,29 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate185.errors = vErrors;
+validate200.errors = vErrors;
 return errors === 0;
 }
-validate185.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate200.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate184.evaluated;
+const evaluated0 = validate199.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate185(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate185.errors : vErrors.concat(validate185.errors);
+if(!(validate200(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate200.errors : vErrors.concat(validate200.errors);
 errors = vErrors.length;
 }
-validate184.errors = vErrors;
+validate199.errors = vErrors;
 return errors === 0;
 }
-validate184.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate199.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as getFavicon_path, validate51 as getFavicon_query, validate52 as getFavicon_headers, validate53 as connectWorker_path, validate54 as connectWorker_query, validate55 as connectWorker_headers, validate56 as getApplicationResources_path, validate57 as getApplicationResources_query, validate58 as getApplicationResources_headers, validate59 as configureApplicationResources_path, validate60 as configureApplicationResources_query, validate61 as configureApplicationResources_headers, validate62 as configureApplicationResources_body, validate66 as getRetention_path, validate67 as getRetention_query, validate68 as getRetention_headers, validate69 as configureRetention_path, validate70 as configureRetention_query, validate71 as configureRetention_headers, validate72 as configureRetention_body, validate75 as listQueues_path, validate76 as listQueues_query, validate77 as listQueues_headers, validate78 as createQueue_path, validate79 as createQueue_query, validate80 as createQueue_headers, validate81 as createQueue_body, validate84 as getQueue_path, validate85 as getQueue_query, validate86 as getQueue_headers, validate87 as configureQueue_path, validate88 as configureQueue_query, validate89 as configureQueue_headers, validate90 as configureQueue_body, validate93 as listTasks_path, validate94 as listTasks_query, validate95 as listTasks_headers, validate96 as submitTask_path, validate97 as submitTask_query, validate98 as submitTask_headers, validate99 as submitTask_body, validate102 as submitTasks_path, validate103 as submitTasks_query, validate104 as submitTasks_headers, validate105 as submitTasks_body, validate106 as getTask_path, validate107 as getTask_query, validate108 as getTask_headers, validate109 as cancelTask_path, validate110 as cancelTask_query, validate111 as cancelTask_headers, validate112 as cancelTask_body, validate115 as resolveTask_path, validate116 as resolveTask_query, validate117 as resolveTask_headers, validate118 as resolveTask_body, validate121 as listSchedules_path, validate122 as listSchedules_query, validate123 as listSchedules_headers, validate124 as createSchedule_path, validate125 as createSchedule_query, validate126 as createSchedule_headers, validate127 as createSchedule_body, validate130 as getSchedule_path, validate131 as getSchedule_query, validate132 as getSchedule_headers, validate133 as pauseSchedule_path, validate134 as pauseSchedule_query, validate135 as pauseSchedule_headers, validate136 as pauseSchedule_body, validate139 as resumeSchedule_path, validate140 as resumeSchedule_query, validate141 as resumeSchedule_headers, validate142 as resumeSchedule_body, validate145 as listSubscriptions_path, validate146 as listSubscriptions_query, validate147 as listSubscriptions_headers, validate148 as createSubscription_path, validate149 as createSubscription_query, validate150 as createSubscription_headers, validate151 as createSubscription_body, validate154 as getSubscription_path, validate155 as getSubscription_query, validate156 as getSubscription_headers, validate157 as pauseSubscription_path, validate158 as pauseSubscription_query, validate159 as pauseSubscription_headers, validate160 as pauseSubscription_body, validate163 as resumeSubscription_path, validate164 as resumeSubscription_query, validate165 as resumeSubscription_headers, validate166 as resumeSubscription_body, validate169 as readSubscription_path, validate170 as readSubscription_query, validate171 as readSubscription_headers, validate172 as ackSubscription_path, validate173 as ackSubscription_query, validate174 as ackSubscription_headers, validate175 as ackSubscription_body, validate178 as listAuditEvents_path, validate179 as listAuditEvents_query, validate180 as listAuditEvents_headers, validate181 as listEvents_path, validate182 as listEvents_query, validate183 as listEvents_headers, validate184 as schema_SubmitTaskItem };
+export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as getFavicon_path, validate51 as getFavicon_query, validate52 as getFavicon_headers, validate53 as connectWorker_path, validate54 as connectWorker_query, validate55 as connectWorker_headers, validate56 as getApplicationResources_path, validate57 as getApplicationResources_query, validate58 as getApplicationResources_headers, validate59 as configureApplicationResources_path, validate60 as configureApplicationResources_query, validate61 as configureApplicationResources_headers, validate62 as configureApplicationResources_body, validate66 as getRetention_path, validate67 as getRetention_query, validate68 as getRetention_headers, validate69 as configureRetention_path, validate70 as configureRetention_query, validate71 as configureRetention_headers, validate72 as configureRetention_body, validate75 as listQueues_path, validate76 as listQueues_query, validate77 as listQueues_headers, validate78 as createQueue_path, validate79 as createQueue_query, validate80 as createQueue_headers, validate81 as createQueue_body, validate84 as getQueue_path, validate85 as getQueue_query, validate86 as getQueue_headers, validate87 as configureQueue_path, validate88 as configureQueue_query, validate89 as configureQueue_headers, validate90 as configureQueue_body, validate93 as listTasks_path, validate94 as listTasks_query, validate95 as listTasks_headers, validate96 as submitTask_path, validate97 as submitTask_query, validate98 as submitTask_headers, validate99 as submitTask_body, validate102 as submitTasks_path, validate103 as submitTasks_query, validate104 as submitTasks_headers, validate105 as submitTasks_body, validate106 as getTask_path, validate107 as getTask_query, validate108 as getTask_headers, validate109 as cancelTask_path, validate110 as cancelTask_query, validate111 as cancelTask_headers, validate112 as cancelTask_body, validate115 as resolveTask_path, validate116 as resolveTask_query, validate117 as resolveTask_headers, validate118 as resolveTask_body, validate121 as listAllTasks_path, validate122 as listAllTasks_query, validate123 as listAllTasks_headers, validate124 as listTaskAttempts_path, validate125 as listTaskAttempts_query, validate126 as listTaskAttempts_headers, validate127 as listTaskEvents_path, validate128 as listTaskEvents_query, validate129 as listTaskEvents_headers, validate130 as retryTask_path, validate131 as retryTask_query, validate132 as retryTask_headers, validate133 as retryTask_body, validate136 as listSchedules_path, validate137 as listSchedules_query, validate138 as listSchedules_headers, validate139 as createSchedule_path, validate140 as createSchedule_query, validate141 as createSchedule_headers, validate142 as createSchedule_body, validate145 as getSchedule_path, validate146 as getSchedule_query, validate147 as getSchedule_headers, validate148 as pauseSchedule_path, validate149 as pauseSchedule_query, validate150 as pauseSchedule_headers, validate151 as pauseSchedule_body, validate154 as resumeSchedule_path, validate155 as resumeSchedule_query, validate156 as resumeSchedule_headers, validate157 as resumeSchedule_body, validate160 as listSubscriptions_path, validate161 as listSubscriptions_query, validate162 as listSubscriptions_headers, validate163 as createSubscription_path, validate164 as createSubscription_query, validate165 as createSubscription_headers, validate166 as createSubscription_body, validate169 as getSubscription_path, validate170 as getSubscription_query, validate171 as getSubscription_headers, validate172 as pauseSubscription_path, validate173 as pauseSubscription_query, validate174 as pauseSubscription_headers, validate175 as pauseSubscription_body, validate178 as resumeSubscription_path, validate179 as resumeSubscription_query, validate180 as resumeSubscription_headers, validate181 as resumeSubscription_body, validate184 as readSubscription_path, validate185 as readSubscription_query, validate186 as readSubscription_headers, validate187 as ackSubscription_path, validate188 as ackSubscription_query, validate189 as ackSubscription_headers, validate190 as ackSubscription_body, validate193 as listAuditEvents_path, validate194 as listAuditEvents_query, validate195 as listAuditEvents_headers, validate196 as listEvents_path, validate197 as listEvents_query, validate198 as listEvents_headers, validate199 as schema_SubmitTaskItem };

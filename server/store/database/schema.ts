@@ -231,6 +231,8 @@ export const events = mysqlTable(
     index('ix_orbit_events_namespace').on(t.namespace_id, t.sequence),
     // 0007_retention.sql
     index('ix_orbit_events_occurred').on(t.namespace_id, t.occurred_at),
+    // 0008_task_history.sql
+    index('ix_orbit_events_subject').on(t.namespace_id, t.subject, t.sequence),
   ],
 );
 
@@ -274,6 +276,8 @@ export const tasks = mysqlTable(
     index('ix_orbit_tasks_deadline').on(t.state, t.deadline_at),
     // 0007_retention.sql
     index('ix_orbit_tasks_finished').on(t.application_id, t.finished_at),
+    // 0008_task_history.sql
+    index('ix_orbit_tasks_queue_state').on(t.queue_id, t.state, t.task_id),
     uniqueIndex('uk_orbit_tasks_trigger_point').on(t.schedule_id, t.scheduled_for),
   ],
 );

@@ -1111,8 +1111,8 @@ export interface components {
             attempt_number: number;
             state: components["schemas"]["AttemptState"];
             session_id: components["schemas"]["Id"];
-            /** @description The `node_id` the worker gave in its `hello`. */
-            node_id: string;
+            /** @description The `node_id` the worker gave in its `hello` (absent once the closed session's record was pruned by retention). */
+            node_id?: string;
             claimed_at: components["schemas"]["Timestamp"];
             started_at?: components["schemas"]["Timestamp"];
             finished_at?: components["schemas"]["Timestamp"];

@@ -92,3 +92,20 @@ export function afterResolve(outcome: ResolveOutcome): Transition {
   if (outcome === 'failed') return { state: 'FAILED' };
   return { state: 'WAITING' };
 }
+
+/** The states an operator may send back to WAITING (`POST /v1/tasks/{id}:retry`); SUCCEEDED is an answer, not a failure. */
+export const OPERATOR_RETRYABLE_STATES: ReadonlySet<TaskState> = new Set(['FAILED', 'EXPIRED', 'CANCELLED']);
+
+/**
+ * What a retried task becomes: WAITING now, with a deadline as long as it was given at first
+ * (an EXPIRED task retried with its old deadline would expire at once), and one more attempt
+ * than it has used (a FAILED task usually has none left).
+ */
+export function afterOperatorRetry(task: { attempts: number; maxAttempts: number; createdAtMs: number; deadlineAtMs: number }, nowMs: number) {
+  return {
+    state: 'WAITING' as const,
+    availableAtMs: nowMs,
+    deadlineAtMs: nowMs + Math.max(1000, task.deadlineAtMs - task.createdAtMs),
+    maxAttempts: Math.max(task.maxAttempts, task.attempts + 1),
+  };
+}

@@ -9,7 +9,7 @@ import { newRequestId } from '../ids.ts';
 import { withDeadline } from '../deadline.ts';
 import { OrbitError } from '../errors.ts';
 import { credentialAuthenticate } from '../store/tenancy/credentials.ts';
-import type { Handlers } from '../generated/routes.ts';
+import { routes, type Handlers } from '../generated/routes.ts';
 import { allowedMethods, mountOperations, rawPathOf, type RequestContext } from './operations.ts';
 import { PrincipalCache } from './principal-cache.ts';
 import { renderError } from './envelope.ts';
@@ -64,10 +64,14 @@ export function bearerAuthenticator(deps: AppDeps) {
  */
 export const UNMATCHED_OPERATION = 'unmatched';
 
+/** operationId → its path template (the access log's `route`). */
+const ROUTE_OF = new Map<string, string>(routes.map((r) => [r.operationId, r.path]));
+
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   // Routing sees the path as sent; parameters are decoded once, by the operations (operations.ts).
   const app = new Hono<AppEnv>({ getPath: (request) => rawPathOf(request.url) });
   app.use(async (c, next) => {
+    const startedAt = performance.now();
     c.set('requestId', newRequestId());
     // Every database wait of the request - authentication, the operation, the error handler's
     // look-up - shares one bound (deadline.ts): a database that stops answering makes the
@@ -80,7 +84,21 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
     // An upgrade the worker route took is answered by the WebSocket server (101), not with the
     // app's placeholder response (server/worker/upgrade.ts).
     const status = (c.env as { accepted?: boolean } | undefined)?.accepted === true ? 101 : c.res.status;
-    deps.metrics.httpRequests.inc({ operation: c.get('operation') ?? UNMATCHED_OPERATION, status: String(status) });
+    const operation = c.get('operation');
+    deps.metrics.httpRequests.inc({ operation: operation ?? UNMATCHED_OPERATION, status: String(status) });
+    // The access log: one line per answer, at info (ORBIT_LOG_LEVEL=warn turns it off). The
+    // route is the operation's path template, never the path as sent (no ids or tokens in it).
+    deps.log.info(
+      {
+        request_id: c.get('requestId'),
+        method: c.req.method,
+        route: operation === undefined ? UNMATCHED_OPERATION : ROUTE_OF.get(operation),
+        operation: operation ?? UNMATCHED_OPERATION,
+        status,
+        duration_ms: Math.round((performance.now() - startedAt) * 10) / 10,
+      },
+      'request',
+    );
   });
   mountOperations(app, createHandlers(deps), bearerAuthenticator(deps));
   app.notFound((c) => {

@@ -14,12 +14,17 @@ import * as validators from '../../generated/validators.js';
 import { validationError } from '../../input/validation-errors.ts';
 import { fieldPath } from '../../input/field-path.ts';
 import { errorObject } from '../envelope.ts';
-import { taskGetVisible, taskList, toTask } from '../../store/tasks/tasks.ts';
-import { taskCancel, taskResolve } from '../../store/tasks/task-decisions.ts';
+import { taskAttempts, taskGetVisible, taskList, taskListNewest, toTask } from '../../store/tasks/tasks.ts';
+import { taskCancel, taskResolve, taskRetry } from '../../store/tasks/task-decisions.ts';
+import { queueIdsVisible } from '../../store/quotas/queues.ts';
+import { eventList } from '../../store/records/events.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 
-type TaskHandlers = Pick<Handlers<RequestContext>, 'submitTask' | 'submitTasks' | 'listTasks' | 'getTask' | 'cancelTask' | 'resolveTask'>;
+type TaskHandlers = Pick<
+  Handlers<RequestContext>,
+  'submitTask' | 'submitTasks' | 'listTasks' | 'listAllTasks' | 'listTaskAttempts' | 'listTaskEvents' | 'getTask' | 'cancelTask' | 'resolveTask' | 'retryTask'
+>;
 type SubmitTaskBody = components['schemas']['SubmitTaskRequest'];
 type SubmitTaskItem = components['schemas']['SubmitTaskItem'];
 type ItemResult = components['schemas']['SubmitTaskItemResult'];
@@ -136,6 +141,38 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       const last = tasks.at(-1);
       return more && last ? { tasks, next_cursor: encodeCursor(last.task_id) } : { tasks };
     },
+    async listAllTasks(input, ctx) {
+      const principal = ctx.principal();
+      const queueIds = input.query.queue === undefined ? await queueIdsVisible(deps.db, principal) : [await visibleQueueId(ctx, input.query.queue)];
+      const before = decodeCursor(input.query.cursor);
+      if (before !== null && !isHexId(before)) throw invalidArgument('cursor', 'is not a cursor returned by this operation', 'query');
+      const { tasks, more } = await taskListNewest(deps.db, {
+        namespaceId: principal.namespaceId,
+        queueIds,
+        state: input.query.state,
+        before: before === null ? null : hexToId(before),
+        limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
+        namespace: principal.namespace,
+      });
+      const last = tasks.at(-1);
+      return more && last ? { tasks, next_cursor: encodeCursor(last.task_id) } : { tasks };
+    },
+    async listTaskAttempts(input, ctx) {
+      const task = await taskGetVisible(deps.db, ctx.principal(), hexToId(input.path.task_id));
+      return { attempts: await taskAttempts(deps.db, task.task_id) };
+    },
+    async listTaskEvents(input, ctx) {
+      const principal = ctx.principal();
+      await taskGetVisible(deps.db, principal, hexToId(input.path.task_id));
+      const page = await eventList(deps.db, {
+        namespaceId: principal.namespaceId,
+        namespace: principal.namespace,
+        subject: input.path.task_id,
+        after: input.query.after ?? '0',
+        limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
+      });
+      return { events: page.events as components['schemas']['Event'][], next_after: page.nextAfter };
+    },
     async getTask(input, ctx) {
       const principal = ctx.principal();
       const taskId = hexToId(input.path.task_id);
@@ -146,6 +183,11 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       // is the caller's; each read after it has the request's database bound afresh.
       const fresh = <T>(fn: () => Promise<T>) => withFreshDeadline(deps.requestTimeoutMs, fn);
       const read = () => fresh(() => taskGetVisible(deps.db, principal, taskId));
+      // The answer says whether the wait ended because the task settled or because time ran out.
+      const waited = (row: Awaited<ReturnType<typeof taskGetVisible>>, settled: boolean) => {
+        ctx.hono.header('X-Orbit-Wait', settled ? 'settled' : 'timed_out');
+        return toTask(row, principal.namespace);
+      };
       const until = Date.now() + waitMs;
       const signal = ctx.hono.req.raw.signal;
       for (;;) {
@@ -158,14 +200,16 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
           throw error;
         }
         const left = until - Date.now();
-        // A wait ends when the task is terminal or waits for an operator.
-        const settled = isTerminal(row.state as TaskState) || row.state === 'NEEDS_REVIEW';
+        const settled = isSettled(row.state as TaskState);
         if (settled || left <= 0 || signal.aborted) {
           waiter.cancel();
-          return toTask(row, principal.namespace);
+          return waited(row, settled);
         }
         // Not woken (the time is up, the client left, the server stops): one last read answers.
-        if (!(await waiter.wait(left, signal))) return toTask(await read(), principal.namespace);
+        if (!(await waiter.wait(left, signal))) {
+          const last = await read();
+          return waited(last, isSettled(last.state as TaskState));
+        }
       }
     },
     async cancelTask(input, ctx) {
@@ -192,5 +236,22 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
         error: body.error,
       });
     },
+    async retryTask(input, ctx) {
+      const principal = ctx.principal();
+      const outcome = await taskRetry(deps.db, {
+        principal,
+        requestId: ctx.requestId,
+        receipt: receiptIdentity(principal, input.headers['Idempotency-Key'], 'retryTask', { task_id: input.path.task_id }, input.body),
+        taskId: hexToId(input.path.task_id),
+        reason: input.body.reason,
+        nowMs: deps.clock.now(),
+      });
+      return outcome;
+    },
   };
+}
+
+/** A wait ends when the task is terminal or waits for an operator. */
+function isSettled(state: TaskState): boolean {
+  return isTerminal(state) || state === 'NEEDS_REVIEW';
 }

@@ -5,7 +5,7 @@
  */
 import { OrbitError, notFound, revisionConflict } from '../../errors.ts';
 import { newId, type IdBytes } from '../../ids.ts';
-import type { Principal } from '../../domain/principal.ts';
+import { canAccessQueue, type Principal } from '../../domain/principal.ts';
 import { QUEUE_DEFAULTS } from '../../domain/limits.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
@@ -119,12 +119,26 @@ export async function queueInsert(
   return row;
 }
 
+/**
+ * A create of a queue the credential's scope does not name: the same answer (404, as for any
+ * resource outside the scope) whether or not such a queue exists, but saying why - the caller
+ * knows its own scope, and the fix is another credential.
+ */
+function outsideScope(principal: Principal, name: string): OrbitError {
+  const scope = principal.queues === '*' ? [] : [...principal.queues].sort();
+  return new OrbitError(
+    'NOT_FOUND',
+    `this credential's queue scope (${scope.join(', ') || 'no queues'}) does not include queue "${name}"; creating it needs a credential whose scope includes it, such as one from \`orbit-admin credential create --queue '*'\``,
+    { details: { queue: name, scope } },
+  );
+}
+
 export async function queueCreate(
   db: Database,
   params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; name: string; reason: string; limits: Partial<QueueLimits> },
 ): Promise<{ queue: Queue; deduplicated: boolean }> {
   const { principal } = params;
-  if (principal.queues !== '*' && !principal.queues.has(params.name)) throw notFound(`queue "${params.name}"`);
+  if (!canAccessQueue(principal, params.name)) throw outsideScope(principal, params.name);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
     await applicationRowLock(tx, principal.applicationId);
     const row = await queueInsert(tx, { applicationId: principal.applicationId, namespaceId: principal.namespaceId, name: params.name, limits: params.limits });
@@ -158,7 +172,7 @@ export async function queueConfigure(
   params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; name: string; expectedRevision: string; reason: string; limits: QueueLimits },
 ): Promise<{ queue: Queue; deduplicated: boolean }> {
   const { principal } = params;
-  if (principal.queues !== '*' && !principal.queues.has(params.name)) throw notFound(`queue "${params.name}"`);
+  if (!canAccessQueue(principal, params.name)) throw outsideScope(principal, params.name);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
     await applicationRowLock(tx, principal.applicationId);
     const row = await queueFind(tx, principal.namespaceId, params.name, { lock: true });
@@ -253,4 +267,12 @@ export async function queueNamesOf(db: Queryable, ids: readonly IdBytes[]): Prom
     for (const row of rows) queueNames.set(row.queue_id.toString('hex'), row.name);
   }
   return new Map(ids.map((id) => [id.toString('hex'), queueNames.get(id.toString('hex')) ?? '']));
+}
+
+/** The ids of every queue of the namespace the credential's scope includes (any number; a namespace has few queues). */
+export async function queueIdsVisible(db: Queryable, principal: Principal): Promise<IdBytes[]> {
+  if (principal.queues !== '*' && principal.queues.size === 0) return [];
+  const scope = principal.queues === '*' ? sql`` : sql` AND name IN (${valueList([...principal.queues])})`;
+  const rows = await db.rows<Pick<QueueRow, 'queue_id'>>(sql`SELECT queue_id FROM orbit_queues WHERE namespace_id = ${principal.namespaceId}${scope}`);
+  return rows.map((r) => r.queue_id);
 }

@@ -67,12 +67,21 @@ export function eventFilterSql(filter: EventFilter): SQL {
 
 export async function eventList(
   db: Queryable,
-  params: { namespaceId: IdBytes; namespace: string; after: string; limit: number; filter?: EventFilter },
+  params: {
+    namespaceId: IdBytes;
+    namespace: string;
+    after: string;
+    limit: number;
+    filter?: EventFilter;
+    /** Only the events about this subject (a task id, say): one range of ix_orbit_events_subject. */
+    subject?: string;
+  },
 ): Promise<{ events: Record<string, unknown>[]; nextAfter: string }> {
+  const subject = params.subject === undefined ? sql`` : sql` AND subject = ${params.subject}`;
   const rows = await db.rows<FeedRow>(sql`
     SELECT sequence, event_id, type, subject, data, occurred_at
       FROM orbit_events
-     WHERE namespace_id = ${params.namespaceId} AND sequence > ${params.after}${params.filter ? eventFilterSql(params.filter) : sql``}
+     WHERE namespace_id = ${params.namespaceId}${subject} AND sequence > ${params.after}${params.filter ? eventFilterSql(params.filter) : sql``}
      ORDER BY sequence
      LIMIT ${params.limit}`);
   return {

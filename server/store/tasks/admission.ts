@@ -218,11 +218,11 @@ function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: 
 
 // The details name the level and the limit, never usage: the application's figures belong to
 // every namespace of it, and this caller may not hold application:resources:read.
-const applicationFull = () =>
+export const applicationFull = () =>
   new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same idempotency key", {
     details: { level: 'application', limit: 'max_unfinished_tasks' },
   });
-const queueFull = (queue: string) =>
+export const queueFull = (queue: string) =>
   new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same idempotency key`, {
     details: { level: 'queue', queue, limit: 'max_unfinished_tasks' },
   });

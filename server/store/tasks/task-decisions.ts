@@ -1,5 +1,6 @@
 /**
- * Operator decisions on a task: cancel (tasks:cancel) and resolve (tasks:review). Both are
+ * Operator decisions on a task: cancel (tasks:cancel), resolve (tasks:review) and retry
+ * (tasks:submit). Each is
  * idempotent mutations with an audit record and an event, in one transaction that locks the
  * application row, the queue row, then the task (and its attempt).
  */
@@ -16,7 +17,10 @@ import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { TaskRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
-import { afterResolve, type ResolveOutcome } from '../../domain/task-transitions.ts';
+import { OPERATOR_RETRYABLE_STATES, afterOperatorRetry, afterResolve, type ResolveOutcome, type TaskState } from '../../domain/task-transitions.ts';
+import { millisToSql, sqlToMillis } from '../../time.ts';
+import { applicationFull, queueFull } from './admission.ts';
+import type { QueueRow } from '../database/schema.ts';
 import { cancelledError, errorAfterResolve } from '../../domain/task-errors.ts';
 
 /** What a decision needs of the task row it locked (`error`: what the decision replaces, named in its event). */
@@ -193,6 +197,65 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
       before: locked,
       after: (t) => ({ state: t.state, outcome: params.outcome }),
       data: (t) => ({ queue: t.queue, state: t.state, outcome: params.outcome }),
+    });
+    return { response: task, resourceId: found.task_id };
+  });
+  return { task: response, deduplicated };
+}
+
+export interface TaskRetryParams extends TaskDecisionParams {
+  /** The server's clock now (the new deadline counts from it, as a submission's does). */
+  nowMs: number;
+}
+
+/**
+ * FAILED, EXPIRED or CANCELLED → WAITING, admitted like a submission: the application's and the
+ * queue's `max_unfinished_tasks` are checked under their row locks (APPLICATION_FULL first, as
+ * admission decides), and a refusal writes nothing - no counter, no task change, no receipt.
+ * The finished task may be pruned meanwhile (retention); then it is 404.
+ */
+export async function taskRetry(db: Database, params: TaskRetryParams): Promise<{ task: Task; deduplicated: boolean }> {
+  const { principal } = params;
+  const found = await taskGetVisible(db, principal, params.taskId);
+  const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
+    // Lock order: application row → queue row → task row (lockTask), reading the usage each holds.
+    const app = await applicationRowLock(tx, found.application_id);
+    const [queue] = await tx.rows<Pick<QueueRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
+      sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_queues WHERE queue_id = ${found.queue_id} ${lockRows('queue')}`,
+    );
+    const [locked] = await tx.rows<LockedTask & Pick<TaskRow, 'attempts' | 'max_attempts' | 'created_at' | 'deadline_at'>>(sql`
+      SELECT state, current_attempt_id, resource_key, cancel_requested, error, attempts, max_attempts, created_at, deadline_at
+        FROM orbit_tasks WHERE task_id = ${found.task_id} ${lockRows('task')}`);
+    if (!queue || !locked) throw notFound(`task ${idToHex(found.task_id)}`);
+    if (!OPERATOR_RETRYABLE_STATES.has(locked.state as TaskState)) {
+      throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state}; only FAILED, EXPIRED and CANCELLED tasks can be retried`, {
+        details: { state: locked.state },
+      });
+    }
+    if (BigInt(app.unfinished_tasks) >= BigInt(app.max_unfinished_tasks)) throw applicationFull();
+    if (BigInt(queue.unfinished_tasks) >= BigInt(queue.max_unfinished_tasks)) throw queueFull(found.queue_name);
+    const next = afterOperatorRetry(
+      {
+        attempts: locked.attempts,
+        maxAttempts: locked.max_attempts,
+        createdAtMs: sqlToMillis(locked.created_at),
+        deadlineAtMs: sqlToMillis(locked.deadline_at),
+      },
+      params.nowMs,
+    );
+    // Writes in the lock order: counters (application, queue), then the task.
+    await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: 1 });
+    await tx.exec(sql`
+      UPDATE orbit_tasks SET state = ${next.state}, available_at = ${millisToSql(next.availableAtMs)}, deadline_at = ${millisToSql(next.deadlineAtMs)},
+             max_attempts = ${next.maxAttempts}, finished_at = NULL, result = NULL, error = NULL, cancel_requested = 0, cancel_reason = NULL,
+             current_attempt_id = NULL, updated_at = NOW(6)
+       WHERE task_id = ${found.task_id}`);
+    const task = await record(tx, params, {
+      action: 'task.retry',
+      eventType: 'task.retried',
+      before: locked,
+      after: (t) => ({ state: t.state }),
+      data: (t) => ({ state: t.state, previous_state: locked.state }),
     });
     return { response: task, resourceId: found.task_id };
   });

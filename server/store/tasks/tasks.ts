@@ -7,9 +7,9 @@ import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
-import { sql } from '../database/sql.ts';
+import { sql, type SQL } from '../database/sql.ts';
 import type { Queryable } from '../database/database.ts';
-import type { QueueRow, TaskRow } from '../database/schema.ts';
+import type { AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 
 export type Task = components['schemas']['Task'];
 export type TaskState = components['schemas']['TaskState'];
@@ -99,4 +99,59 @@ export async function taskList(
     SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
      WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id LIMIT ${params.limit + 1}`);
   return { more: rows.length > params.limit, tasks: rows.slice(0, params.limit).map((row) => toTask(row, params.namespace)) };
+}
+
+/**
+ * Newest first, across the queues named (`before`: the last task id of the previous page). Each
+ * queue is one range of ix_orbit_tasks_queue_state (with a state) or ix_orbit_tasks_queue, read
+ * backwards and cut at the page size; the server merges at most `queues × (limit + 1)` rows, so
+ * a page of FAILED tasks among millions of finished ones reads only what it shows.
+ */
+export async function taskListNewest(
+  db: Queryable,
+  params: { namespaceId: IdBytes; queueIds: readonly IdBytes[]; state: TaskState | undefined; before: IdBytes | null; limit: number; namespace: string },
+): Promise<{ tasks: Task[]; more: boolean }> {
+  if (params.queueIds.length === 0) return { tasks: [], more: false };
+  const take = params.limit + 1;
+  const perQueue = params.queueIds.map((queueId) => {
+    const where = [sql`t.namespace_id = ${params.namespaceId}`, sql`t.queue_id = ${queueId}`];
+    if (params.state !== undefined) where.push(sql`t.state = ${params.state}`);
+    if (params.before !== null) where.push(sql`t.task_id < ${params.before}`);
+    return sql`(SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
+       WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id DESC LIMIT ${take})`;
+  });
+  const rows = await db.rows<TaskWithQueue>(
+    perQueue.length === 1 ? (perQueue[0] as SQL) : sql`${sql.join(perQueue, sql` UNION ALL `)} ORDER BY task_id DESC LIMIT ${take}`,
+  );
+  return { more: rows.length > params.limit, tasks: rows.slice(0, params.limit).map((row) => toTask(row, params.namespace)) };
+}
+
+/** An attempt as the API shows it (`node_id` from its session, absent once a closed session was pruned). */
+export type Attempt = components['schemas']['Attempt'];
+
+/** A task's attempts by number; the caller has checked the task is visible. */
+export async function taskAttempts(db: Queryable, taskId: IdBytes): Promise<Attempt[]> {
+  const rows = await db.rows<
+    Pick<AttemptRow, 'attempt_id' | 'attempt_number' | 'state' | 'session_id' | 'claimed_at' | 'started_at' | 'finished_at' | 'lease_expires_at'> & {
+      node_id: string | null;
+    }
+  >(sql`
+    SELECT a.attempt_id, a.attempt_number, a.state, a.session_id, s.node_id, a.claimed_at, a.started_at, a.finished_at, a.lease_expires_at
+      FROM orbit_attempts a LEFT JOIN orbit_worker_sessions s ON s.session_id = a.session_id
+     WHERE a.task_id = ${taskId}
+     ORDER BY a.attempt_number`);
+  return rows.map((row) => {
+    const attempt: Attempt = {
+      attempt_id: idToHex(row.attempt_id),
+      attempt_number: row.attempt_number,
+      state: row.state as Attempt['state'],
+      session_id: idToHex(row.session_id),
+      claimed_at: sqlToRfc3339(row.claimed_at),
+      lease_expires_at: sqlToRfc3339(row.lease_expires_at),
+    };
+    if (row.node_id !== null) attempt.node_id = row.node_id;
+    if (row.started_at !== null) attempt.started_at = sqlToRfc3339(row.started_at);
+    if (row.finished_at !== null) attempt.finished_at = sqlToRfc3339(row.finished_at);
+    return attempt;
+  });
 }

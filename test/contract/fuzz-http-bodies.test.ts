@@ -163,6 +163,7 @@ const VALID: Record<string, JsonObject> = {
     ],
   },
   cancelTask: { reason: '模糊测试' },
+  retryTask: { reason: '模糊测试' },
   resolveTask: { outcome: 'succeeded', reason: '模糊测试', result: { ok: true }, error: { note: 'none' } },
   createSchedule: {
     name: SCHEDULE_NAME,
@@ -229,7 +230,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assert.ok(op);
     return op.path
       .replace('{queue}', QUEUE)
-      .replace('{task_id}', id ?? (operationId === 'cancelTask' ? cancelledTask : waitingTask))
+      .replace('{task_id}', id ?? (operationId === 'cancelTask' || operationId === 'retryTask' ? cancelledTask : waitingTask))
       .replace('{schedule_id}', id ?? (operationId === 'pauseSchedule' ? pausedSchedule : activeSchedule))
       .replace(
         '{subscription_id}',

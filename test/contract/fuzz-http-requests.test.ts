@@ -58,6 +58,7 @@ const REFUSED_BODY: Record<string, string> = {
   submitTasks: '{"tasks":[]}',
   configureQueue: '{"expected_revision":"0"}',
   cancelTask: '{"reason":""}',
+  retryTask: '{"reason":""}',
   resolveTask: '{"outcome":"nope","reason":"x"}',
   createQueue: '{"name":"BAD NAME","reason":"x"}',
   configureApplicationResources: '{"expected_revision":"0"}',

@@ -138,6 +138,7 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?
     },
   },
   cancelTask: { path: '/v1/tasks/{task_id}:cancel', body: { reason: '负例测试取消' } },
+  retryTask: { path: '/v1/tasks/{task_id}:retry', body: { reason: '负例测试重试' } },
   resolveTask: {
     path: '/v1/tasks/{task_id}:resolve',
     body: { outcome: 'succeeded', reason: '负例测试核查', result: { ok: true }, error: { note: 'none' } },
@@ -625,6 +626,7 @@ const ORDER = [
   'submitTask',
   'submitTasks',
   'cancelTask',
+  'retryTask',
   'resolveTask',
   'createQueue',
   'createSchedule',
@@ -742,6 +744,13 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     const r = await api.request('POST', `/v1/queues/${NEG_QUEUE}/tasks`, { token, key: freshKey(), body: { payload } });
     assert.equal(r.status, 200, r.text);
     return r.body.data.task.task_id as string;
+  }
+  /** A CANCELLED task, which a retry puts back to WAITING. */
+  async function cancelled(): Promise<string> {
+    const id = await submit();
+    const r = await api.request('POST', `/v1/tasks/${id}:cancel`, { token, key: freshKey(), body: { reason: 'negative: a retry target' } });
+    assert.equal(r.status, 200, r.text);
+    return id;
   }
   async function needsReview(): Promise<string> {
     const id = await submit();
@@ -1124,6 +1133,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
             body.expected_revision = (await api.request('GET', '/v1/application/retention', { token })).body.data.revision;
           }
           if (op.operationId === 'cancelTask') path = pathFor(op.operationId, await submit());
+          if (op.operationId === 'retryTask') path = pathFor(op.operationId, await cancelled());
           if (op.operationId === 'resolveTask') path = pathFor(op.operationId, await needsReview());
           if (op.operationId === 'pauseSchedule') path = pathFor(op.operationId, await schedule('ACTIVE'));
           if (op.operationId === 'resumeSchedule') path = pathFor(op.operationId, await schedule('PAUSED'));

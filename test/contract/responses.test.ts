@@ -458,6 +458,37 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     await post(`/v1/tasks/${more[1]?.task_id}:cancel`, { reason: '   ' }, 400, { code: 'INVALID_ARGUMENT' });
   });
 
+  test("task history: every queue's tasks newest first, a task's attempts and events, retry, and their errors", async () => {
+    const first = await submit('orders');
+    const second = await submit('default');
+    const page = await get('/v1/tasks?limit=2');
+    assert.deepEqual(
+      page.body.data.tasks.map((x: { task_id: string }) => x.task_id),
+      [second.task_id, first.task_id],
+    );
+    assert.ok(page.body.data.next_cursor);
+    await get(`/v1/tasks?cursor=${page.body.data.next_cursor}&queue=orders&state=WAITING&limit=100`);
+    await get('/v1/tasks?queue=no-such-queue', 404, admin, 'NOT_FOUND');
+    await get('/v1/tasks?state=DONE', 400, admin, 'INVALID_ARGUMENT');
+    await get('/v1/tasks?cursor=AAAA', 400, admin, 'INVALID_ARGUMENT');
+    const attempts = await get(`/v1/tasks/${first.task_id}/attempts`);
+    assert.deepEqual(attempts.body.data, { attempts: [] });
+    await get(`/v1/tasks/${'0'.repeat(32)}/attempts`, 404, admin, 'NOT_FOUND');
+    const events = await get(`/v1/tasks/${first.task_id}/events?after=0&limit=10`);
+    assert.deepEqual(
+      events.body.data.events.map((e: { type: string }) => e.type),
+      ['task.submitted'],
+    );
+    await get(`/v1/tasks/${first.task_id}/events`, 404, scoped, 'NOT_FOUND');
+    await post(`/v1/tasks/${first.task_id}:retry`, { reason: 'not finished' }, 409, { code: 'STATE_CONFLICT' });
+    await post(`/v1/tasks/${first.task_id}:cancel`, { reason: '撤销' }, 200);
+    const retried = await post(`/v1/tasks/${first.task_id}:retry`, { reason: '重试' }, 200, { key: 'retry-1' });
+    assert.deepEqual([retried.body.data.task.state, retried.body.data.deduplicated], ['WAITING', false]);
+    await post(`/v1/tasks/${first.task_id}:retry`, { reason: '' }, 400, { code: 'INVALID_ARGUMENT' });
+    await post(`/v1/tasks/${'0'.repeat(32)}:retry`, { reason: 'x' }, 404, { code: 'NOT_FOUND' });
+    for (const id of [first.task_id, second.task_id]) await post(`/v1/tasks/${id}:cancel`, { reason: '收尾' }, 200);
+  });
+
   test('resolve: NEEDS_REVIEW → SUCCEEDED / back to WAITING; anything else is 409', async () => {
     const a = await submit('orders', { on_unknown_outcome: 'review' });
     const b = await submit('orders', { on_unknown_outcome: 'review' });
@@ -598,10 +629,15 @@ describe('contract: every operation answers what openapi.yaml says', () => {
 
   test('429: QUEUE_FULL and APPLICATION_FULL, with Retry-After: 1, and nothing written', async () => {
     await post('/v1/queues', { name: 'tiny', reason: '容量为一的队列', max_unfinished_tasks: 1 }, 200);
+    const earlier = await submit('tiny');
+    await post(`/v1/tasks/${earlier.task_id}:cancel`, { reason: '先撤销' }, 200);
     await submit('tiny');
     const countBefore = (await t.db.rows<{ n: number }>('SELECT COUNT(*) AS n FROM orbit_tasks'))[0]?.n;
     const queueFull = await post('/v1/queues/tiny/tasks', { payload: { n: 2 } }, 429, { key: 'tiny-2', code: 'QUEUE_FULL' });
     assert.equal(queueFull.headers.get('retry-after'), '1');
+    // A retry is admitted like a submission.
+    const retryFull = await post(`/v1/tasks/${earlier.task_id}:retry`, { reason: '重试' }, 429, { code: 'QUEUE_FULL' });
+    assert.equal(retryFull.headers.get('retry-after'), '1');
 
     const current = await resources();
     const limits = { max_unfinished_tasks: current.max_unfinished_tasks, max_concurrency: current.max_concurrency, rate_per_second: current.rate_per_second };
@@ -617,6 +653,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       // Both full: APPLICATION_FULL is reported.
       const both = await post('/v1/queues/tiny/tasks', { payload: { n: 4 } }, 429, { code: 'APPLICATION_FULL' });
       assert.equal(both.headers.get('retry-after'), '1');
+      await post(`/v1/tasks/${earlier.task_id}:retry`, { reason: '重试' }, 429, { code: 'APPLICATION_FULL' });
     } finally {
       await post('/v1/application/resources:configure', { expected_revision: tightened.body.data.resources.revision, reason: '恢复应用额度', ...limits });
     }
@@ -1229,6 +1266,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       submitTask: { payload: {} },
       submitTasks: { tasks: [{ idempotency_key: 'never', payload: {} }] },
       cancelTask: { reason: 'x' },
+      retryTask: { reason: 'x' },
       resolveTask: { outcome: 'failed', reason: 'x' },
       createSchedule: { name: 'never', reason: 'x', interval_seconds: 86400, start_at: FAR_START, payload: {} },
       pauseSchedule: { reason: 'x' },

@@ -1,7 +1,7 @@
 /**
  * Every event type the server writes is named wherever the event types are listed - the
  * `Event.type` description of openapi.yaml, the feed's table in docs/events.md, the events
- * paragraph of docs/storage.md, and (the task lifecycle ones) the README - and none of those
+ * paragraph of docs/storage.md, and (the task lifecycle ones) the quick start of docs/events.md - and none of those
  * names a type the server does not write.
  *
  * The types the server writes are the string literals of server/ that look like one
@@ -61,7 +61,7 @@ function section(text: string, start: string, end: RegExp): string {
   return stop === -1 ? rest : rest.slice(0, stop);
 }
 
-test('every event type the server writes is listed in openapi.yaml, docs/events.md, docs/storage.md and the README', () => {
+test('every event type the server writes is listed in openapi.yaml, docs/events.md and docs/storage.md', () => {
   const written = writtenTypes();
   for (const type of ['task.submitted', 'task.cancel_requested', 'task.resolved', 'queue.created', 'subscription.paused']) {
     assert.ok(written.has(type), `the scan finds ${type} in server/ (the scan itself works)`);
@@ -72,8 +72,8 @@ test('every event type the server writes is listed in openapi.yaml, docs/events.
     ['openapi.yaml Event.type', namedTypes(openapi.components.schemas.Event.properties.type.description), () => true],
     ['docs/events.md, "The event feed"', namedTypes(section(read('docs/events.md'), '## The event feed', /\n## /)), () => true],
     ['docs/storage.md, "Events"', namedTypes(section(read('docs/storage.md'), '**Events**', /\n\n/)), () => true],
-    // The README lists the task lifecycle (management events are named where each is described).
-    ['README.md, task events', namedTypes(section(read('README.md'), 'Every transition of a task is an event', /\n\n/)), (type) => type.startsWith('task.')],
+    // The quick start of docs/events.md lists the task lifecycle (management events are named where each is described).
+    ['docs/events.md, quick start', namedTypes(section(read('docs/events.md'), 'Every transition of a task is an event', /\n\n/)), (type) => type.startsWith('task.')],
   ];
   for (const [where, named, applies] of places) {
     const expected = [...written].filter(applies).sort();

@@ -40,7 +40,7 @@ try {
       new OrbitWorker({
         baseUrl: urls[i % urls.length] as string,
         token: tenant.token,
-        nodeId: `bench-${i}`,
+        node_id: `bench-${i}`,
         queues: ['bench'],
         capacity: CAPACITY,
         maxPollIntervalMs: 20,

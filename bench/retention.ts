@@ -181,7 +181,7 @@ try {
       const worker = new OrbitWorker({
         baseUrl: urls[0] as string,
         token: tenant.token,
-        nodeId: `bench-${run}`,
+        node_id: `bench-${run}`,
         queues: ['bench'],
         capacity: 16,
         maxPollIntervalMs: 20,

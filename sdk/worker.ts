@@ -3,6 +3,11 @@
  * under the server's rate limits, runs a handler, renews leases while it runs, and reports the
  * authoritative result.
  *
+ * Names: the options that are fields of the `hello` frame are named as there (`node_id`,
+ * `queues`, `capacity`), and the task the handler gets uses the `claimed` frame's field names
+ * (`task_id`, `attempt_id`, `attempt_number`, `payload`, …) - the same names the HTTP client
+ * returns. Options of the SDK's own (`baseUrl`, `token`, `handler`, `onEvent`, …) are camelCase.
+ *
  * - RATE_LIMITED on Start: back off for `retry_after_ms` and Start again with the same attempt
  *   id, only while the reservation's lease is valid; after that the attempt is dropped (the
  *   server's recovery gives it back).
@@ -20,21 +25,53 @@
  */
 import type { IncomingMessage } from 'node:http';
 import WebSocket from 'ws';
-import { OrbitError, type ErrorCode } from './index.ts';
+import { OrbitError, isOrbitError, type ErrorCode } from './index.ts';
 import type { ClaimedAttempt, ServerFrame, WorkerFrame } from './generated/frames.ts';
 import * as serverFrameValidators from './generated/frame-validators.js';
 import type { SERVER_FRAME_TYPES } from './generated/frames.ts';
 
+/** The attempt a handler runs: the fields of the `claimed` frame's attempt, as the HTTP API names them too. */
 export interface TaskContext {
-  taskId: string;
-  attemptId: string;
-  attemptNumber: number;
-  queue: string;
-  payload: Record<string, unknown>;
-  priority: number;
-  resourceKey: string | undefined;
-  /** Aborted on cancellation (reason "cancelled"), a lost lease or a lost connection. */
-  signal: AbortSignal;
+  readonly task_id: string;
+  readonly attempt_id: string;
+  /** 1 for the first attempt of the task. */
+  readonly attempt_number: number;
+  readonly queue: string;
+  readonly payload: Record<string, unknown>;
+  readonly priority: number;
+  /** Present when the task was submitted with one. */
+  readonly resource_key?: string;
+  /** The task's deadline (RFC 3339), when the server sent it. */
+  readonly deadline_at?: string;
+  /** Aborted on cancellation (reason "cancelled"), a lost lease, a lost connection or a stop that timed out. */
+  readonly signal: AbortSignal;
+  /** @deprecated Use `task_id`; kept for callers of the earlier camelCase names, and not enumerable (JSON leaves it out). */
+  readonly taskId: string;
+  /** @deprecated Use `attempt_id`. */
+  readonly attemptId: string;
+  /** @deprecated Use `attempt_number`. */
+  readonly attemptNumber: number;
+}
+
+/** The handler's view of a claimed attempt (plain fields; the deprecated aliases are hidden getters). */
+function taskContext(attempt: ClaimedAttempt, signal: AbortSignal): TaskContext {
+  const context = {
+    task_id: attempt.task_id,
+    attempt_id: attempt.attempt_id,
+    attempt_number: attempt.attempt_number,
+    queue: attempt.queue,
+    payload: attempt.payload as Record<string, unknown>,
+    priority: attempt.priority,
+    ...(attempt.resource_key !== undefined ? { resource_key: attempt.resource_key } : {}),
+    ...(attempt.deadline_at !== undefined ? { deadline_at: attempt.deadline_at } : {}),
+    signal,
+  };
+  Object.defineProperties(context, {
+    taskId: { get: () => attempt.task_id },
+    attemptId: { get: () => attempt.attempt_id },
+    attemptNumber: { get: () => attempt.attempt_number },
+  });
+  return context as unknown as TaskContext;
 }
 
 /** Waits for `promise`, but not longer than `ms`; leaves no timer behind. */
@@ -122,14 +159,17 @@ function isPermanent(error: OrbitError): boolean {
   return error.status >= 400 && error.status < 500 && error.status !== 429 && error.code !== 'UNAVAILABLE';
 }
 
+/** Runs one attempt: what it resolves with is the task's `result` (SUCCEEDED); a throw is a failure (see NonRetryableError). */
 export type TaskHandler = (task: TaskContext) => Promise<unknown>;
 
-export interface OrbitWorkerOptions {
+interface OrbitWorkerBaseOptions {
+  /** http(s) URL of an Orbit server (the session is `ws(s)://…/v1/workers/connect`). */
   baseUrl: string;
-  token: string;
-  nodeId: string;
+  /** A credential token with `workers:consume`, or a function called for the current one at every connect. */
+  token: string | (() => string | Promise<string>);
+  /** The queues to claim from (hello's `queues`: 1-100 queue names). */
   queues: string[];
-  /** Most attempts held (reserved or running) at once. */
+  /** Most attempts held (reserved or running) at once (hello's `capacity`: 1-10000). */
   capacity: number;
   handler: TaskHandler;
   /** Longest wait between claims when there is nothing to do (default 1000 ms). */
@@ -145,17 +185,56 @@ export interface OrbitWorkerOptions {
   startOnClaim?: boolean;
 }
 
+export type OrbitWorkerOptions = OrbitWorkerBaseOptions &
+  (
+    | {
+        /** The worker node, host or process (hello's `node_id`: 1-128 printable ASCII): fairness divides scarce room between nodes. */
+        node_id: string;
+        nodeId?: never;
+      }
+    | {
+        /** @deprecated Use `node_id`, as in the `hello` frame. */
+        nodeId: string;
+        node_id?: never;
+      }
+  );
+
+/** What the worker tells `onEvent`; the fields are named like the frames' (and JSON.stringify keeps them all). */
 export type WorkerEvent =
-  | { type: 'connected'; sessionId: string }
+  | { type: 'connected'; session_id: string }
   | { type: 'disconnected'; reason: string }
-  | { type: 'rate_limited'; attemptId: string; retryAfterMs: number }
-  | { type: 'attempt_dropped'; attemptId: string; reason: string }
-  | { type: 'completed'; attemptId: string; taskState: string }
+  | { type: 'rate_limited'; attempt_id: string; retry_after_ms: number }
+  | { type: 'attempt_dropped'; attempt_id: string; reason: string }
+  | { type: 'completed'; attempt_id: string; task_state: string }
   | { type: 'protocol_error'; message: string }
-  /** A connection attempt failed in a way that may pass; the worker tries again after `retryInMs`. */
-  | { type: 'connect_failed'; error: OrbitError; retryInMs: number }
+  /** A connection attempt failed in a way that may pass; the worker tries again after `retry_in_ms`. */
+  | { type: 'connect_failed'; error: OrbitError; retry_in_ms: number }
   /** The server refused the credential; the worker has stopped and `run()` rejects with `error`. */
   | { type: 'failed'; error: OrbitError };
+
+interface ResolvedOptions extends Required<Omit<OrbitWorkerBaseOptions, 'onEvent'>>, Pick<OrbitWorkerBaseOptions, 'onEvent'> {
+  node_id: string;
+}
+
+function invalid(field: string, reason: string): OrbitError {
+  return new OrbitError('INVALID_ARGUMENT', `${field}: ${reason}`, { status: 0, details: { field, location: 'options', reason } });
+}
+
+/** The options checked up front (the server would refuse the same in `hello`, after a connection). */
+function checkOptions(options: OrbitWorkerOptions): ResolvedOptions {
+  if (!isObject(options)) throw invalid('options', 'new OrbitWorker takes one options object: { baseUrl, token, node_id, queues, capacity, handler }');
+  const { nodeId, node_id, ...rest } = options as OrbitWorkerBaseOptions & { node_id?: string; nodeId?: string };
+  const node = node_id ?? nodeId;
+  if (typeof rest.baseUrl !== 'string' || !/^https?:\/\//.test(rest.baseUrl)) throw invalid('baseUrl', 'must be an http(s) URL');
+  if (typeof rest.token !== 'function' && (typeof rest.token !== 'string' || !/^[!-~]+$/.test(rest.token)))
+    throw invalid('token', 'must be a non-empty token of printable non-space ASCII, or a function returning one');
+  if (typeof node !== 'string' || !/^[!-~]{1,128}$/.test(node)) throw invalid('node_id', 'must be 1-128 printable non-space ASCII characters');
+  if (!Array.isArray(rest.queues) || rest.queues.length === 0 || !rest.queues.every((q) => typeof q === 'string'))
+    throw invalid('queues', 'must be a non-empty array of queue names');
+  if (!Number.isInteger(rest.capacity) || rest.capacity < 1 || rest.capacity > 10_000) throw invalid('capacity', 'must be an integer from 1 to 10000');
+  if (typeof rest.handler !== 'function') throw invalid('handler', 'must be a function (task) => Promise<result>');
+  return { maxPollIntervalMs: 1000, startOnClaim: true, ...rest, node_id: node };
+}
 
 interface Waiter {
   resolve: (frame: ServerFrame) => void;
@@ -165,7 +244,7 @@ interface Waiter {
 class SessionLost extends Error {}
 
 export class OrbitWorker {
-  private readonly options: Required<Omit<OrbitWorkerOptions, 'onEvent'>> & Pick<OrbitWorkerOptions, 'onEvent'>;
+  private readonly options: ResolvedOptions;
   private socket: WebSocket | null = null;
   private leaseSeconds = 30;
   private running = false;
@@ -186,10 +265,9 @@ export class OrbitWorker {
   /** `run()` calls waiting for the worker to end (stop() finished, or it failed). */
   private readonly endWaiters: Array<() => void> = [];
 
+  /** Checks the options (an OrbitError INVALID_ARGUMENT naming the field); connects only in `start()` / `run()`. */
   constructor(options: OrbitWorkerOptions) {
-    if (!/^https?:\/\//.test(options.baseUrl)) throw new Error('baseUrl must be an http(s) URL');
-    if (options.capacity < 1) throw new Error('capacity must be at least 1');
-    this.options = { maxPollIntervalMs: 1000, startOnClaim: true, ...options };
+    this.options = checkOptions(options);
   }
 
   /**
@@ -268,7 +346,7 @@ export class OrbitWorker {
         await this.connect();
         return true;
       } catch (error) {
-        const refused = error instanceof OrbitError ? error : new OrbitError('UNAVAILABLE', String(error), { status: 0, cause: error });
+        const refused = isOrbitError(error) ? error : new OrbitError('UNAVAILABLE', String(error), { status: 0, cause: error });
         // A refused credential stays refused: stop instead of knocking forever.
         if (isPermanent(refused)) {
           this.fail(refused);
@@ -276,7 +354,7 @@ export class OrbitWorker {
         }
         delayMs = Math.min(delayMs * 2, 5000);
         const retryInMs = Math.max(delayMs, (refused.retryAfter ?? 0) * 1000);
-        this.emit({ type: 'connect_failed', error: refused, retryInMs });
+        this.emit({ type: 'connect_failed', error: refused, retry_in_ms: retryInMs });
         await this.sleep(retryInMs);
       }
     }
@@ -290,7 +368,10 @@ export class OrbitWorker {
   private async connect(): Promise<void> {
     const url = `${this.options.baseUrl.replace(/\/+$/, '').replace(/^http/, 'ws')}/v1/workers/connect`;
     // A server that takes the connection but never answers the upgrade must not hang the worker.
-    const socket = new WebSocket(url, { headers: { Authorization: `Bearer ${this.options.token}` }, handshakeTimeout: 10_000 });
+    const token = typeof this.options.token === 'function' ? await this.options.token() : this.options.token;
+    if (typeof token !== 'string' || !/^[!-~]+$/.test(token))
+      throw invalid('token', 'the token function must return a non-empty token of printable non-space ASCII');
+    const socket = new WebSocket(url, { headers: { Authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
     socket.on('error', () => {});
     await new Promise<void>((resolve, reject) => {
       socket.once('open', () => resolve());
@@ -323,7 +404,7 @@ export class OrbitWorker {
     try {
       welcome = await this.request('hello', {
         type: 'hello',
-        node_id: this.options.nodeId,
+        node_id: this.options.node_id,
         queues: this.options.queues,
         capacity: this.options.capacity,
       });
@@ -339,7 +420,7 @@ export class OrbitWorker {
       throw new OrbitError(welcome.code, `the session did not open: ${welcome.message}`, { status: 0, details: welcome.details });
     }
     this.leaseSeconds = welcome.lease_seconds;
-    this.emit({ type: 'connected', sessionId: welcome.session_id });
+    this.emit({ type: 'connected', session_id: welcome.session_id });
   }
 
   private send(frame: WorkerFrame): void {
@@ -497,15 +578,15 @@ export class OrbitWorker {
         }
         if (answer.type === 'error' && answer.code === 'RATE_LIMITED') {
           const wait = answer.retry_after_ms ?? 100;
-          this.emit({ type: 'rate_limited', attemptId: id, retryAfterMs: wait });
+          this.emit({ type: 'rate_limited', attempt_id: id, retry_after_ms: wait });
           if (Date.now() + wait >= leaseExpiresAt) {
-            this.emit({ type: 'attempt_dropped', attemptId: id, reason: 'rate limited until the reservation expired' });
+            this.emit({ type: 'attempt_dropped', attempt_id: id, reason: 'rate limited until the reservation expired' });
             return;
           }
           await new Promise((r) => setTimeout(r, wait));
           continue;
         }
-        this.emit({ type: 'attempt_dropped', attemptId: id, reason: answer.type === 'error' ? `${answer.code}: ${answer.message}` : answer.type });
+        this.emit({ type: 'attempt_dropped', attempt_id: id, reason: answer.type === 'error' ? `${answer.code}: ${answer.message}` : answer.type });
         return;
       }
       this.unstarted.delete(id);
@@ -515,7 +596,7 @@ export class OrbitWorker {
         (at) => (leaseExpiresAt = at),
       );
     } catch (error) {
-      this.emit({ type: 'attempt_dropped', attemptId: id, reason: (error as Error).message });
+      this.emit({ type: 'attempt_dropped', attempt_id: id, reason: (error as Error).message });
     } finally {
       this.unstarted.delete(id);
       this.attemptChains.delete(id);
@@ -546,16 +627,7 @@ export class OrbitWorker {
     try {
       let frame: WorkerFrame;
       try {
-        const result = await this.options.handler({
-          taskId: attempt.task_id,
-          attemptId: id,
-          attemptNumber: attempt.attempt_number,
-          queue: attempt.queue,
-          payload: attempt.payload,
-          priority: attempt.priority,
-          resourceKey: attempt.resource_key,
-          signal: controller.signal,
-        });
+        const result = await this.options.handler(taskContext(attempt, controller.signal));
         frame = { type: 'complete', attempt_id: id, outcome: 'succeeded', ...(result === undefined ? {} : { result }) };
       } catch (error) {
         const err = error as { message?: string; name?: string; retryable?: boolean };
@@ -567,12 +639,12 @@ export class OrbitWorker {
         }
       }
       if (Date.now() >= lease()) {
-        this.emit({ type: 'attempt_dropped', attemptId: id, reason: 'the lease ran out before the result' });
+        this.emit({ type: 'attempt_dropped', attempt_id: id, reason: 'the lease ran out before the result' });
         return;
       }
       const answer = await this.serial(id, () => this.request(`attempt:${id}`, frame));
-      if (answer.type === 'completed') this.emit({ type: 'completed', attemptId: id, taskState: answer.task_state });
-      else this.emit({ type: 'attempt_dropped', attemptId: id, reason: answer.type === 'error' ? `${answer.code}: ${answer.message}` : answer.type });
+      if (answer.type === 'completed') this.emit({ type: 'completed', attempt_id: id, task_state: answer.task_state });
+      else this.emit({ type: 'attempt_dropped', attempt_id: id, reason: answer.type === 'error' ? `${answer.code}: ${answer.message}` : answer.type });
     } finally {
       clearInterval(renewer);
       this.aborts.delete(id);

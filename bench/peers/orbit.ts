@@ -78,12 +78,12 @@ function benchWorkers(
       new OrbitWorker({
         baseUrl: orbit.urls[i % orbit.urls.length]!,
         token: orbit.tenant.token,
-        nodeId: `${options.nodePrefix}-${i}`,
+        node_id: `${options.nodePrefix}-${i}`,
         queues: ['bench'],
         capacity: options.capacity,
         maxPollIntervalMs: 20,
         handler: async (task) => {
-          options.ledger.record(task.taskId);
+          options.ledger.record(task.task_id);
           return undefined;
         },
         onEvent(event) {

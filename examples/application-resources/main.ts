@@ -53,7 +53,7 @@ const run = `${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
 const key = (step: string) => `application-resources-demo-${run}-${step}`;
 
 /** What to put back, and the revision our own change produced (the CAS for restoring). */
-let restore: { original: ApplicationResources; ourRevision: bigint } | null = null;
+let restore: { original: ApplicationResources; ourRevision: string } | null = null;
 let restoring: Promise<boolean> | null = null;
 
 /** Restores the original limits once; true when they are back (or were never changed). */
@@ -62,7 +62,8 @@ function restoreLimits(): Promise<boolean> {
     if (!restore) return true;
     const { original, ourRevision } = restore;
     try {
-      await first.configureApplicationResources(key('restore'), {
+      await first.configureApplicationResources({
+        idempotency_key: key('restore'),
         expected_revision: ourRevision,
         reason: 'application-resources example: restore the original limits',
         max_unfinished_tasks: original.max_unfinished_tasks,
@@ -88,15 +89,16 @@ function restoreLimits(): Promise<boolean> {
 }
 
 async function cancel(client: OrbitClient, taskId: string, step: string): Promise<void> {
-  await client.cancelTask(key(step), taskId, { reason: 'application-resources example: clean up' });
+  await client.cancelTask({ task_id: taskId, idempotency_key: key(step), reason: 'application-resources example: clean up' });
 }
 
 async function scenario(): Promise<void> {
   const original = await first.getApplicationResources();
-  if (original.unfinished_tasks !== 0n) {
+  if (original.unfinished_tasks !== 0) {
     throw new Error(`the example needs an idle application, but it has ${original.unfinished_tasks} unfinished task(s); bootstrap a new one`);
   }
-  const limited = await first.configureApplicationResources(key('limit'), {
+  const limited = await first.configureApplicationResources({
+    idempotency_key: key('limit'),
     expected_revision: original.revision,
     reason: 'application-resources example: max_unfinished_tasks = 1',
     max_unfinished_tasks: 1,
@@ -110,14 +112,20 @@ async function scenario(): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, pause));
   }
 
-  const accepted = await first.submitTask(key('first-submit'), firstQueue, {
+  const accepted = await first.submitTask({
+    queue: firstQueue,
+    idempotency_key: key('first-submit'),
     payload: { example: 'application-resources', namespace: firstCredentials.namespace },
   });
 
   const secondKey = key('second-submit');
-  const secondRequest = { payload: { example: 'application-resources', namespace: secondCredentials.namespace } };
+  const secondRequest = {
+    queue: secondQueue,
+    idempotency_key: secondKey,
+    payload: { example: 'application-resources', namespace: secondCredentials.namespace },
+  };
   try {
-    await second.submitTask(secondKey, secondQueue, secondRequest);
+    await second.submitTask(secondRequest);
     throw new Error('the second namespace was accepted although the application was full');
   } catch (error) {
     if (!isOrbitError(error) || error.code !== 'APPLICATION_FULL') throw error;
@@ -125,7 +133,7 @@ async function scenario(): Promise<void> {
   }
 
   await cancel(first, accepted.task.task_id, 'first-cancel');
-  const retried = await second.submitTask(secondKey, secondQueue, secondRequest);
+  const retried = await second.submitTask(secondRequest); // the same idempotency_key: a refusal left no receipt
   console.log(`same_identity_retry_accepted=${retried.deduplicated === false && retried.task.state === 'WAITING'}`);
   await cancel(second, retried.task.task_id, 'second-cancel');
 }

@@ -19,21 +19,25 @@ const { token } = JSON.parse(readFileSync(credentialsFile, 'utf8')) as { token: 
 const name = process.env.ORBIT_SUBSCRIPTION ?? 'readme-consumer';
 const orbit = createOrbitClient({ baseUrl, token });
 
+let subscriptionId: string;
 try {
-  await orbit.createSubscription(`create-subscription-${name}`, {
+  const created = await orbit.createSubscription({
+    idempotency_key: `create-subscription-${name}`,
     name,
     reason: 'example consumer',
     types: ['task.submitted', 'task.started', 'task.succeeded', 'task.failed', 'task.retry_scheduled', 'task.cancelled'],
     from: 'now',
   });
+  subscriptionId = created.subscription.subscription_id;
 } catch (error) {
   // Created before under another key: fine, it is the same durable cursor.
   if (!(isOrbitError(error) && error.code === 'STATE_CONFLICT')) throw error;
+  subscriptionId = (await orbit.getSubscriptionByName({ name })).subscription_id;
 }
 
 const stop = new AbortController();
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => stop.abort());
 console.error(`consuming subscription "${name}" (Ctrl-C stops; a restart resumes after the last acknowledged event)`);
-for await (const event of orbit.subscribe(name, { signal: stop.signal })) {
-  console.log(JSON.stringify({ sequence: event.sequence.toString(), type: event.type, task_id: event.subject, data: event.data }));
+for await (const event of orbit.subscribe({ subscription_id: subscriptionId, signal: stop.signal })) {
+  console.log(JSON.stringify({ sequence: event.sequence, type: event.type, task_id: event.subject, data: event.data }));
 }

@@ -22,7 +22,7 @@ let lastWork = Date.now();
 const worker = new OrbitWorker({
   baseUrl,
   token: credentials.token,
-  nodeId: process.env.ORBIT_WORKER_NODE ?? hostname(),
+  node_id: process.env.ORBIT_WORKER_NODE ?? hostname(),
   queues: credentials.queues,
   capacity: Number(process.env.ORBIT_WORKER_CAPACITY ?? 8),
   async handler(task) {
@@ -36,7 +36,7 @@ const worker = new OrbitWorker({
         reject(new Error(String(task.signal.reason)));
       });
     });
-    console.log(JSON.stringify({ task_id: task.taskId, attempt: task.attemptNumber, queue: task.queue, payload: task.payload }));
+    console.log(JSON.stringify({ task_id: task.task_id, attempt: task.attempt_number, queue: task.queue, payload: task.payload }));
     return { echoed: task.payload };
   },
   onEvent(event) {

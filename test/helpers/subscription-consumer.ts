@@ -1,5 +1,6 @@
 /**
- * A consumer process for crash tests: `for await (const event of orbit.subscribe(…))` over the
+ * A consumer process for crash tests: the subscription named ORBIT_SUBSCRIPTION, looked up by
+ * name once, then `for await (const event of orbit.subscribe({ subscription_id, … }))` over the
  * SDK, appending each event it processes to ORBIT_CONSUMER_OUT (one JSON line, written before
  * the loop body returns, i.e. before its ack) - so a SIGKILL leaves exactly what a real consumer
  * would have done. Stops on SIGTERM.
@@ -14,6 +15,7 @@ const orbit = createOrbitClient({ baseUrl: ORBIT_URL, token: ORBIT_TOKEN });
 const stop = new AbortController();
 process.on('SIGTERM', () => stop.abort());
 console.log(JSON.stringify({ msg: 'consuming' }));
-for await (const event of orbit.subscribe(ORBIT_SUBSCRIPTION, { signal: stop.signal, waitSeconds: 5 })) {
-  appendFileSync(ORBIT_CONSUMER_OUT, `${JSON.stringify({ sequence: event.sequence.toString(), type: event.type, subject: event.subject })}\n`);
+const { subscription_id } = await orbit.getSubscriptionByName({ name: ORBIT_SUBSCRIPTION });
+for await (const event of orbit.subscribe({ subscription_id, signal: stop.signal, wait_seconds: 5 })) {
+  appendFileSync(ORBIT_CONSUMER_OUT, `${JSON.stringify({ sequence: event.sequence, type: event.type, subject: event.subject })}\n`);
 }

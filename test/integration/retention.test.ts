@@ -386,14 +386,16 @@ describe('a subscription and the events it needs', () => {
     // The SDK against the in-process app: its fetch is the app's own.
     const orbit = createOrbitClient({ baseUrl: 'http://orbit.test', token: tenant.token, fetch: (request) => Promise.resolve(api.app.fetch(request)) });
     const current = await orbit.getRetention();
-    assert.equal(typeof current.revision, 'bigint');
-    const { retention, deduplicated } = await orbit.configureRetention(key('sdk'), {
+    assert.equal(typeof current.revision, 'string', 'a revision is a token, a decimal string as on the wire');
+    const { retention, deduplicated } = await orbit.configureRetention({
+      idempotency_key: key('sdk'),
       expected_revision: current.revision,
       reason: 'sdk',
       ...DEFAULTS,
     });
     assert.equal(deduplicated, false);
-    assert.equal(retention.revision, current.revision + 1n);
+    assert.equal(retention.revision, String(BigInt(current.revision) + 1n));
+    assert.deepEqual(JSON.parse(JSON.stringify(retention)), retention, 'survives JSON');
     assert.equal(retention.audit_retention_seconds, DEFAULTS.audit_retention_seconds);
     assert.deepEqual(await orbit.getRetention(), retention);
   });

@@ -475,24 +475,32 @@ describe('subscriptions, two server processes', () => {
   test('the SDK: subscribe yields events in order and acks each, resumes after the last ack; the methods; waitForTask', async () => {
     const tenant = await createTenant(t.db, { namespace: 'sdk-loop', queues: ['q1'] });
     const orbit = createOrbitClient({ baseUrl: url(0), token: tenant.token });
-    const created = await orbit.createSubscription(key('sdk'), { name: 'loop', reason: 'test', types: ['task.cancelled'], from: 'beginning' });
+    const created = await orbit.createSubscription({
+      idempotency_key: key('sdk'),
+      name: 'loop',
+      reason: 'test',
+      types: ['task.cancelled'],
+      from: 'beginning',
+    });
     assert.equal(created.deduplicated, false);
-    assert.equal(created.subscription.acked_sequence, 0n);
+    assert.equal(created.subscription.acked_sequence, '0');
     const id = created.subscription.subscription_id;
-    assert.equal((await orbit.listSubscriptions({ limit: 10 })).subscriptions[0]?.acked_sequence, 0n);
+    const subscription_id = id;
+    assert.equal((await orbit.listSubscriptions({ limit: 10 })).subscriptions[0]?.acked_sequence, '0');
+    assert.deepEqual(await orbit.getSubscriptionByName({ name: 'loop' }), created.subscription);
     const ids = [await cancelledTask(tenant, 'q1'), await cancelledTask(tenant, 'q1'), await cancelledTask(tenant, 'q1')];
-    const read = await orbit.readSubscription(id, { limit: 2 });
+    const read = await orbit.readSubscription({ subscription_id, limit: 2 });
     assert.equal(read.events.length, 2);
-    assert.equal(typeof read.events[0]?.sequence, 'bigint');
+    assert.equal(typeof read.events[0]?.sequence, 'string', 'sequence numbers are tokens: decimal strings');
 
     // First loop: two events, then abort in the body of the second.
     const got: Event[] = [];
     const first = new AbortController();
-    for await (const event of orbit.subscribe('loop', { signal: first.signal, waitSeconds: 2 })) {
+    for await (const event of orbit.subscribe({ subscription_id, signal: first.signal, wait_seconds: 2 })) {
       got.push(event);
       if (got.length === 2) {
         // The first event's body returned before this one was handed out: it is acknowledged.
-        assert.equal((await orbit.getSubscription(id)).acked_sequence, got[0]!.sequence);
+        assert.equal((await orbit.getSubscription({ subscription_id })).acked_sequence, got[0]!.sequence);
         first.abort();
       }
     }
@@ -500,14 +508,18 @@ describe('subscriptions, two server processes', () => {
       got.map((e) => e.subject),
       ids.slice(0, 2),
     );
-    assert.ok(got[0]!.sequence < got[1]!.sequence);
-    assert.equal((await orbit.getSubscription(id)).acked_sequence, got[1]!.sequence, 'the last body returned before the loop ended: acknowledged');
+    assert.ok(BigInt(got[0]!.sequence) < BigInt(got[1]!.sequence));
+    assert.equal(
+      (await orbit.getSubscription({ subscription_id })).acked_sequence,
+      got[1]!.sequence,
+      'the last body returned before the loop ended: acknowledged',
+    );
 
     // Second loop: resumes after the last ack, then long-polls for an event made meanwhile.
     const second = new AbortController();
     const more: Event[] = [];
     let fourth: string | undefined;
-    for await (const event of orbit.subscribe('loop', { signal: second.signal, waitSeconds: 5 })) {
+    for await (const event of orbit.subscribe({ subscription_id, signal: second.signal, wait_seconds: 5 })) {
       more.push(event);
       if (more.length === 1) fourth = await cancelledTask(tenant, 'q1', 1);
       else second.abort();
@@ -516,7 +528,7 @@ describe('subscriptions, two server processes', () => {
       more.map((e) => e.subject),
       [ids[2], fourth],
     );
-    assert.equal((await orbit.getSubscription(id)).acked_sequence, more[1]!.sequence);
+    assert.equal((await orbit.getSubscription({ subscription_id })).acked_sequence, more[1]!.sequence);
     const ackKeys = await t.db.rows<{ idempotency_key: string }>(
       "SELECT idempotency_key FROM orbit_idempotency_receipts WHERE namespace_id = ? AND idempotency_key LIKE 'ack-%' ORDER BY idempotency_key",
       [Buffer.from(tenant.namespaceId, 'hex')],
@@ -528,50 +540,51 @@ describe('subscriptions, two server processes', () => {
     const idle = new AbortController();
     const idleStart = Date.now();
     setTimeout(() => idle.abort(), 300);
-    for await (const _ of orbit.subscribe('loop', { signal: idle.signal, waitSeconds: 30 })) assert.fail('nothing to read');
+    for await (const _ of orbit.subscribe({ subscription_id, signal: idle.signal, wait_seconds: 30 })) assert.fail('nothing to read');
     assert.ok(Date.now() - idleStart < 15_000, `the aborted loop ended after ${Date.now() - idleStart} ms`);
     const fifth = await cancelledTask(tenant, 'q1');
-    for await (const event of orbit.subscribe('loop', { signal: new AbortController().signal })) {
+    for await (const event of orbit.subscribe({ subscription_id, signal: new AbortController().signal })) {
       assert.equal(event.subject, fifth);
       break;
     }
-    assert.equal((await orbit.getSubscription(id)).acked_sequence, more[1]!.sequence, 'a break acknowledges nothing');
-    const [again] = (await orbit.readSubscription(id)).events;
+    assert.equal((await orbit.getSubscription({ subscription_id })).acked_sequence, more[1]!.sequence, 'a break acknowledges nothing');
+    const [again] = (await orbit.readSubscription({ subscription_id })).events;
     assert.equal(again?.subject, fifth, 'it is delivered again');
 
     // A paused subscription is waited out; the loop goes on once it is resumed.
-    await orbit.pauseSubscription(key('pause'), id, { reason: 'test' });
-    const resume = sleep(500).then(() => orbit.resumeSubscription(key('resume'), id, { reason: 'test' })); // paused for a while
+    await orbit.pauseSubscription({ subscription_id, idempotency_key: key('pause'), reason: 'test' });
+    const resume = sleep(500).then(() => orbit.resumeSubscription({ subscription_id, idempotency_key: key('resume'), reason: 'test' })); // paused for a while
     const paused = new AbortController();
-    for await (const event of orbit.subscribe('loop', { signal: paused.signal, waitSeconds: 1 })) {
+    for await (const event of orbit.subscribe({ subscription_id, signal: paused.signal, wait_seconds: 1 })) {
       assert.equal(event.subject, fifth);
       paused.abort();
     }
     assert.equal((await resume).subscription.state, 'ACTIVE');
-    assert.equal((await orbit.getSubscription(id)).state, 'ACTIVE');
-    const acked = await orbit.ackSubscription(key('ack'), id, again!.sequence);
+    assert.equal((await orbit.getSubscription({ subscription_id })).state, 'ACTIVE');
+    const acked = await orbit.ackSubscription({ subscription_id, idempotency_key: key('ack'), sequence: again!.sequence });
     assert.equal(acked.subscription.acked_sequence, again!.sequence);
 
-    // A missing name is NOT_FOUND, not retried.
+    // A missing subscription is NOT_FOUND, not retried; so is a name nobody gave.
     await assert.rejects(
       async () => {
-        for await (const _ of orbit.subscribe('no-such-name', { signal: new AbortController().signal })) assert.fail('no events');
+        for await (const _ of orbit.subscribe({ subscription_id: '0'.repeat(32), signal: new AbortController().signal })) assert.fail('no events');
       },
       (e: any) => e.code === 'NOT_FOUND',
     );
+    await assert.rejects(orbit.getSubscriptionByName({ name: 'no-such-name' }), (e: any) => e.code === 'NOT_FOUND');
 
     // waitForTask: until a cancel settles the task, or as it is when the time is up (not before;
     // the upper bound is generous for a loaded machine).
-    const submitted = await orbit.submitTask(key('submit'), 'q1', { payload: {} });
-    const taskId = submitted.task.task_id;
+    const submitted = await orbit.submitTask({ queue: 'q1', idempotency_key: key('submit'), payload: {} });
+    const task_id = submitted.task.task_id;
     const waitStart = Date.now();
-    const timedOut = await orbit.waitForTask(taskId, { timeoutMs: 1_500 });
+    const timedOut = await orbit.waitForTask({ task_id, timeoutMs: 1_500 });
     const waited = Date.now() - waitStart;
-    assert.equal(timedOut.state, 'WAITING');
+    assert.deepEqual([timedOut.task.state, timedOut.timed_out], ['WAITING', true]);
     assert.ok(waited >= 1_400 && waited < 15_000, `returned after ${waited} ms`);
-    const canceller = sleep(500).then(() => orbit.cancelTask(key('cancel'), taskId, { reason: 'test' }));
-    const settled = await orbit.waitForTask(taskId, { timeoutMs: 60_000 });
-    assert.equal(settled.state, 'CANCELLED');
+    const canceller = sleep(500).then(() => orbit.cancelTask({ task_id, idempotency_key: key('cancel'), reason: 'test' }));
+    const settled = await orbit.waitForTask({ task_id, timeoutMs: 60_000 });
+    assert.deepEqual([settled.task.state, settled.timed_out], ['CANCELLED', false]);
     await canceller;
   });
 });

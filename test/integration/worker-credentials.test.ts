@@ -72,7 +72,7 @@ describe('worker SDK and credential problems', () => {
     return new OrbitWorker({
       baseUrl,
       token,
-      nodeId: 'credential-test',
+      node_id: 'credential-test',
       queues: [options.queue ?? 'refused'],
       capacity: 2,
       handler: options.handler ?? (async () => null),

@@ -14,6 +14,7 @@ import { frameGate } from '../helpers/frame-gate.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { silentLogger } from '../../server/log.ts';
 import { NonRetryableError, OrbitWorker, type TaskContext, type WorkerEvent } from '../../sdk/worker.ts';
+import { isOrbitError } from '../../sdk/index.ts';
 import { applicationSetEnabled } from '../../server/store/tenancy/tenancy.ts';
 
 /** Short, so a handler can outlive it a few times over (the renew test), long enough that a renewal a loaded machine delays by a second still comes in time. */
@@ -27,7 +28,7 @@ describe('worker SDK', () => {
 
   before(async () => {
     t = await freshDatabase('sdkworker');
-    tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['results', 'cancel', 'long', 'rated', 'stop', 'disabled'], resourceAccess: true });
+    tenant = await createTenant(t.db, { namespace: 'sdk', queues: ['results', 'named', 'cancel', 'long', 'rated', 'stop', 'disabled'], resourceAccess: true });
     server = await startServer(
       { ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: LEASE_SECONDS, recoveryIntervalMs: 100 },
       { log: silentLogger() },
@@ -47,7 +48,7 @@ describe('worker SDK', () => {
     return new OrbitWorker({
       baseUrl: server.url,
       token: tenant.token,
-      nodeId: `sdk-${queue}`,
+      node_id: `sdk-${queue}`,
       queues: [queue],
       capacity,
       handler,
@@ -63,9 +64,9 @@ describe('worker SDK', () => {
     const flaky = await submit('results', { payload: { kind: 'flaky' }, max_attempts: 3 });
     const fatal = await submit('results', { payload: { kind: 'fatal' }, max_attempts: 3 });
     const w = worker('results', async (task) => {
-      if (task.payload.kind === 'flaky' && task.attemptNumber === 1) throw new Error('transient');
+      if (task.payload.kind === 'flaky' && task.attempt_number === 1) throw new Error('transient');
       if (task.payload.kind === 'fatal') throw new NonRetryableError('broken input');
-      return { attempt: task.attemptNumber };
+      return { attempt: task.attempt_number };
     });
     await w.start();
     const done = await waitFor(async () => {
@@ -83,6 +84,77 @@ describe('worker SDK', () => {
     );
     assert.deepEqual(done[1].result, { attempt: 2 });
     assert.equal(done[2].error.message, 'broken input');
+  });
+
+  test("the handler's task is named like the frames and the HTTP API, survives JSON, and a token function is asked at connect", async () => {
+    const submitted = await submit('named', { payload: { to: 'ada@example.com' }, priority: 7, resource_key: 'customer-1' });
+    const seen: Array<Record<string, unknown>> = [];
+    const events: WorkerEvent[] = [];
+    let asked = 0;
+    const w = new OrbitWorker({
+      baseUrl: server.url,
+      token: async () => {
+        asked += 1;
+        return tenant.token;
+      },
+      node_id: 'sdk-named',
+      queues: ['named'],
+      capacity: 1,
+      maxPollIntervalMs: 50,
+      onEvent: (e) => events.push(e),
+      handler: async (task) => {
+        seen.push(JSON.parse(JSON.stringify(task)));
+        return { to: task.payload.to, task_id: task.task_id };
+      },
+    });
+    await w.start();
+    const done = await waitFor(async () => {
+      const current = await task(submitted.task_id);
+      return current.state === 'SUCCEEDED' ? current : null;
+    });
+    await w.stop();
+    assert.equal(asked, 1, 'the token function is called for the connection');
+    assert.deepEqual(done.result, { to: 'ada@example.com', task_id: submitted.task_id });
+    const [context] = seen;
+    assert.ok(context);
+    const attemptId = context.attempt_id as string;
+    assert.match(attemptId, /^[0-9a-f]{32}$/);
+    // The same names as the task of the HTTP API and the `claimed` frame; no camelCase twins in the JSON.
+    assert.deepEqual(context, {
+      task_id: submitted.task_id,
+      attempt_id: attemptId,
+      attempt_number: 1,
+      queue: 'named',
+      payload: { to: 'ada@example.com' },
+      priority: 7,
+      resource_key: 'customer-1',
+      deadline_at: submitted.deadline_at,
+      signal: {},
+    });
+    const completed = events.find((e) => e.type === 'completed');
+    assert.deepEqual(completed, { type: 'completed', attempt_id: attemptId, task_state: 'SUCCEEDED' });
+    const connected = events.find((e) => e.type === 'connected');
+    assert.match(connected?.type === 'connected' ? connected.session_id : '', /^[0-9a-f]{32}$/);
+  });
+
+  test('options are checked up front: an OrbitError INVALID_ARGUMENT naming the field', () => {
+    const base = { baseUrl: server.url, token: tenant.token, node_id: 'n', queues: ['named'], capacity: 1, handler: async () => null };
+    const cases: Array<[string, Record<string, unknown>]> = [
+      ['baseUrl', { baseUrl: 'ftp://x' }],
+      ['token', { token: 'has space' }],
+      ['node_id', { node_id: '' }],
+      ['queues', { queues: [] }],
+      ['capacity', { capacity: 0 }],
+      ['capacity', { capacity: 1.5 }],
+      ['handler', { handler: undefined }],
+    ];
+    for (const [field, patch] of cases) {
+      assert.throws(
+        () => new OrbitWorker({ ...base, ...patch } as unknown as ConstructorParameters<typeof OrbitWorker>[0]),
+        (e: unknown) => isOrbitError(e) && e.code === 'INVALID_ARGUMENT' && e.details?.field === field,
+        field,
+      );
+    }
   });
 
   test('cancelling a running task aborts the handler signal with "cancelled" and the task ends CANCELLED', async () => {
@@ -149,7 +221,7 @@ describe('worker SDK', () => {
     const w = new OrbitWorker({
       baseUrl: gate.url,
       token: tenant.token,
-      nodeId: 'sdk-rated',
+      node_id: 'sdk-rated',
       queues: ['rated'],
       capacity: 4,
       handler: async () => null,
@@ -174,9 +246,9 @@ describe('worker SDK', () => {
     const limited = events.filter((e) => e.type === 'rate_limited');
     assert.ok(limited.length > 0, 'at least one Start was rate limited and retried');
     // The retried Start used the attempt it was refused for: that attempt is among the four that succeeded.
-    const succeeded = new Set(events.filter((e) => e.type === 'completed').map((e) => e.attemptId));
+    const succeeded = new Set(events.filter((e) => e.type === 'completed').map((e) => e.attempt_id));
     assert.ok(
-      limited.every((e) => succeeded.has(e.attemptId)),
+      limited.every((e) => succeeded.has(e.attempt_id)),
       'a rate-limited attempt was started again, not replaced',
     );
     assert.ok(!events.some((e) => e.type === 'attempt_dropped'), JSON.stringify(events.filter((e) => e.type === 'attempt_dropped')));

@@ -93,7 +93,10 @@ function resolveEdge(from: string, ref: ImportRef): Edge {
 const under = (path: string | null, dir: string) => path !== null && path.startsWith(`${dir}/`);
 
 /** The layer rules, one message per broken edge. */
-function violations(edges: readonly Edge[], exists: (path: string) => boolean = (p) => existsSync(join(ROOT, p))): string[] {
+// A module that is only types exists as its declarations (sdk/dist/generated/openapi.d.ts for './generated/openapi.js').
+const fileOrDeclarations = (p: string) => existsSync(join(ROOT, p)) || existsSync(join(ROOT, p.replace(/\.(c|m)?js$/, '.d.$1ts')));
+
+function violations(edges: readonly Edge[], exists: (path: string) => boolean = fileOrDeclarations): string[] {
   const problems: string[] = [];
   for (const edge of edges) {
     const { from, to } = edge;
@@ -142,7 +145,7 @@ function sourceFiles(dir: string, out: string[] = []): string[] {
     if (entry.name === 'node_modules' || entry.name.startsWith('.')) continue;
     const path = `${dir}/${entry.name}`;
     if (entry.isDirectory()) sourceFiles(path, out);
-    else if (entry.isFile() && /\.(ts|mts|js|mjs)$/.test(entry.name)) out.push(path);
+    else if (entry.isFile() && /\.(ts|mts|cts|js|mjs|cjs)$/.test(entry.name)) out.push(path);
   }
   return out;
 }

@@ -127,7 +127,7 @@ function announce(url) {
   say('next, in another terminal: create an application, a namespace, a queue and a token -');
   say(`  ${env}npx orbit-admin bootstrap --application demo --namespace first --environment development \\`);
   say('    --queue first --resource-access --output .local/demo.credentials.json');
-  say('  then follow "Try it" in README.md. Ctrl-C stops the server.');
+  say('  then follow the five-minute tour in README.md. Ctrl-C stops the server.');
   say();
 }
 

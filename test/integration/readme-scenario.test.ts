@@ -19,7 +19,7 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 function blockAfter(readme: string, marker: string): string {
   const at = readme.indexOf(marker);
-  assert.ok(at >= 0, `README.md has no ${marker} marker`);
+  assert.ok(at >= 0, `no ${marker} marker`);
   const match = /```[a-z]*\n([\s\S]*?)```/.exec(readme.slice(at));
   assert.ok(match, `no code block after ${marker}`);
   return match[1] as string;
@@ -68,9 +68,12 @@ describe('the README scenario', () => {
     assert.equal(row?.revision, '5', 'two runs, each: set the limit, restore it');
   });
 
-  test("the README's worker block processes the tasks it submits", async () => {
+  test("the worker block of docs/workers.md, after the README's setup, processes the tasks it submits", async () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const script = blockAfter(readme, '<!-- worker-scenario:').replaceAll('.local', join(dir, '.local')).replaceAll('http://127.0.0.1:8080', server.url);
+    const workers = readFileSync(join(ROOT, 'docs', 'workers.md'), 'utf8');
+    const script = `${blockAfter(readme, '<!-- docs: setup -->')}\n${blockAfter(workers, '<!-- worker-scenario:')}`
+      .replaceAll('.local', join(dir, '.local'))
+      .replaceAll('http://127.0.0.1:8080', server.url);
     const { stdout } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
       execFile(
         'bash',
@@ -84,7 +87,7 @@ describe('the README scenario', () => {
       .split('\n')
       .map((line) => JSON.parse(line) as { task_id: string; attempt: number; queue: string; payload: { n: number } });
     assert.deepEqual(lines.map((l) => l.payload.n).sort(), [1, 2, 3]);
-    assert.ok(lines.every((l) => l.queue === 'first' && l.attempt === 1));
+    assert.ok(lines.every((l) => l.queue === 'emails' && l.attempt === 1));
     const states = await t.db.rows<{ state: string }>(
       `SELECT state FROM orbit_tasks WHERE task_id IN (${lines.map(() => '?').join(', ')})`,
       lines.map((l) => Buffer.from(l.task_id, 'hex')),

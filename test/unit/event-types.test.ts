@@ -73,7 +73,11 @@ test('every event type the server writes is listed in openapi.yaml, docs/events.
     ['docs/events.md, "The event feed"', namedTypes(section(read('docs/events.md'), '## The event feed', /\n## /)), () => true],
     ['docs/storage.md, "Events"', namedTypes(section(read('docs/storage.md'), '**Events**', /\n\n/)), () => true],
     // The quick start of docs/events.md lists the task lifecycle (management events are named where each is described).
-    ['docs/events.md, quick start', namedTypes(section(read('docs/events.md'), 'Every transition of a task is an event', /\n\n/)), (type) => type.startsWith('task.')],
+    [
+      'docs/events.md, quick start',
+      namedTypes(section(read('docs/events.md'), 'Every transition of a task is an event', /\n\n/)),
+      (type) => type.startsWith('task.'),
+    ],
   ];
   for (const [where, named, applies] of places) {
     const expected = [...written].filter(applies).sort();

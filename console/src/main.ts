@@ -1,14 +1,31 @@
 /**
- * The live quota console (GET /console). It uses only Orbit's public HTTP API, with the token the
- * operator pastes, so it sees exactly what that credential may see. The token is kept in this
- * tab's sessionStorage (gone when the tab closes) and sent only as an Authorization header;
- * never in a URL. Figures refresh every two seconds.
+ * The console (GET /console). It uses only Orbit's public HTTP API, with the token the operator
+ * pastes, so it sees exactly what that credential may see. The token is kept in this tab's
+ * sessionStorage (gone when the tab closes) and sent only as an Authorization header; never in
+ * a URL. What is shown refreshes every two seconds.
+ *
+ * Two pages, by the URL's hash (so a task can be linked, and the back button works):
+ * - `#/` (or none): the application's limits and usage, the queues in scope, the tasks waiting
+ *   for review, the task list (filtered by queue and state, paged newest first) and the latest
+ *   events;
+ * - `#/tasks/<task_id>`: one task - its fields, payload, result and error, its attempts, its
+ *   lifecycle events, and the actions its state allows (cancel, resolve, retry), each with the
+ *   reason the audit record keeps.
  */
 
 const TOKEN_KEY = 'orbit.console.token';
 const REFRESH_MS = 2_000;
 const EVENTS_SHOWN = 20;
-const REVIEW_PER_QUEUE = 20;
+/** NEEDS_REVIEW tasks shown on the overview (the task list, filtered by state, has the rest). */
+const REVIEWS_SHOWN = 100;
+const PAGE_SIZES = [10, 25, 50, 100] as const;
+const DEFAULT_PAGE_SIZE = 25;
+const TASK_STATES = ['WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED'] as const;
+type TaskState = (typeof TASK_STATES)[number];
+/** The states each action accepts (openapi.yaml: cancelTask, resolveTask, retryTask). */
+const CANCELLABLE: readonly string[] = ['WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'];
+const RETRYABLE: readonly string[] = ['FAILED', 'EXPIRED', 'CANCELLED'];
+const TASK_ID = /^[0-9a-f]{32}$/;
 
 interface ApiError {
   code: string;
@@ -24,7 +41,26 @@ class RequestFailed extends Error {
   }
 }
 
-interface Resources {
+// ---------------------------------------------------------------------------------------------
+// Numbers. Limits are JSON numbers on the wire, usage counters decimal strings (uint64). Both are
+// shown the same way: counters become numbers where they are read from the API, and stay exact
+// strings only past 2^53 (where a number would round); `formatCount` prints either alike.
+
+/** A count as shown: a number, or the exact decimal string of one above Number.MAX_SAFE_INTEGER. */
+type Count = number | string;
+
+function count(wire: string): Count {
+  const n = Number(wire);
+  return /^\d+$/.test(wire) && Number.isSafeInteger(n) ? n : wire;
+}
+
+/** Digits grouped by three with commas, the same for a number and for an exact string. */
+function formatCount(value: Count): string {
+  const digits = typeof value === 'number' ? String(value) : value;
+  return /^\d+$/.test(digits) ? digits.replace(/\B(?=(\d{3})+(?!\d))/g, ',') : digits;
+}
+
+interface WireResources {
   max_unfinished_tasks: number;
   unfinished_tasks: string;
   max_concurrency: number;
@@ -32,45 +68,161 @@ interface Resources {
   pending_starts: string;
   rate_per_second: number;
 }
+interface Resources {
+  max_unfinished_tasks: number;
+  unfinished_tasks: Count;
+  max_concurrency: number;
+  active_attempts: Count;
+  pending_starts: Count;
+  rate_per_second: number;
+}
+interface WireQueue extends WireResources {
+  queue: string;
+  paused: boolean;
+  key_concurrency: number;
+}
 interface Queue extends Resources {
   queue: string;
   paused: boolean;
   key_concurrency: number;
 }
+
+const resourcesFrom = (w: WireResources): Resources => ({
+  max_unfinished_tasks: w.max_unfinished_tasks,
+  unfinished_tasks: count(w.unfinished_tasks),
+  max_concurrency: w.max_concurrency,
+  active_attempts: count(w.active_attempts),
+  pending_starts: count(w.pending_starts),
+  rate_per_second: w.rate_per_second,
+});
+const queueFrom = (w: WireQueue): Queue => ({ ...resourcesFrom(w), queue: w.queue, paused: w.paused, key_concurrency: w.key_concurrency });
+
 interface Task {
   task_id: string;
   queue: string;
+  namespace: string;
+  state: TaskState;
+  priority: number;
+  resource_key?: string;
+  payload: unknown;
   attempts: number;
   max_attempts: number;
+  on_unknown_outcome: string;
+  cancel_requested: boolean;
   created_at: string;
+  available_at: string;
+  deadline_at: string;
+  finished_at?: string;
+  result?: unknown;
   error?: unknown;
+  schedule_id?: string;
+  scheduled_for?: string;
+  [field: string]: unknown;
+}
+interface Attempt {
+  attempt_id: string;
+  attempt_number: number;
+  state: string;
+  session_id: string;
+  node_id?: string;
+  claimed_at: string;
+  started_at?: string;
+  finished_at?: string;
+  lease_expires_at: string;
 }
 interface OrbitEvent {
   sequence: string;
   type: string;
   subject: string;
+  data?: unknown;
   occurred_at: string;
 }
 
+// ---------------------------------------------------------------------------------------------
+// What is shown.
+
+type Route = { page: 'overview' } | { page: 'task'; taskId: string };
+
+interface TaskList {
+  queue: string; // '' = every queue in scope
+  state: string; // '' = any state
+  limit: number;
+  /** The cursor of each page from the newest to the one shown ('' for the newest page). */
+  cursors: string[];
+  tasks: Task[];
+  next: string | null;
+  loaded: boolean;
+  note: string | null;
+  error: string | null;
+}
+interface TaskPage {
+  taskId: string;
+  task: Task | null;
+  attempts: Attempt[];
+  events: OrbitEvent[];
+  eventsAfter: string;
+  loaded: boolean;
+  note: string | null;
+}
 interface View {
   resources: Resources | 'denied' | null;
   queues: Queue[];
   reviews: Task[];
+  reviewsMore: boolean;
   reviewNote: string | null;
+  list: TaskList;
+  task: TaskPage | null;
   events: OrbitEvent[];
   eventsNote: string | null;
   refreshedAt: Date | null;
+  refreshes: number;
   error: string | null;
 }
 
-const view: View = { resources: null, queues: [], reviews: [], reviewNote: null, events: [], eventsNote: null, refreshedAt: null, error: null };
+const emptyList = (): TaskList => ({
+  queue: '',
+  state: '',
+  limit: DEFAULT_PAGE_SIZE,
+  cursors: [''],
+  tasks: [],
+  next: null,
+  loaded: false,
+  note: null,
+  error: null,
+});
+const emptyView = (): View => ({
+  resources: null,
+  queues: [],
+  reviews: [],
+  reviewsMore: false,
+  reviewNote: null,
+  list: emptyList(),
+  task: null,
+  events: [],
+  eventsNote: null,
+  refreshedAt: null,
+  refreshes: 0,
+  error: null,
+});
+const view: View = emptyView();
 let eventsAfter = '0';
 /** Reasons being typed, by task: the page is redrawn every refresh and must not lose them. */
 const reasons = new Map<string, string>();
+/** What the last action on a task answered (or that it is under way), by task. */
+const outcomes = new Map<string, { kind: 'pending' | 'ok' | 'error'; text: string }>();
+/** A later load of the list or of a task page wins over an earlier one still in flight. */
+let listGeneration = 0;
+let taskGeneration = 0;
 let refreshing = false;
+let refreshAgain = false;
 let timer: number | undefined;
 
 const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+function route(): Route {
+  const match = /^#\/tasks\/([^/?#]+)\/?$/.exec(window.location.hash);
+  return match?.[1] ? { page: 'task', taskId: decodeURIComponent(match[1]) } : { page: 'overview' };
+}
 
 async function api<T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> {
   const headers: Record<string, string> = { Authorization: `Bearer ${token() ?? ''}` };
@@ -86,12 +238,19 @@ async function api<T>(method: 'GET' | 'POST', path: string, body?: unknown): Pro
   return envelope.data;
 }
 
+const denied = (error: unknown) => error instanceof RequestFailed && error.status === 403;
+const refused = (error: unknown) => error instanceof RequestFailed && error.status === 401;
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
+
 async function allQueues(): Promise<Queue[]> {
   const queues: Queue[] = [];
   let cursor: string | undefined;
   do {
-    const page = await api<{ queues: Queue[]; next_cursor?: string }>('GET', `/v1/queues?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-    queues.push(...page.queues);
+    const page = await api<{ queues: WireQueue[]; next_cursor?: string }>(
+      'GET',
+      `/v1/queues?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+    );
+    queues.push(...page.queues.map(queueFrom));
     cursor = page.next_cursor;
   } while (cursor !== undefined && queues.length < 1_000);
   return queues;
@@ -107,51 +266,190 @@ async function newEvents(): Promise<void> {
   }
 }
 
-const denied = (error: unknown) => error instanceof RequestFailed && error.status === 403;
+async function loadReviews(): Promise<void> {
+  try {
+    const page = await api<{ tasks: Task[]; next_cursor?: string }>('GET', `/v1/tasks?state=NEEDS_REVIEW&limit=${REVIEWS_SHOWN}`);
+    view.reviews = page.tasks;
+    view.reviewsMore = page.next_cursor !== undefined;
+    view.reviewNote = null;
+  } catch (error) {
+    if (!denied(error)) throw error;
+    view.reviews = [];
+    view.reviewsMore = false;
+    view.reviewNote = 'This credential has no tasks:read: tasks waiting for review are not shown.';
+  }
+}
 
+/** The list's current page, as its filters and cursor say. Its own errors stay in its section. */
+async function loadList(): Promise<void> {
+  const generation = ++listGeneration;
+  const list = view.list;
+  const query = new URLSearchParams({ limit: String(list.limit) });
+  if (list.queue) query.set('queue', list.queue);
+  if (list.state) query.set('state', list.state);
+  const cursor = list.cursors.at(-1);
+  if (cursor) query.set('cursor', cursor);
+  try {
+    const page = await api<{ tasks: Task[]; next_cursor?: string }>('GET', `/v1/tasks?${query}`);
+    if (generation !== listGeneration) return;
+    Object.assign(list, { tasks: page.tasks, next: page.next_cursor ?? null, loaded: true, note: null, error: null });
+  } catch (error) {
+    if (refused(error)) throw error;
+    if (generation !== listGeneration) return;
+    Object.assign(list, { tasks: [], next: null, loaded: true, note: null, error: null });
+    if (denied(error)) list.note = 'This credential has no tasks:read: its tasks are not listed.';
+    else list.error = messageOf(error);
+  }
+}
+
+/** The task, its attempts, and its events after the last one already shown. */
+async function loadTask(taskId: string): Promise<void> {
+  const generation = ++taskGeneration;
+  if (view.task?.taskId !== taskId) {
+    view.task = { taskId, task: null, attempts: [], events: [], eventsAfter: '0', loaded: false, note: null };
+  }
+  const page = view.task;
+  if (!TASK_ID.test(taskId)) {
+    Object.assign(page, { loaded: true, note: `“${taskId}” is not a task id (32 lowercase hex characters).` });
+    return;
+  }
+  try {
+    const task = await api<Task>('GET', `/v1/tasks/${taskId}`);
+    const [attempts, events] = await Promise.all([
+      api<{ attempts: Attempt[] }>('GET', `/v1/tasks/${taskId}/attempts`),
+      (async () => {
+        const found: OrbitEvent[] = [];
+        let after = page.eventsAfter;
+        for (let n = 0; n < 50; n++) {
+          const data = await api<{ events: OrbitEvent[]; next_after: string }>('GET', `/v1/tasks/${taskId}/events?after=${after}&limit=100`);
+          found.push(...data.events);
+          after = data.next_after;
+          if (data.events.length < 100) break;
+        }
+        return { found, after };
+      })(),
+    ]);
+    if (generation !== taskGeneration || view.task !== page) return;
+    // Another load may have appended some of these already: keep each sequence once.
+    const last = BigInt(page.eventsAfter);
+    page.events.push(...events.found.filter((e) => BigInt(e.sequence) > last));
+    if (BigInt(events.after) > last) page.eventsAfter = events.after;
+    Object.assign(page, { task, attempts: attempts.attempts, loaded: true, note: null });
+  } catch (error) {
+    if (refused(error)) throw error;
+    if (generation !== taskGeneration || view.task !== page) return;
+    page.loaded = true;
+    page.task = null;
+    if (denied(error)) page.note = 'This credential has no tasks:read: the task is not shown.';
+    else if (error instanceof RequestFailed && error.status === 404) {
+      page.note = `No task ${taskId} in this credential’s scope (or it was pruned by retention).`;
+    } else page.note = messageOf(error);
+  }
+}
+
+async function loadOverview(): Promise<void> {
+  const [resources, queues] = await Promise.all([
+    api<WireResources>('GET', '/v1/application/resources').then(resourcesFrom, (error: unknown) => {
+      if (denied(error)) return 'denied' as const;
+      throw error;
+    }),
+    allQueues(),
+  ]);
+  view.resources = resources;
+  view.queues = queues;
+  await Promise.all([loadReviews(), loadList()]);
+  try {
+    await newEvents();
+    view.eventsNote = null;
+  } catch (error) {
+    if (!denied(error)) throw error;
+    view.eventsNote = 'This credential has no events:read: the event feed is not shown.';
+  }
+}
+
+/** Reads what the current page shows, then redraws it. A call during a refresh makes it run once more after. */
 async function refresh(): Promise<void> {
-  if (refreshing || !token()) return;
+  if (!token()) return;
+  if (refreshing) {
+    refreshAgain = true;
+    return;
+  }
   refreshing = true;
   try {
-    const [resources, queues] = await Promise.all([
-      api<Resources>('GET', '/v1/application/resources').catch((error: unknown) => {
-        if (denied(error)) return 'denied' as const;
-        throw error;
-      }),
-      allQueues(),
-    ]);
-    view.resources = resources;
-    view.queues = queues;
-    try {
-      const pages = await Promise.all(
-        queues.map((q) => api<{ tasks: Task[] }>('GET', `/v1/queues/${encodeURIComponent(q.queue)}/tasks?state=NEEDS_REVIEW&limit=${REVIEW_PER_QUEUE}`)),
-      );
-      view.reviews = pages.flatMap((p) => p.tasks);
-      view.reviewNote = null;
-    } catch (error) {
-      if (!denied(error)) throw error;
-      view.reviews = [];
-      view.reviewNote = 'This credential has no tasks:read: tasks waiting for review are not shown.';
-    }
-    try {
-      await newEvents();
-      view.eventsNote = null;
-    } catch (error) {
-      if (!denied(error)) throw error;
-      view.eventsNote = 'This credential has no events:read: the event feed is not shown.';
-    }
-    view.refreshedAt = new Date();
-    view.error = null;
-  } catch (error) {
-    if (error instanceof RequestFailed && error.status === 401) {
-      signOut(`The token was refused: ${error.error.message}`);
-      return;
-    }
-    view.error = error instanceof Error ? error.message : String(error);
+    do {
+      refreshAgain = false;
+      const current = route();
+      try {
+        if (current.page === 'task') await loadTask(current.taskId);
+        else await loadOverview();
+        view.refreshedAt = new Date();
+        view.refreshes += 1;
+        view.error = null;
+      } catch (error) {
+        if (refused(error)) {
+          signOut(`The token was refused: ${(error as RequestFailed).error.message}`);
+          return;
+        }
+        view.error = messageOf(error);
+      }
+      render();
+    } while (refreshAgain && token());
   } finally {
     refreshing = false;
   }
+}
+
+/** Changes the list's filters or page, and shows the result at once. */
+async function changeList(change: (list: TaskList) => void): Promise<void> {
+  change(view.list);
+  view.list.loaded = false;
   render();
+  try {
+    await loadList();
+  } catch (error) {
+    if (refused(error)) {
+      signOut(`The token was refused: ${(error as RequestFailed).error.message}`);
+      return;
+    }
+  }
+  render();
+}
+
+type Action = { kind: 'cancel' } | { kind: 'retry' } | { kind: 'resolve'; outcome: 'succeeded' | 'failed' | 'retry' };
+
+/** Runs an action on a task; its answer or error message is shown by the task until the next action. */
+async function act(taskId: string, action: Action, reason: string): Promise<void> {
+  if (!reason) {
+    outcomes.set(taskId, { kind: 'error', text: 'Give a reason first: it is written to the audit record.' });
+    render(true);
+    return;
+  }
+  const verb = action.kind === 'resolve' ? `resolve (${action.outcome})` : action.kind;
+  outcomes.set(taskId, { kind: 'pending', text: `Sending ${verb}…` });
+  render(true);
+  try {
+    const body = action.kind === 'resolve' ? { outcome: action.outcome, reason } : { reason };
+    const answer = await api<{ task: Task; deduplicated: boolean }>('POST', `/v1/tasks/${taskId}:${action.kind}`, body);
+    const t = answer.task;
+    const what =
+      action.kind === 'cancel' && t.state === 'RUNNING'
+        ? 'Cancel requested: the worker is told; the task stays RUNNING until it answers.'
+        : action.kind === 'cancel'
+          ? `Cancelled: the task is ${t.state}.`
+          : action.kind === 'retry'
+            ? `Retried: the task is ${t.state} again.`
+            : `Resolved (${action.outcome}): the task is ${t.state}.`;
+    outcomes.set(taskId, { kind: 'ok', text: answer.deduplicated ? `${what} (A replay of an earlier request.)` : what });
+    reasons.delete(taskId);
+  } catch (error) {
+    if (refused(error)) {
+      signOut(`The token was refused: ${(error as RequestFailed).error.message}`);
+      return;
+    }
+    outcomes.set(taskId, { kind: 'error', text: messageOf(error) });
+  }
+  render(true);
+  await refresh();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -171,7 +469,27 @@ function el(tag: string, attrs: Attributes = {}, ...children: Child[]): HTMLElem
   return node;
 }
 
-function limitCard(name: string, used: string, limit: number | null, id: string): HTMLElement {
+const merge = (base: Attributes, more: Attributes): Attributes => ({ ...base, ...more }) as Attributes;
+
+/** A table in a container of its own that scrolls sideways when the table is wider than the page. */
+function table(headings: string[], rows: HTMLElement[], attrs: Attributes = {}): HTMLElement {
+  return el('div', { class: 'scroll' }, el('table', attrs, el('thead', {}, el('tr', {}, ...headings.map((h) => el('th', {}, h)))), el('tbody', {}, ...rows)));
+}
+
+/** JSON as indented text (never HTML); `—` for a value that is absent. */
+function json(value: unknown, field: string): HTMLElement {
+  if (value === undefined) return el('span', { class: 'muted', 'data-json': field }, '—');
+  return el('pre', { class: 'json', 'data-json': field }, JSON.stringify(value, null, 2));
+}
+
+const shortId = (id: string) => `…${id.slice(-8)}`;
+const taskHref = (id: string) => `#/tasks/${id}`;
+const taskLink = (id: string) => el('a', { href: taskHref(id), title: id, 'data-field': 'task-id' }, el('code', {}, shortId(id)));
+const stateBadge = (state: string) => el('span', { class: `state state-${state.toLowerCase()}`, 'data-field': 'state' }, state);
+const when = (timestamp: string | undefined) => (timestamp ? el('time', { datetime: timestamp }, timestamp) : el('span', { class: 'muted' }, '—'));
+const attemptsOf = (t: Task) => `${formatCount(t.attempts)} / ${formatCount(t.max_attempts)}`;
+
+function limitCard(name: string, used: Count, limit: number | null, id: string): HTMLElement {
   const share = limit ? Math.min(1, Number(used) / limit) : 0;
   const fill = el('span');
   // Through the CSSOM, not a style attribute: see el().
@@ -184,9 +502,9 @@ function limitCard(name: string, used: string, limit: number | null, id: string)
     el(
       'div',
       { class: 'figure' },
-      el('span', { 'data-used': '' }, used),
+      el('span', { 'data-used': '', 'data-value': String(used) }, formatCount(used)),
       limit === null ? '' : ' / ',
-      limit === null ? '' : el('span', { 'data-max': '' }, String(limit)),
+      limit === null ? '' : el('span', { 'data-max': '', 'data-value': String(limit) }, formatCount(limit)),
     ),
     limit === null ? '' : bar,
   );
@@ -212,7 +530,7 @@ function applicationSection(): HTMLElement {
       limitCard('Unfinished tasks', r.unfinished_tasks, r.max_unfinished_tasks, 'unfinished'),
       limitCard('Active attempts', r.active_attempts, r.max_concurrency, 'active'),
       limitCard('Reserved, not started', r.pending_starts, null, 'pending-starts'),
-      limitCard('Starts per second (limit)', String(r.rate_per_second), null, 'rate'),
+      limitCard('Starts per second (limit)', r.rate_per_second, null, 'rate'),
     ),
   );
 }
@@ -223,10 +541,10 @@ function queuesSection(): HTMLElement {
       'tr',
       { 'data-queue': q.queue },
       el('td', {}, el('code', {}, q.queue)),
-      el('td', { 'data-field': 'unfinished' }, `${q.unfinished_tasks} / ${q.max_unfinished_tasks}`),
-      el('td', { 'data-field': 'active' }, `${q.active_attempts} / ${q.max_concurrency}`),
-      el('td', { 'data-field': 'pending' }, q.pending_starts),
-      el('td', { 'data-field': 'rate' }, String(q.rate_per_second)),
+      el('td', { 'data-field': 'unfinished' }, `${formatCount(q.unfinished_tasks)} / ${formatCount(q.max_unfinished_tasks)}`),
+      el('td', { 'data-field': 'active' }, `${formatCount(q.active_attempts)} / ${formatCount(q.max_concurrency)}`),
+      el('td', { 'data-field': 'pending' }, formatCount(q.pending_starts)),
+      el('td', { 'data-field': 'rate' }, formatCount(q.rate_per_second)),
       el('td', { 'data-field': 'paused' }, q.paused ? el('span', { class: 'paused' }, 'paused') : 'no'),
     ),
   );
@@ -234,54 +552,50 @@ function queuesSection(): HTMLElement {
     'section',
     { id: 'queues' },
     el('h2', {}, 'Queues in scope'),
-    el(
-      'table',
-      {},
-      el(
-        'thead',
-        {},
-        el('tr', {}, ...['queue', 'unfinished / max', 'active / max', 'reserved, not started', 'starts/s limit', 'paused'].map((h) => el('th', {}, h))),
-      ),
-      el('tbody', {}, ...rows),
-    ),
+    table(['queue', 'unfinished / max', 'active / max', 'reserved, not started', 'starts/s limit', 'paused'], rows),
     view.queues.length === 0 ? el('p', { class: 'muted' }, 'No queue in this credential’s scope.') : null,
   );
 }
 
-async function resolve(taskId: string, outcome: 'succeeded' | 'failed' | 'retry', reason: string, status: HTMLElement): Promise<void> {
-  status.textContent = 'Resolving…';
-  try {
-    await api('POST', `/v1/tasks/${taskId}:resolve`, { outcome, reason });
-    status.textContent = `Resolved: ${outcome}`;
-    await refresh();
-  } catch (error) {
-    status.textContent = error instanceof Error ? error.message : String(error);
-  }
+/** The reason field of a task's actions: what was typed is kept across redraws. */
+function reasonInput(taskId: string, attrs: Attributes, initial: string): HTMLInputElement {
+  const input = el('input', merge({ type: 'text', placeholder: 'reason (audited)', 'data-field': 'reason', maxlength: '1024' }, attrs)) as HTMLInputElement;
+  input.value = reasons.get(taskId) ?? initial;
+  input.addEventListener('input', () => reasons.set(taskId, input.value));
+  return input;
+}
+
+function outcomeOf(taskId: string, attrs: Attributes = {}): HTMLElement {
+  const outcome = outcomes.get(taskId);
+  return el('span', merge({ class: outcome ? `outcome ${outcome.kind}` : 'outcome', 'data-field': 'status', role: 'status' }, attrs), outcome?.text ?? '');
 }
 
 function reviewSection(): HTMLElement {
   const rows = view.reviews.map((task) => {
-    const reason = el('input', {
-      type: 'text',
-      placeholder: 'reason (audited)',
-      'data-field': 'reason',
-      value: reasons.get(task.task_id) ?? 'resolved from the console',
-    }) as HTMLInputElement;
-    reason.addEventListener('input', () => reasons.set(task.task_id, reason.value));
-    const status = el('span', { class: 'muted', 'data-field': 'status' });
+    const reason = reasonInput(task.task_id, {}, 'resolved from the console');
+    const pending = outcomes.get(task.task_id)?.kind === 'pending';
     const button = (outcome: 'succeeded' | 'failed' | 'retry', label: string) => {
-      const b = el('button', { type: 'button', 'data-outcome': outcome, class: outcome === 'retry' ? 'secondary' : '' }, label);
-      b.addEventListener('click', () => void resolve(task.task_id, outcome, reason.value.trim() || 'resolved from the console', status));
+      const b = el('button', { type: 'button', 'data-outcome': outcome, class: outcome === 'retry' ? 'secondary' : '' }, label) as HTMLButtonElement;
+      b.disabled = pending;
+      b.addEventListener('click', () => void act(task.task_id, { kind: 'resolve', outcome }, reason.value.trim() || 'resolved from the console'));
       return b;
     };
     return el(
       'tr',
       { 'data-task-id': task.task_id },
-      el('td', {}, el('code', {}, task.task_id)),
+      el('td', {}, taskLink(task.task_id)),
       el('td', {}, task.queue),
-      el('td', {}, `${task.attempts} / ${task.max_attempts}`),
-      el('td', {}, task.created_at),
-      el('td', {}, reason, ' ', button('succeeded', 'Succeeded'), ' ', button('failed', 'Failed'), ' ', button('retry', 'Retry'), ' ', status),
+      el('td', { 'data-field': 'attempts' }, attemptsOf(task)),
+      el('td', {}, when(task.created_at)),
+      el('td', { class: 'json-cell' }, json(task.payload, 'payload')),
+      el('td', { class: 'json-cell' }, json(task.error, 'error')),
+      el(
+        'td',
+        { class: 'actions' },
+        reason,
+        el('span', { class: 'buttons' }, button('succeeded', 'Succeeded'), button('failed', 'Failed'), button('retry', 'Retry')),
+        outcomeOf(task.task_id),
+      ),
     );
   });
   return el(
@@ -289,16 +603,88 @@ function reviewSection(): HTMLElement {
     { id: 'review' },
     el('h2', {}, 'Tasks waiting for review (NEEDS_REVIEW)'),
     view.reviewNote ? el('div', { class: 'note' }, view.reviewNote) : null,
-    rows.length > 0
-      ? el(
-          'table',
-          {},
-          el('thead', {}, el('tr', {}, ...['task', 'queue', 'attempts', 'created', 'resolve (tasks:review)'].map((h) => el('th', {}, h)))),
-          el('tbody', {}, ...rows),
-        )
-      : view.reviewNote
-        ? null
-        : el('p', { class: 'muted' }, 'None.'),
+    rows.length > 0 ? table(['task', 'queue', 'attempts', 'created', 'payload', 'error', 'resolve (tasks:review)'], rows) : null,
+    view.reviewsMore ? el('p', { class: 'muted' }, `The newest ${REVIEWS_SHOWN} are shown; the task list, filtered by NEEDS_REVIEW, has them all.`) : null,
+    rows.length === 0 && !view.reviewNote ? el('p', { class: 'muted' }, 'None.') : null,
+  );
+}
+
+function select(id: string, label: string, options: Array<[value: string, text: string]>, current: string, onChange: (value: string) => void): HTMLElement {
+  const s = el('select', { id }, ...options.map(([value, text]) => el('option', { value }, text))) as HTMLSelectElement;
+  s.value = current;
+  s.addEventListener('change', () => onChange(s.value));
+  return el('label', { for: id }, label, ' ', s);
+}
+
+function button(id: string, label: string, enabled: boolean, onClick: () => void, cls = 'secondary'): HTMLButtonElement {
+  const b = el('button', { type: 'button', id, class: cls }, label) as HTMLButtonElement;
+  b.disabled = !enabled;
+  b.addEventListener('click', onClick);
+  return b;
+}
+
+function tasksSection(): HTMLElement {
+  const list = view.list;
+  const queueNames = view.queues.map((q) => q.queue);
+  if (list.queue && !queueNames.includes(list.queue)) queueNames.push(list.queue);
+  const filters = el(
+    'div',
+    { class: 'filters' },
+    select(
+      'task-filter-queue',
+      'Queue',
+      [['', 'all queues'], ...queueNames.map((q): [string, string] => [q, q])],
+      list.queue,
+      (queue) => void changeList((l) => Object.assign(l, { queue, cursors: [''] })),
+    ),
+    select(
+      'task-filter-state',
+      'State',
+      [['', 'any state'], ...TASK_STATES.map((s): [string, string] => [s, s])],
+      list.state,
+      (state) => void changeList((l) => Object.assign(l, { state, cursors: [''] })),
+    ),
+    select(
+      'task-page-size',
+      'Per page',
+      PAGE_SIZES.map((n): [string, string] => [String(n), String(n)]),
+      String(list.limit),
+      (limit) => void changeList((l) => Object.assign(l, { limit: Number(limit), cursors: [''] })),
+    ),
+  );
+  const rows = list.tasks.map((t) =>
+    el(
+      'tr',
+      { 'data-task-id': t.task_id },
+      el('td', {}, taskLink(t.task_id)),
+      el('td', {}, stateBadge(t.state)),
+      el('td', { 'data-field': 'queue' }, t.queue),
+      el('td', { 'data-field': 'attempts' }, attemptsOf(t)),
+      el('td', { 'data-field': 'created' }, when(t.created_at)),
+    ),
+  );
+  const pageNumber = list.cursors.length;
+  const pager = el(
+    'div',
+    { class: 'pager' },
+    button('tasks-newest', '« Newest', pageNumber > 1, () => void changeList((l) => (l.cursors = ['']))),
+    button('tasks-newer', '‹ Newer', pageNumber > 1, () => void changeList((l) => (l.cursors = l.cursors.length > 1 ? l.cursors.slice(0, -1) : ['']))),
+    el('span', { id: 'tasks-page', class: 'muted' }, `Page ${pageNumber}${list.loaded ? '' : ' (loading…)'}`),
+    button('tasks-older', 'Older ›', list.loaded && list.next !== null, () => {
+      const next = list.next;
+      if (next) void changeList((l) => l.cursors.push(next));
+    }),
+  );
+  return el(
+    'section',
+    { id: 'tasks' },
+    el('h2', {}, 'Tasks - newest first'),
+    filters,
+    list.note ? el('div', { class: 'note', id: 'tasks-note' }, list.note) : null,
+    list.error ? el('div', { class: 'error', id: 'tasks-error' }, list.error) : null,
+    rows.length > 0 ? table(['task', 'state', 'queue', 'attempts', 'created'], rows) : null,
+    rows.length === 0 && list.loaded && !list.note && !list.error ? el('p', { class: 'muted', id: 'tasks-none' }, 'No tasks match.') : null,
+    list.note ? null : pager,
   );
 }
 
@@ -311,8 +697,8 @@ function eventsSection(): HTMLElement {
         { 'data-sequence': e.sequence },
         el('td', {}, e.sequence),
         el('td', {}, el('code', {}, e.type)),
-        el('td', {}, e.subject),
-        el('td', {}, e.occurred_at),
+        el('td', {}, TASK_ID.test(e.subject) && e.type.startsWith('task.') ? taskLink(e.subject) : e.subject),
+        el('td', {}, when(e.occurred_at)),
       ),
     );
   return el(
@@ -320,12 +706,165 @@ function eventsSection(): HTMLElement {
     { id: 'events' },
     el('h2', {}, 'Latest events'),
     view.eventsNote ? el('div', { class: 'note' }, view.eventsNote) : null,
-    rows.length > 0
-      ? el('table', {}, el('thead', {}, el('tr', {}, ...['sequence', 'type', 'subject', 'when'].map((h) => el('th', {}, h)))), el('tbody', {}, ...rows))
-      : view.eventsNote
-        ? null
-        : el('p', { class: 'muted' }, 'No events yet.'),
+    rows.length > 0 ? table(['sequence', 'type', 'subject', 'when'], rows) : null,
+    rows.length === 0 && !view.eventsNote ? el('p', { class: 'muted' }, 'No events yet.') : null,
   );
+}
+
+/** The task's fields in this order; any other the API adds comes after them. */
+const FIELD_ORDER = [
+  'task_id',
+  'queue',
+  'namespace',
+  'state',
+  'priority',
+  'resource_key',
+  'attempts',
+  'max_attempts',
+  'on_unknown_outcome',
+  'cancel_requested',
+  'created_at',
+  'available_at',
+  'deadline_at',
+  'finished_at',
+  'schedule_id',
+  'scheduled_for',
+];
+const SHOWN_AS_JSON = ['payload', 'result', 'error'];
+
+function fieldValue(name: string, value: unknown): Child {
+  if (value === undefined) return el('span', { class: 'muted' }, '—');
+  if (name === 'state' && typeof value === 'string') return stateBadge(value);
+  if (name.endsWith('_at') || name === 'scheduled_for') return when(String(value));
+  if (typeof value === 'number') return formatCount(value);
+  if (typeof value === 'string') return name.endsWith('_id') ? el('code', {}, value) : value;
+  if (typeof value === 'boolean') return value ? 'yes' : 'no';
+  return JSON.stringify(value);
+}
+
+function taskActions(t: Task): HTMLElement {
+  const reason = reasonInput(t.task_id, { id: 'task-reason' }, '');
+  const pending = outcomes.get(t.task_id)?.kind === 'pending';
+  const go = (action: Action) => () => void act(t.task_id, action, reason.value.trim());
+  const buttons: HTMLElement[] = [];
+  const add = (label: string, action: Action, attrs: Attributes, cls = '') => {
+    const b = el('button', merge({ type: 'button', class: cls }, attrs), label) as HTMLButtonElement;
+    b.disabled = pending;
+    b.addEventListener('click', go(action));
+    buttons.push(b);
+  };
+  if (t.state === 'NEEDS_REVIEW') {
+    add('Resolve: succeeded', { kind: 'resolve', outcome: 'succeeded' }, { 'data-action': 'resolve', 'data-outcome': 'succeeded' });
+    add('Resolve: failed', { kind: 'resolve', outcome: 'failed' }, { 'data-action': 'resolve', 'data-outcome': 'failed' });
+    add('Resolve: retry', { kind: 'resolve', outcome: 'retry' }, { 'data-action': 'resolve', 'data-outcome': 'retry' }, 'secondary');
+  }
+  if (RETRYABLE.includes(t.state)) add('Retry', { kind: 'retry' }, { 'data-action': 'retry' });
+  if (CANCELLABLE.includes(t.state)) {
+    add(t.cancel_requested ? 'Cancel (asked already)' : 'Cancel', { kind: 'cancel' }, { 'data-action': 'cancel' }, 'danger');
+  }
+  const hint =
+    t.state === 'SUCCEEDED'
+      ? 'SUCCEEDED is final: no action applies.'
+      : t.state === 'NEEDS_REVIEW'
+        ? 'The outcome of its last attempt is unknown: decide it (tasks:review), or cancel it (tasks:cancel).'
+        : RETRYABLE.includes(t.state)
+          ? 'Retry puts it back to WAITING with the same payload and one more attempt (tasks:submit); it needs room under the limits.'
+          : t.state === 'RUNNING'
+            ? 'Cancelling a RUNNING task records the intent and tells its worker; it ends when the worker answers.'
+            : 'Cancel ends it at once (tasks:cancel).';
+  return el(
+    'section',
+    { id: 'task-actions' },
+    el('h2', {}, 'Actions'),
+    el('p', { class: 'muted' }, hint),
+    buttons.length > 0
+      ? el(
+          'div',
+          { class: 'action-row' },
+          el('label', { for: 'task-reason', class: 'visually-hidden' }, 'Reason'),
+          reason,
+          el('span', { class: 'buttons' }, ...buttons),
+        )
+      : null,
+    outcomeOf(t.task_id, { id: 'task-action-status' }),
+  );
+}
+
+function taskPage(page: TaskPage): HTMLElement[] {
+  const back = el('p', { class: 'back' }, el('a', { href: '#/', id: 'back' }, '← Overview and task list'));
+  const t = page.task;
+  if (!t) {
+    return [
+      el(
+        'section',
+        { id: 'task', 'data-task-id': page.taskId },
+        back,
+        el('h2', {}, 'Task ', el('code', {}, page.taskId)),
+        page.note ? el('div', { class: 'note', id: 'task-note' }, page.note) : el('p', { class: 'muted' }, 'Loading…'),
+      ),
+    ];
+  }
+  const names = [...FIELD_ORDER, ...Object.keys(t).filter((k) => !FIELD_ORDER.includes(k) && !SHOWN_AS_JSON.includes(k))];
+  const fields = el('dl', { class: 'fields' }, ...names.flatMap((name) => [el('dt', {}, name), el('dd', { 'data-field': name }, fieldValue(name, t[name]))]));
+  const attempts = page.attempts.map((a) =>
+    el(
+      'tr',
+      { 'data-attempt-number': String(a.attempt_number) },
+      el('td', {}, formatCount(a.attempt_number)),
+      el('td', {}, stateBadge(a.state)),
+      el('td', { 'data-field': 'node_id' }, a.node_id ?? '—'),
+      el('td', {}, when(a.claimed_at)),
+      el('td', {}, when(a.started_at)),
+      el('td', {}, when(a.finished_at)),
+      el('td', {}, when(a.lease_expires_at)),
+      el('td', {}, el('code', { title: a.attempt_id }, shortId(a.attempt_id))),
+      el('td', {}, el('code', { title: a.session_id }, shortId(a.session_id))),
+    ),
+  );
+  const events = page.events.map((e) =>
+    el(
+      'tr',
+      { 'data-sequence': e.sequence },
+      el('td', {}, e.sequence),
+      el('td', { 'data-field': 'type' }, el('code', {}, e.type)),
+      el('td', {}, when(e.occurred_at)),
+      el('td', { class: 'json-cell' }, json(e.data, 'data')),
+    ),
+  );
+  return [
+    el(
+      'section',
+      { id: 'task', 'data-task-id': t.task_id },
+      back,
+      el('h2', {}, 'Task ', el('code', { class: 'task-id' }, t.task_id), ' ', stateBadge(t.state)),
+      fields,
+    ),
+    taskActions(t),
+    el(
+      'section',
+      { id: 'task-data' },
+      el('h2', {}, 'Payload'),
+      json(t.payload, 'payload'),
+      el('h2', {}, 'Result'),
+      json(t.result, 'result'),
+      el('h2', {}, 'Error'),
+      json(t.error, 'error'),
+    ),
+    el(
+      'section',
+      { id: 'task-attempts' },
+      el('h2', {}, 'Attempts'),
+      attempts.length > 0
+        ? table(['#', 'state', 'node', 'claimed', 'started', 'finished', 'lease expires', 'attempt', 'session'], attempts)
+        : el('p', { class: 'muted' }, 'None yet.'),
+    ),
+    el(
+      'section',
+      { id: 'task-events' },
+      el('h2', {}, 'Events'),
+      events.length > 0 ? table(['sequence', 'type', 'when', 'data'], events) : el('p', { class: 'muted' }, 'None (or pruned by retention).'),
+    ),
+  ];
 }
 
 function loginForm(message: string | null): HTMLElement {
@@ -354,47 +893,71 @@ function loginForm(message: string | null): HTMLElement {
   );
 }
 
-function render(loginMessage: string | null = null): void {
+/**
+ * Redraws the page. Someone typing a reason keeps their field (and focus) until they leave it:
+ * a periodic redraw waits; `force` (after an action, which moved the focus anyway) does not.
+ */
+function render(force = false, loginMessage: string | null = null): void {
   const app = document.getElementById('app');
   if (!app) return;
   if (!token()) {
     app.replaceChildren(loginForm(loginMessage));
     return;
   }
-  // Someone typing a reason keeps their field (and focus) until they leave it.
-  if (document.activeElement instanceof HTMLInputElement && document.activeElement.closest('#review')) return;
+  const focused = document.activeElement;
+  if (!force && focused instanceof HTMLInputElement && focused.closest('#review, #task-actions')) return;
   const signOutButton = el('button', { type: 'button', class: 'secondary', id: 'sign-out' }, 'Sign out');
   signOutButton.addEventListener('click', () => signOut(null));
+  const current = route();
+  const page =
+    current.page === 'task' && view.task?.taskId === current.taskId
+      ? taskPage(view.task)
+      : current.page === 'task'
+        ? [el('section', { id: 'task', 'data-task-id': current.taskId }, el('p', { class: 'muted' }, 'Loading…'))]
+        : [applicationSection(), queuesSection(), reviewSection(), tasksSection(), eventsSection()];
   app.replaceChildren(
     el(
       'p',
-      { class: 'muted' },
+      { class: 'muted status-line' },
       signOutButton,
       ' ',
-      el('span', { id: 'refreshed' }, view.refreshedAt ? `Refreshed ${view.refreshedAt.toLocaleTimeString()}; every ${REFRESH_MS / 1000} s.` : 'Loading…'),
+      el(
+        'span',
+        { id: 'refreshed', 'data-refreshes': String(view.refreshes) },
+        view.refreshedAt ? `Refreshed ${view.refreshedAt.toLocaleTimeString()}; every ${REFRESH_MS / 1000} s.` : 'Loading…',
+      ),
     ),
     view.error ? el('div', { class: 'error', id: 'error' }, view.error) : '',
-    applicationSection(),
-    queuesSection(),
-    reviewSection(),
-    eventsSection(),
+    ...page,
   );
+  // A control that had the focus (a filter, a pager button) has it again in the new page.
+  if (focused instanceof HTMLElement && focused.id && focused.id !== 'sign-out') document.getElementById(focused.id)?.focus();
 }
 
 function signOut(message: string | null): void {
   sessionStorage.removeItem(TOKEN_KEY);
   window.clearInterval(timer);
-  Object.assign(view, { resources: null, queues: [], reviews: [], events: [], refreshedAt: null, error: null });
+  Object.assign(view, emptyView());
   eventsAfter = '0';
-  render(message);
+  reasons.clear();
+  outcomes.clear();
+  render(true, message);
 }
 
 function start(): void {
-  render();
+  render(true);
   void refresh();
   window.clearInterval(timer);
   timer = window.setInterval(() => void refresh(), REFRESH_MS);
 }
+
+// Another page (a task's link, the back button): drawn at once from what is known, then read afresh.
+window.addEventListener('hashchange', () => {
+  if (!token()) return;
+  if (route().page === 'task') window.scrollTo(0, 0);
+  render(true);
+  void refresh();
+});
 
 if (token()) start();
 else render();

@@ -1,13 +1,18 @@
 /**
  * The pages in a real headless Chromium (Debian's `chromium`, driven by playwright-core) against
  * a real server process: /docs renders the API reference from the served openapi.yaml with
- * nothing from the internet; /console, after pasting a token, shows the figures the API returns,
- * draws its usage bars at the share the API returns, refreshes them live, resolves a
- * NEEDS_REVIEW task (which the API then shows changed), and a credential without
- * application:resources:read sees queues only, with a note. On every page, as a user's browser
- * would show it: no Content-Security-Policy violation, no error in the browser console, no
- * request off Orbit's origin, no failed load, no 404, no broken image, and the page's icon is
- * served. Screenshots are written to .local/screenshots/.
+ * nothing from the internet; /console, after pasting a token, shows the figures the API returns
+ * (limits and usage counters alike, exact past 2^53), draws its usage bars at the share the API
+ * returns, refreshes them live, resolves a NEEDS_REVIEW task (which the API then shows changed),
+ * and a credential without application:resources:read sees queues only, with a note. The task
+ * list filters by queue and state and pages newest first as GET /v1/tasks does; a task's page
+ * (a link: the back button works) shows its fields, payload, error, attempts and events, and
+ * resolves, retries and cancels it (the API then shows it changed; a refusal's message is
+ * shown); a credential without tasks:read gets notes. At 390 px (a phone) and at 1280 px nothing
+ * is wider than the window. On every page, as a user's browser would show it: no
+ * Content-Security-Policy violation, no error in the browser console, no request off Orbit's
+ * origin, no failed load, no 404, no broken image, and the page's icon is served. Screenshots
+ * are written to .local/screenshots/.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,6 +20,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { parse as parseYaml } from 'yaml';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
@@ -29,6 +35,8 @@ const SCREENSHOTS = fileURLToPath(new URL('../../.local/screenshots/', import.me
  * type-checked with the project's settings, which have no DOM types.
  */
 type PageGlobals = any;
+const DESKTOP = { width: 1280, height: 900 };
+const PHONE = { width: 390, height: 844 };
 
 /** A page, and the check of everything it did, to run at the end of each test (before closing it). */
 interface WatchedPage {
@@ -80,8 +88,8 @@ describe('pages in headless Chromium', () => {
   });
 
   /** A page (in a context of its own: no cache, no icon from an earlier page) that records everything `finish` checks. */
-  async function page(): Promise<WatchedPage> {
-    const p = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  async function page(viewport: { width: number; height: number } = DESKTOP): Promise<WatchedPage> {
+    const p = await browser.newPage({ viewport });
     const origin = new URL(server.url).origin;
     const requested = new Set<string>();
     const answers: Array<{ url: string; status: number; mimeType?: string }> = [];
@@ -205,9 +213,20 @@ describe('pages in headless Chromium', () => {
   test('/docs renders the API reference from the served spec, with the worker protocol linked, offline', async () => {
     const { p, finish } = await page();
     await p.goto(`${server.url}/docs`);
-    // Redoc renders the operations from /openapi.yaml: their summaries appear.
-    await p.getByText('Create a cron or interval schedule that submits tasks to the queue.').first().waitFor({ timeout: 60_000 });
-    assert.ok(await p.getByText('Submit up to 1,000 tasks in one request').first().isVisible());
+    // Redoc renders the operations from /openapi.yaml: their summaries, as the served spec words them, appear.
+    const served = await fetch(`${server.url}/openapi.yaml`);
+    assert.equal(served.status, 200);
+    const spec = parseYaml(await served.text()) as { paths: Record<string, Record<string, { operationId?: string; summary?: string }>> };
+    const summaryOf = (operationId: string): string => {
+      const operation = Object.values(spec.paths)
+        .flatMap((item) => Object.values(item))
+        .find((o) => o?.operationId === operationId);
+      assert.ok(operation?.summary, `openapi.yaml has ${operationId} with a summary`);
+      return operation.summary;
+    };
+    // Attached, not necessarily visible: the side menu may show an operation only in its tag's collapsed group.
+    await p.getByText(summaryOf('createSchedule'), { exact: true }).first().waitFor({ state: 'attached', timeout: 60_000 });
+    assert.ok((await p.getByText(summaryOf('submitTasks'), { exact: true }).count()) > 0);
     assert.equal(await p.locator('#asyncapi-link').getAttribute('href'), '/asyncapi.yaml');
     const asyncapi = await fetch(`${server.url}/asyncapi.yaml`);
     assert.equal(asyncapi.status, 200);
@@ -255,7 +274,7 @@ describe('pages in headless Chromium', () => {
     assert.equal(await text('#application [data-limit=unfinished] [data-max]'), '50');
     assert.equal(await text('#application [data-limit=active] [data-max]'), '7');
     assert.equal(await text('#application [data-limit=rate] [data-used]'), '30');
-    assert.equal(await text('#queues tr[data-queue=billing] [data-field=unfinished]'), `3 / 100000`);
+    assert.equal(await text('#queues tr[data-queue=billing] [data-field=unfinished]'), '3 / 100,000');
     assert.equal(await text('#queues tr[data-queue=reports] [data-field=paused]'), 'paused');
     assert.equal(await text('#queues tr[data-queue=reports] [data-field=unfinished]'), '0 / 40');
     await p.locator(`#review tr[data-task-id="${reviewId}"]`).waitFor();
@@ -377,6 +396,396 @@ describe('pages in headless Chromium', () => {
     await p.locator('#login-error').waitFor();
     assert.equal(await p.evaluate("sessionStorage.getItem('orbit.console.token')"), null);
     await finish(['401 /v1/application/resources', '401 /v1/queues']);
+    await p.close();
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Tasks: the list, a task's page, its actions, and the page at a phone's width.
+
+  /** Submits a task through the API; its id. */
+  async function submitTask(token: string, queue: string, key: string, body: Record<string, unknown>): Promise<string> {
+    const r = await call(server.url, 'POST', `/v1/queues/${queue}/tasks`, { token, key, body });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.data.task.task_id;
+  }
+  const getTask = async (token: string, id: string) => (await call(server.url, 'GET', `/v1/tasks/${id}`, { token })).body.data;
+
+  /**
+   * A task in NEEDS_REVIEW: a worker claims and starts it, then goes away; the running attempt's
+   * lease (one second on this server) runs out with its outcome unknown.
+   */
+  async function taskInReview(token: string, queue: string, key: string, payload: Record<string, unknown>): Promise<string> {
+    const id = await submitTask(token, queue, key, { payload, priority: 9, max_attempts: 1, on_unknown_outcome: 'review' });
+    const worker = await connectRaw(server.url, token);
+    await worker.request({ type: 'hello', node_id: `console-node-${key}`, queues: [queue], capacity: 1 });
+    const granted = await worker.request({ type: 'claim', claim_id: `claim-${key}`, max: 1, start: true });
+    assert.equal(granted.attempts?.[0]?.task_id, id, JSON.stringify(granted));
+    await worker.close();
+    await waitFor(async () => (await getTask(token, id)).state === 'NEEDS_REVIEW');
+    return id;
+  }
+
+  /** Waits until `read` gives `expected`; fails showing the last value read when it never does. */
+  async function until<T>(read: () => Promise<T>, expected: T, what: string): Promise<void> {
+    let last: T | undefined;
+    await waitFor(async () => {
+      last = await read();
+      return JSON.stringify(last) === JSON.stringify(expected);
+    }).catch(() => assert.deepEqual(last, expected, what));
+  }
+
+  /** The task ids the list shows, in order. */
+  const listed = (p: Page): Promise<string[]> =>
+    p.evaluate(() => [...(globalThis as PageGlobals).document.querySelectorAll('#tasks tbody tr')].map((tr: PageGlobals) => tr.dataset.taskId));
+
+  /** Every task GET /v1/tasks lists with this query, newest first. */
+  async function apiListed(token: string, query: string): Promise<string[]> {
+    const ids: string[] = [];
+    for (let cursor: string | undefined; ; ) {
+      const r = await call(server.url, 'GET', `/v1/tasks?${query}&limit=100${cursor === undefined ? '' : `&cursor=${cursor}`}`, { token });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      ids.push(...r.body.data.tasks.map((x: { task_id: string }) => x.task_id));
+      cursor = r.body.data.next_cursor;
+      if (cursor === undefined) return ids;
+    }
+  }
+
+  /** How wide the page is against its window (no horizontal scrolling: scrollWidth <= innerWidth). */
+  const widths = (p: Page): Promise<{ scrollWidth: number; innerWidth: number }> =>
+    p.evaluate(() => ({ scrollWidth: (globalThis as PageGlobals).document.documentElement.scrollWidth, innerWidth: (globalThis as PageGlobals).innerWidth }));
+
+  test('the task list: newest first across queues, by queue and state, page by page; a row opens the task, back returns', async () => {
+    const own = await createTenant(t.db, { namespace: 'list', queues: ['mail', 'bills'], resourceAccess: true });
+    const submitted: Array<{ id: string; queue: string }> = [];
+    for (let n = 0; n < 23; n++) {
+      const queue = n % 3 === 0 ? 'bills' : 'mail';
+      submitted.push({ id: await submitTask(own.token, queue, `list-${n}`, { payload: { n } }), queue });
+    }
+    const cancelled = [1, 4, 7].map((n) => submitted[n]!.id);
+    for (const id of cancelled) {
+      const r = await call(server.url, 'POST', `/v1/tasks/${id}:cancel`, { token: own.token, key: `cancel-${id}`, body: { reason: 'list test' } });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+    const newest = submitted.map((s) => s.id).reverse();
+    const { p, finish } = await page();
+    await signIn(p, own.token);
+
+    // Everything (23 tasks; 25 a page by default), as the API lists it.
+    await until(() => listed(p), newest, 'all the tasks, newest first');
+    assert.deepEqual(await apiListed(own.token, ''), newest, 'the API lists the same');
+    assert.equal(await p.locator('#tasks-older').isDisabled(), true, 'one page: nothing older');
+    const first = submitted[22]!;
+    const row = p.locator(`#tasks tr[data-task-id="${first.id}"]`);
+    const api = await getTask(own.token, first.id);
+    assert.deepEqual(
+      {
+        id: await row.locator('[data-field=task-id]').innerText(),
+        href: await row.locator('[data-field=task-id]').getAttribute('href'),
+        title: await row.locator('[data-field=task-id]').getAttribute('title'),
+        queue: await row.locator('[data-field=queue]').innerText(),
+        state: await row.locator('[data-field=state]').innerText(),
+        attempts: await row.locator('[data-field=attempts]').innerText(),
+        created: await row.locator('[data-field=created]').innerText(),
+      },
+      {
+        id: `…${first.id.slice(-8)}`,
+        href: `#/tasks/${first.id}`,
+        title: first.id,
+        queue: first.queue,
+        state: 'WAITING',
+        attempts: '0 / 3',
+        created: api.created_at,
+      },
+    );
+    assert.equal(await p.locator(`#tasks tr[data-task-id="${cancelled[0]}"] [data-field=state]`).innerText(), 'CANCELLED');
+
+    // Ten a page: 10, 10, 3; newer goes back a page, newest to the first.
+    await p.locator('#task-page-size').selectOption('10');
+    await until(() => listed(p), newest.slice(0, 10), 'page 1 of 10');
+    await p.locator('#tasks-older').click();
+    await until(() => listed(p), newest.slice(10, 20), 'page 2 of 10');
+    assert.equal(await p.locator('#tasks-page').innerText(), 'Page 2');
+    await p.locator('#tasks-older').click();
+    await until(() => listed(p), newest.slice(20), 'page 3: the oldest three');
+    await p.locator('#tasks-page', { hasText: /^Page 3$/ }).waitFor();
+    assert.equal(await p.locator('#tasks-older').isDisabled(), true, 'the last page: nothing older');
+    await p.locator('#tasks-newer').click();
+    await until(() => listed(p), newest.slice(10, 20), 'back to page 2');
+    await p.locator('#tasks-newest').click();
+    await until(() => listed(p), newest.slice(0, 10), 'back to the newest');
+    assert.equal(await p.locator('#tasks-newest').isDisabled(), true);
+
+    // By queue, by state, and both; each as the API lists it.
+    const filter = async (queue: string, state: string) => {
+      await p.locator('#task-filter-queue').selectOption(queue);
+      await p.locator('#task-filter-state').selectOption(state);
+      const query = new URLSearchParams({ ...(queue ? { queue } : {}), ...(state ? { state } : {}) }).toString();
+      const expected = await apiListed(own.token, query);
+      await until(() => listed(p), expected.slice(0, 10), `queue ${queue || 'all'}, state ${state || 'any'}`);
+      return expected;
+    };
+    assert.deepEqual(
+      await filter('bills', ''),
+      submitted
+        .filter((s) => s.queue === 'bills')
+        .map((s) => s.id)
+        .reverse()
+        .slice(0, 8),
+    );
+    assert.deepEqual(await filter('', 'CANCELLED'), [...cancelled].reverse());
+    assert.deepEqual(await filter('bills', 'CANCELLED'), []);
+    await p.locator('#tasks-none').waitFor();
+    const mailWaiting = await filter('mail', 'WAITING');
+    assert.equal(mailWaiting.length, 12);
+    await p.locator('#tasks-older').click();
+    await until(() => listed(p), mailWaiting.slice(10), 'mail, WAITING, page 2');
+
+    // A row opens the task's page (its own URL); back returns to the list as it was.
+    const opened = mailWaiting[10]!;
+    await p.locator(`#tasks tr[data-task-id="${opened}"] [data-field=task-id]`).click();
+    await p.locator(`#task[data-task-id="${opened}"] dd[data-field=state]`).waitFor();
+    assert.ok(p.url().endsWith(`/console#/tasks/${opened}`), p.url());
+    const n = submitted.findIndex((s) => s.id === opened);
+    assert.equal(await p.locator('#task-data [data-json=payload]').innerText(), JSON.stringify({ n }, null, 2));
+    await p.goBack();
+    await until(() => listed(p), mailWaiting.slice(10), 'back: the same page of the same filters');
+    assert.deepEqual(
+      [await p.locator('#task-filter-queue').inputValue(), await p.locator('#task-filter-state').inputValue(), await p.locator('#task-page-size').inputValue()],
+      ['mail', 'WAITING', '10'],
+    );
+    await p.screenshot({ path: path.join(SCREENSHOTS, 'console-tasks.png'), fullPage: true });
+    await finish();
+    await p.close();
+  });
+
+  test("a task's page: its fields, payload, error, attempts and events; resolved, retried (refused when the queue is full), cancelled and retried again", async () => {
+    const own = await createTenant(t.db, { namespace: 'history', queues: ['mail'], resourceAccess: true });
+    const payload = { to: 'ops@example.com', subject: '<b>not html</b>', lines: [1, 2, 3] };
+    const id = await taskInReview(own.token, 'mail', 'history', payload);
+    const { p, finish } = await page();
+    await signIn(p, own.token);
+
+    // The review row shows its payload and error, and opens its page.
+    const reviewRow = p.locator(`#review tr[data-task-id="${id}"]`);
+    await reviewRow.waitFor();
+    assert.equal(await reviewRow.locator('[data-json=payload]').innerText(), JSON.stringify(payload, null, 2));
+    const inReview = await getTask(own.token, id);
+    assert.equal(await reviewRow.locator('[data-json=error]').innerText(), JSON.stringify(inReview.error, null, 2));
+    assert.match(await reviewRow.locator('[data-json=error]').innerText(), /LEASE_EXPIRED/);
+    await reviewRow.locator('[data-field=task-id]').click();
+
+    // The page: every field, the payload as text (never HTML), the attempts and the events, as the API has them.
+    await p.locator(`#task[data-task-id="${id}"] dd[data-field=state]`, { hasText: 'NEEDS_REVIEW' }).waitFor();
+    const field = (name: string) => p.locator(`#task dd[data-field=${name}]`).innerText();
+    assert.deepEqual(
+      {
+        task_id: await field('task_id'),
+        queue: await field('queue'),
+        namespace: await field('namespace'),
+        priority: await field('priority'),
+        attempts: await field('attempts'),
+        max_attempts: await field('max_attempts'),
+        on_unknown_outcome: await field('on_unknown_outcome'),
+        cancel_requested: await field('cancel_requested'),
+        created_at: await field('created_at'),
+        deadline_at: await field('deadline_at'),
+      },
+      {
+        task_id: id,
+        queue: 'mail',
+        namespace: 'history',
+        priority: '9',
+        attempts: '1',
+        max_attempts: '1',
+        on_unknown_outcome: 'review',
+        cancel_requested: 'no',
+        created_at: inReview.created_at,
+        deadline_at: inReview.deadline_at,
+      },
+    );
+    assert.equal(await p.locator('#task-data [data-json=payload]').innerText(), JSON.stringify(payload, null, 2));
+    assert.equal(await p.locator('#task-data b').count(), 0, 'the payload is text, not HTML');
+    assert.equal(await p.locator('#task-data [data-json=result]').innerText(), '—');
+    assert.match(await p.locator('#task-data [data-json=error]').innerText(), /LEASE_EXPIRED/);
+    const attempts = (await call(server.url, 'GET', `/v1/tasks/${id}/attempts`, { token: own.token })).body.data.attempts;
+    assert.equal(attempts.length, 1);
+    assert.deepEqual(
+      [
+        await p.locator('#task-attempts tbody tr').count(),
+        await p.locator('#task-attempts tr[data-attempt-number="1"] [data-field=state]').innerText(),
+        await p.locator('#task-attempts tr[data-attempt-number="1"] [data-field=node_id]').innerText(),
+      ],
+      [1, attempts[0].state, 'console-node-history'],
+    );
+    const eventTypes = () => p.locator('#task-events [data-field=type]').allInnerTexts();
+    const apiEventTypes = async () =>
+      (await call(server.url, 'GET', `/v1/tasks/${id}/events`, { token: own.token })).body.data.events.map((e: { type: string }) => e.type);
+    assert.deepEqual(await apiEventTypes(), ['task.submitted', 'task.started', 'task.needs_review']);
+    await until(eventTypes, await apiEventTypes(), 'the events, in order');
+    const actions = () => p.locator('#task-actions button').evaluateAll((bs) => bs.map((b: PageGlobals) => b.dataset.outcome ?? b.dataset.action));
+    assert.deepEqual(await actions(), ['succeeded', 'failed', 'retry', 'cancel'], 'NEEDS_REVIEW: resolve three ways, or cancel');
+
+    // A reason being typed survives the periodic refresh.
+    await p.locator('#task-reason').fill('the relay refused it: fail it');
+    await p.locator('#task h2').click(); // the field is left
+    const refreshes = Number(await p.locator('#refreshed').getAttribute('data-refreshes'));
+    await p
+      .locator('#refreshed')
+      .and(p.locator(`[data-refreshes="${refreshes + 2}"]`))
+      .waitFor();
+    assert.equal(await p.locator('#task-reason').inputValue(), 'the relay refused it: fail it');
+
+    // Resolve: failed.
+    await p.locator('#task-actions button[data-outcome=failed]').click();
+    await p.locator('#task dd[data-field=state]', { hasText: 'FAILED' }).waitFor();
+    assert.match(await p.locator('#task-action-status').innerText(), /Resolved \(failed\): the task is FAILED/);
+    assert.equal((await getTask(own.token, id)).state, 'FAILED');
+    const audit = async (action: string) =>
+      (await call(server.url, 'GET', '/v1/audit-events?limit=100', { token: own.token })).body.data.audit_events
+        .filter((a: any) => a.action === action && a.resource === id)
+        .map((a: any) => a.reason);
+    assert.deepEqual(await audit('task.resolve'), ['the relay refused it: fail it']);
+    await until(actions, ['retry'], 'FAILED: retry only');
+
+    // Retry with the queue full: the refusal's message is shown, and nothing changes.
+    await configureQueue(server.url, own.token, 'mail', { max_unfinished_tasks: 1 });
+    await submitTask(own.token, 'mail', 'history-filler', { payload: { filler: true } });
+    await p.locator('#task-reason').fill('the relay is back');
+    await p.locator('#task-actions button[data-action=retry]').click();
+    await p.locator('#task-action-status.error').waitFor();
+    assert.match(await p.locator('#task-action-status').innerText(), /^QUEUE_FULL: /);
+    assert.equal((await getTask(own.token, id)).state, 'FAILED', 'a refused retry changes nothing');
+    assert.equal(await p.locator('#task-reason').inputValue(), 'the relay is back', 'the reason stays for another try');
+
+    // With room, the retry puts it back to WAITING, with one more attempt allowed.
+    await configureQueue(server.url, own.token, 'mail', { max_unfinished_tasks: 100 });
+    await p.locator('#task-actions button[data-action=retry]').click();
+    await p.locator('#task dd[data-field=state]', { hasText: 'WAITING' }).waitFor();
+    assert.match(await p.locator('#task-action-status').innerText(), /Retried: the task is WAITING again/);
+    const retried = await getTask(own.token, id);
+    assert.deepEqual([retried.state, retried.attempts, retried.max_attempts, retried.error], ['WAITING', 1, 2, undefined]);
+    assert.equal(await field('max_attempts'), '2');
+    assert.equal(await p.locator('#task-data [data-json=error]').innerText(), '—');
+    assert.deepEqual(await audit('task.retry'), ['the relay is back']);
+    await until(eventTypes, ['task.submitted', 'task.started', 'task.needs_review', 'task.resolved', 'task.retried'], 'the retry is in the events');
+    assert.deepEqual(await eventTypes(), await apiEventTypes());
+    await until(actions, ['cancel'], 'WAITING: cancel only');
+
+    // Cancel from the page: CANCELLED at once, its error the reason.
+    assert.equal(await p.locator('#task-reason').inputValue(), '', 'a new action, a new reason');
+    await p.locator('#task-reason').fill('not needed after all');
+    await p.locator('#task-actions button[data-action=cancel]').click();
+    await p.locator('#task dd[data-field=state]', { hasText: 'CANCELLED' }).waitFor();
+    assert.deepEqual((await getTask(own.token, id)).error, { code: 'CANCELLED', message: 'not needed after all' });
+    assert.equal(await p.locator('#task-data [data-json=error]').innerText(), JSON.stringify({ code: 'CANCELLED', message: 'not needed after all' }, null, 2));
+
+    // And a CANCELLED task retried from the page is WAITING again.
+    await until(actions, ['retry'], 'CANCELLED: retry only');
+    await p.locator('#task-reason').fill('needed after all');
+    await p.locator('#task-actions button[data-action=retry]').click();
+    await p.locator('#task dd[data-field=state]', { hasText: 'WAITING' }).waitFor();
+    assert.equal((await getTask(own.token, id)).state, 'WAITING');
+    await until(eventTypes, await apiEventTypes(), 'every event, in order');
+    assert.deepEqual((await eventTypes()).slice(-2), ['task.cancelled', 'task.retried']);
+    await p.screenshot({ path: path.join(SCREENSHOTS, 'console-task.png'), fullPage: true });
+
+    await p.locator('#back').click();
+    await p.locator('#tasks tbody tr').first().waitFor();
+    await finish([`429 /v1/tasks/${id}:retry`]);
+    await p.close();
+  });
+
+  test('at 390 px (a phone) and at 1280 px the page is no wider than the window: the overview and a task page', async () => {
+    const own = await createTenant(t.db, { namespace: 'phone', queues: ['a-rather-long-queue-name-for-a-phone'], resourceAccess: true });
+    const queue = 'a-rather-long-queue-name-for-a-phone';
+    const payload = { token_of_sorts: 'x'.repeat(400), nested: { deeper: { list: Array.from({ length: 30 }, (_, i) => `item-${i}`) } } };
+    const id = await taskInReview(own.token, queue, 'phone', payload);
+    for (let n = 0; n < 3; n++) await submitTask(own.token, queue, `phone-${n}`, { payload: { n, note: 'y'.repeat(200) } });
+    for (const [name, viewport] of [
+      ['phone', PHONE],
+      ['desktop', DESKTOP],
+    ] as const) {
+      const { p, finish } = await page(viewport);
+      await signIn(p, own.token);
+      await p.locator(`#review tr[data-task-id="${id}"]`).waitFor();
+      await p.locator('#tasks tbody tr').nth(3).waitFor();
+      await p.locator('#events tbody tr').first().waitFor();
+      let w = await widths(p);
+      assert.ok(w.scrollWidth <= w.innerWidth, `${name} overview: ${JSON.stringify(w)}`);
+      if (viewport === PHONE) {
+        // The review table is wider than a phone: it scrolls inside its own container.
+        const review = await p.locator('#review .scroll').evaluate((d: PageGlobals) => ({ scrollWidth: d.scrollWidth, clientWidth: d.clientWidth }));
+        assert.ok(review.scrollWidth > review.clientWidth, `the review table scrolls in its container: ${JSON.stringify(review)}`);
+      }
+      await p.screenshot({ path: path.join(SCREENSHOTS, `console-${name}.png`), fullPage: true });
+
+      // The task's page, opened by its link (as a bookmark would).
+      await p.goto(`${server.url}/console#/tasks/${id}`);
+      await p.locator(`#task[data-task-id="${id}"] dd[data-field=state]`, { hasText: 'NEEDS_REVIEW' }).waitFor();
+      await p.locator('#task-events tbody tr').nth(2).waitFor();
+      await p.locator('#task-attempts tbody tr').first().waitFor();
+      assert.equal(await p.locator('#task-data [data-json=payload]').innerText(), JSON.stringify(payload, null, 2));
+      w = await widths(p);
+      assert.ok(w.scrollWidth <= w.innerWidth, `${name} task page: ${JSON.stringify(w)}`);
+      await p.screenshot({ path: path.join(SCREENSHOTS, `console-task-${name}.png`), fullPage: true });
+      await finish();
+      await p.close();
+    }
+    const r = await call(server.url, 'POST', `/v1/tasks/${id}:cancel`, { token: own.token, key: 'phone-cancel', body: { reason: 'done with it' } });
+    assert.equal(r.status, 200);
+  });
+
+  test('a credential without tasks:read: the task list, the review list and a task page each say so', async () => {
+    const limited = await createCredential(t.db, tenant, ['queues:read'], ['billing']);
+    const someTask = await submitTask(tenant.token, 'billing', 'no-tasks-read', { payload: { n: 'not to be read' } });
+    const { p, finish } = await page();
+    await signIn(p, limited);
+    await p.locator('#tasks-note').waitFor();
+    assert.match(await p.locator('#tasks-note').innerText(), /tasks:read/);
+    assert.match(await p.locator('#review').innerText(), /tasks:read/);
+    assert.equal(await p.locator('#tasks table').count(), 0);
+    await p.goto(`${server.url}/console#/tasks/${someTask}`);
+    await p.locator('#task-note').waitFor();
+    assert.match(await p.locator('#task-note').innerText(), /tasks:read/);
+    await finish(['403 /v1/application/resources', '403 /v1/events', '403 /v1/tasks', `403 /v1/tasks/${someTask}`]);
+    await p.close();
+  });
+
+  test('usage counters and limits are shown alike, a counter past 2^53 exactly', async () => {
+    const { p, finish } = await page();
+    // The API as it would answer with counters no number can hold: this one answer is replaced,
+    // through the DevTools protocol for its URL alone (page.route would intercept the browser's
+    // request for the page's icon too, which `finish` checks).
+    const real = (await call(server.url, 'GET', '/v1/application/resources', { token: tenant.token })).body;
+    const fake = JSON.stringify({
+      ...real,
+      data: { ...real.data, max_unfinished_tasks: 100_000_000, unfinished_tasks: '9007199254740993', active_attempts: '1234567', pending_starts: '0' },
+    });
+    const cdp = await p.context().newCDPSession(p);
+    cdp.on('Fetch.requestPaused', (e) => {
+      void cdp.send('Fetch.fulfillRequest', {
+        requestId: e.requestId,
+        responseCode: 200,
+        responseHeaders: [{ name: 'Content-Type', value: 'application/json' }],
+        body: Buffer.from(fake).toString('base64'),
+      });
+    });
+    await cdp.send('Fetch.enable', { patterns: [{ urlPattern: '*/v1/application/resources', requestStage: 'Request' }] });
+    await signIn(p, tenant.token);
+    await p.locator('#application [data-limit=unfinished] [data-used]').waitFor();
+    const text = (selector: string) => p.locator(selector).first().innerText();
+    assert.deepEqual(
+      {
+        used: await text('#application [data-limit=unfinished] [data-used]'),
+        max: await text('#application [data-limit=unfinished] [data-max]'),
+        active: await text('#application [data-limit=active] [data-used]'),
+        pending: await text('#application [data-limit=pending-starts] [data-used]'),
+        full: await p.locator('#application [data-limit=unfinished] .bar').getAttribute('class'),
+      },
+      { used: '9,007,199,254,740,993', max: '100,000,000', active: '1,234,567', pending: '0', full: 'bar full' },
+    );
+    await cdp.send('Fetch.disable');
+    await finish();
     await p.close();
   });
 });

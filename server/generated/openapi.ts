@@ -8,7 +8,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness - the process is up. */
+        /**
+         * Check liveness
+         * @description Answers while the process is up, without looking at the database (that is readiness): for a liveness probe.
+         */
         get: operations["getHealth"];
         put?: never;
         post?: never;
@@ -25,7 +28,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness - the database answers and its schema is up to date. */
+        /**
+         * Check readiness
+         * @description Ready when the database answers and its schema is up to date; otherwise 503 with a `detail`. For a readiness probe or a load balancer.
+         */
         get: operations["getReadiness"];
         put?: never;
         post?: never;
@@ -42,7 +48,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** This document. */
+        /**
+         * Get the HTTP API spec
+         * @description This document (OpenAPI 3.1), as the server uses it: generate a client from it.
+         */
         get: operations["getOpenApiDocument"];
         put?: never;
         post?: never;
@@ -59,7 +68,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics of this server process. */
+        /**
+         * Get Prometheus metrics
+         * @description This process's metrics in the Prometheus text format, including the application-wide usage gauges. No credential: keep it on the internal network.
+         */
         get: operations["getMetrics"];
         put?: never;
         post?: never;
@@ -76,7 +88,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The worker protocol (AsyncAPI 3.0), read by the API reference page. */
+        /**
+         * Get the worker protocol spec
+         * @description The worker protocol (AsyncAPI 3.0): the frames of a worker session (`GET /v1/workers/connect`).
+         */
         get: operations["getAsyncApiDocument"];
         put?: never;
         post?: never;
@@ -93,7 +108,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The API reference - this document rendered by Redoc, with a link to the worker protocol; needs no internet. */
+        /**
+         * API reference page
+         * @description This page: openapi.yaml rendered by Redoc, with links to the worker protocol and the console; it needs no internet.
+         */
         get: operations["getApiReference"];
         put?: never;
         post?: never;
@@ -110,7 +128,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The Redoc bundle the reference page runs, served by Orbit itself. */
+        /**
+         * API reference script
+         * @description The Redoc bundle the reference page runs, served by Orbit itself.
+         */
         get: operations["getApiReferenceScript"];
         put?: never;
         post?: never;
@@ -127,7 +148,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The live quota console - a page that calls this API with a token the operator pastes (kept in sessionStorage). */
+        /**
+         * Live quota console
+         * @description A page that shows the application's and the queues' limits against live usage, the tasks waiting for review and the latest events. It calls this API with a token you paste (kept in the tab's sessionStorage).
+         */
         get: operations["getConsole"];
         put?: never;
         post?: never;
@@ -144,7 +168,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The console's script. */
+        /**
+         * Console script
+         * @description The console's script.
+         */
         get: operations["getConsoleScript"];
         put?: never;
         post?: never;
@@ -161,7 +188,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The console's stylesheet. */
+        /**
+         * Console stylesheet
+         * @description The console's stylesheet.
+         */
         get: operations["getConsoleStylesheet"];
         put?: never;
         post?: never;
@@ -178,7 +208,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The icon of Orbit's pages (an SVG image), named by the pages and where browsers look for it by default. */
+        /**
+         * Page icon
+         * @description The icon of Orbit's pages (an SVG image), named by the pages and where browsers look for it by default.
+         */
         get: operations["getFavicon"];
         put?: never;
         post?: never;
@@ -195,7 +228,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Open a worker session - a WebSocket upgrade; the frames are described in asyncapi.yaml. */
+        /**
+         * Open a worker session
+         * @description A WebSocket upgrade; afterwards the connection speaks the frames of the
+         *     [worker protocol](/asyncapi.yaml). Use the SDK's `OrbitWorker` rather than the frames: it
+         *     claims up to `capacity` attempts from the given queues, runs `handler` for each, renews
+         *     leases, reports results (a returned value is the result, a thrown error a failure retried while
+         *     attempts are left), and reconnects with backoff. A refused upgrade is an ordinary HTTP answer
+         *     with the error envelope.
+         *
+         *     Credential action: `workers:consume`.
+         */
         get: operations["connectWorker"];
         put?: never;
         post?: never;
@@ -212,7 +255,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The application's three shared limits, config revision and live usage, from one database read. */
+        /**
+         * Get the application's limits
+         * @description The application's three shared limits, their configuration revision and live usage, from one database read.
+         *
+         *     Credential action: `application:resources:read`.
+         */
         get: operations["getApplicationResources"];
         put?: never;
         post?: never;
@@ -231,7 +279,16 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Replace the application's three limits (compare-and-set on the revision). */
+        /**
+         * Change the application's limits
+         * @description Replaces the application's three limits, compare-and-set on the revision: send the `revision`
+         *     you read (GET /v1/application/resources) as `expected_revision`; if someone changed the limits
+         *     since, the answer is 409 STATE_CONFLICT with `details.current_revision` and nothing changes.
+         *     A limit may be set below current usage: nothing is cancelled, new work waits until usage is
+         *     below it.
+         *
+         *     Credential action: `application:resources:manage`.
+         */
         post: operations["configureApplicationResources"];
         delete?: never;
         options?: never;
@@ -247,12 +304,16 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The application's retention policy - how long finished history is kept.
-         * @description Each duration is in seconds; an absent one keeps that history forever. Finished tasks
+         * Get the retention policy
+         * @description The application's retention policy: how long finished history is kept.
+         *
+         *     Each duration is in seconds; an absent one keeps that history forever. Finished tasks
          *     (with their attempts), events, idempotency receipts and audit records older than their
          *     duration are pruned online by every server process; unfinished tasks, the receipts of
          *     unfinished tasks, events an ACTIVE subscription has not acknowledged (for at most
          *     `subscription_max_lag_seconds`), schedules, subscriptions and queues never are.
+         *
+         *     Credential action: `application:resources:read`.
          */
         get: operations["getRetention"];
         put?: never;
@@ -273,8 +334,10 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Replace the application's retention policy (compare-and-set on its revision).
-         * @description A full replacement, like the application's limits: every duration absent from the body
+         * Change the retention policy
+         * @description Replaces the application's retention policy, compare-and-set on its revision.
+         *
+         *     A full replacement, like the application's limits: every duration absent from the body
          *     keeps that history forever. The policy, its revision + 1, an audit record, the event
          *     `application.retention.configured` and the idempotency receipt commit together.
          *     Shortening a duration deletes nothing at once: the pruning loop removes what became
@@ -283,6 +346,8 @@ export interface paths {
          *
          *     `application:resources:manage` includes this operation's action
          *     `application:resources:configure`.
+         *
+         *     Credential action: `application:resources:configure`.
          */
         post: operations["configureRetention"];
         delete?: never;
@@ -298,10 +363,20 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Queues of the caller's namespace within its queue scope, by name. */
+        /**
+         * List queues
+         * @description The queues of the caller's namespace within its queue scope, by name, with their limits and usage. Follow `next_cursor` for the next page.
+         *
+         *     Credential action: `queues:read`.
+         */
         get: operations["listQueues"];
         put?: never;
-        /** Create a queue in the caller's namespace. */
+        /**
+         * Create a queue
+         * @description Creates a queue in the caller's namespace; creating one that exists is 409 STATE_CONFLICT.
+         *
+         *     Credential action: `queues:manage`.
+         */
         post: operations["createQueue"];
         delete?: never;
         options?: never;
@@ -316,7 +391,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One queue's configuration and live usage. */
+        /**
+         * Get a queue
+         * @description One queue's configuration and live usage.
+         *
+         *     Credential action: `queues:read`.
+         */
         get: operations["getQueue"];
         put?: never;
         post?: never;
@@ -335,7 +415,14 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Replace a queue's limits and pause flag (compare-and-set on the revision). */
+        /**
+         * Change a queue's limits
+         * @description Replaces a queue's limits and pause flag, compare-and-set on the revision: send the
+         *     `revision` you read as `expected_revision` (409 STATE_CONFLICT when it is stale). Set
+         *     `paused: true` to stop claims from the queue; submissions are still accepted.
+         *
+         *     Credential action: `queues:manage`.
+         */
         post: operations["configureQueue"];
         delete?: never;
         options?: never;
@@ -350,10 +437,28 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Tasks of a queue, oldest first, optionally in one state. */
+        /**
+         * List a queue's tasks
+         * @description The tasks of one queue, oldest first, optionally only those in one `state`. Follow `next_cursor` for the next page.
+         *
+         *     Credential action: `tasks:read`.
+         */
         get: operations["listTasks"];
         put?: never;
-        /** Submit a task; the Idempotency-Key is the submission's identity. */
+        /**
+         * Submit a task
+         * @description Accepts a task into the queue, or refuses it with nothing written. The `Idempotency-Key` is the
+         *     submission's identity: sending the same request again with the same key returns the original
+         *     receipt (`deduplicated: true`) instead of a second task, so a submit can always be retried
+         *     after a timeout or a 503.
+         *
+         *     The task needs room at both levels: 429 APPLICATION_FULL or QUEUE_FULL (with `Retry-After`)
+         *     when the application's or the queue's `max_unfinished_tasks` is reached - back off and send
+         *     the same request with the same key. `delay_seconds` must be less than `deadline_seconds`
+         *     (defaults 0 and 86400): both count from acceptance.
+         *
+         *     Credential action: `tasks:submit`.
+         */
         post: operations["submitTask"];
         delete?: never;
         options?: never;
@@ -371,8 +476,10 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Submit up to 1,000 tasks in one request, with one result per item, in order.
-         * @description Each item is admitted exactly like a single submit and carries its own
+         * Submit tasks in bulk
+         * @description Up to 1,000 tasks in one request, with one result per item, in order.
+         *
+         *     Each item is admitted exactly like a single submit and carries its own
          *     `idempotency_key`; there is no `Idempotency-Key` header. The batch is decided in one
          *     transaction, in order: each item is all-or-nothing at both levels (application and
          *     queue), and when a quota fills in the middle of the batch the items before it stay
@@ -380,6 +487,8 @@ export interface paths {
          *     (APPLICATION_FULL or QUEUE_FULL in their results). The answer is 200 whenever the
          *     request itself is well formed, even when every item is refused; a refused item may be
          *     sent again later with the same key.
+         *
+         *     Credential action: `tasks:submit`.
          */
         post: operations["submitTasks"];
         delete?: never;
@@ -396,11 +505,15 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * One task; with wait_seconds, once it is finished or waits for review.
-         * @description With `wait_seconds` (1-30; 0, the default, answers at once), the answer comes as soon as the task is terminal
+         * Get a task
+         * @description The task as it is now, or, with `wait_seconds`, once it has settled.
+         *
+         *     With `wait_seconds` (1-30; 0, the default, answers at once), the answer comes as soon as the task is terminal
          *     (SUCCEEDED, FAILED, CANCELLED, EXPIRED) or NEEDS_REVIEW, or when the time is up (then
          *     the task as it is). A waiting request holds no database connection: one watcher per
          *     server process notices the task's lifecycle events.
+         *
+         *     Credential action: `tasks:read`.
          */
         get: operations["getTask"];
         put?: never;
@@ -421,13 +534,15 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Cancel a task (WAITING and LEASED at once; RUNNING records the intent and tells the worker).
+         * Cancel a task
          * @description WAITING, LEASED (its reservation is released) and NEEDS_REVIEW tasks become CANCELLED at
          *     once. For a RUNNING task the intent is recorded with its reason (`cancel_requested:
          *     true`; event `task.cancel_requested`) and the worker is told; the task ends when the
          *     worker answers (CANCELLED, or what it reports) or goes to NEEDS_REVIEW when its lease
          *     runs out. A task that ends CANCELLED, either way, has `error: {"code": "CANCELLED",
          *     "message": <reason>}` - for a RUNNING task, the reason of the latest `:cancel`.
+         *
+         *     Credential action: `tasks:cancel`.
          */
         post: operations["cancelTask"];
         delete?: never;
@@ -446,14 +561,18 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Decide a NEEDS_REVIEW task - SUCCEEDED, FAILED, or back to WAITING.
-         * @description The task's `error` then says why it is in its new state, as for any task (Task.error):
+         * Resolve a task in review
+         * @description Decides a NEEDS_REVIEW task: SUCCEEDED, FAILED, or back to WAITING for one more attempt.
+         *
+         *     The task's `error` then says why it is in its new state, as for any task (Task.error):
          *     `succeeded` clears it and sets `result` when one is given; `failed` sets the
          *     resolution's `error` (or `{"code": "RESOLVED_FAILED", "message": <reason>}` when none is
          *     given) and `result` when one is given; `retry` clears it and puts the task back to
          *     WAITING, claimable at once, with one more attempt allowed. What the task carried before
          *     (the `LEASE_EXPIRED` that sent it to review) is in the `task.resolved` event as
          *     `previous_error`; the whole history is in the task's events.
+         *
+         *     Credential action: `tasks:review`.
          */
         post: operations["resolveTask"];
         delete?: never;
@@ -476,6 +595,8 @@ export interface paths {
          *     task ids before it, so tasks submitted while paging appear on the first page of a new
          *     listing, never twice. Finished tasks are kept for the application's
          *     `finished_task_retention_seconds` (GET /v1/application/retention).
+         *
+         *     Credential action: `tasks:read`.
          */
         get: operations["listAllTasks"];
         put?: never;
@@ -498,6 +619,8 @@ export interface paths {
          * @description Every attempt of the task, first to last: which worker session held it, when it was
          *     claimed, started and finished, and how it ended. Why the task is in its state is its
          *     `error`; what each attempt reported is in the task's events (GET /v1/tasks/{task_id}/events).
+         *
+         *     Credential action: `tasks:read`.
          */
         get: operations["listTaskAttempts"];
         put?: never;
@@ -516,10 +639,12 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List a task's lifecycle events
+         * List a task's events
          * @description The task's history: its `task.*` events in order (submitted, started, retry_scheduled,
          *     cancelled, resolved, retried, …), the same events as in the namespace's feed, with their
          *     sequence numbers. Kept for the application's `event_retention_seconds`.
+         *
+         *     Credential action: `tasks:read`.
          */
         get: operations["listTaskEvents"];
         put?: never;
@@ -540,7 +665,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Retry a failed, expired or cancelled task
+         * Retry a task
          * @description Puts a FAILED, EXPIRED or CANCELLED task back to WAITING, claimable at once, with the
          *     same payload, priority, resource key and task id. It is admitted like a submission: it
          *     needs room at both levels (`max_unfinished_tasks` of the application and of the queue;
@@ -550,6 +675,8 @@ export interface paths {
          *     `result` or `finished_at`; what it carried before is in the `task.retried` event
          *     (`previous_state`, `previous_error`). A task in any other state is 409 STATE_CONFLICT;
          *     a task already pruned by retention is 404.
+         *
+         *     Credential action: `tasks:submit`.
          */
         post: operations["retryTask"];
         delete?: never;
@@ -565,17 +692,26 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Schedules of a queue, by name. */
+        /**
+         * List a queue's schedules
+         * @description The schedules of one queue, by name. Follow `next_cursor` for the next page.
+         *
+         *     Credential action: `schedules:manage`.
+         */
         get: operations["listSchedules"];
         put?: never;
         /**
-         * Create a cron or interval schedule that submits tasks to the queue.
-         * @description The schedule's tasks are admitted exactly like direct submissions: the application's
+         * Create a schedule
+         * @description Creates a cron or interval schedule that submits tasks to the queue.
+         *
+         *     The schedule's tasks are admitted exactly like direct submissions: the application's
          *     and the queue's `max_unfinished_tasks` are both checked, and a trigger point that finds
          *     either full makes nothing and waits for the next round (`deferred_full`) - a full quota
          *     is never a misfire. Only a trigger point older than `misfire_window_seconds` when it is
          *     finally processed is handled by `misfire_policy`, which is frozen at creation. Each
          *     trigger point makes at most one task: its identity is (schedule, trigger point).
+         *
+         *     Credential action: `schedules:manage`.
          */
         post: operations["createSchedule"];
         delete?: never;
@@ -591,7 +727,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One schedule, with its next and last trigger points and its counters. */
+        /**
+         * Get a schedule
+         * @description One schedule, with its next and last trigger points and its counters.
+         *
+         *     Credential action: `schedules:manage`.
+         */
         get: operations["getSchedule"];
         put?: never;
         post?: never;
@@ -611,8 +752,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Pause an ACTIVE schedule; it fires nothing until resumed.
-         * @description Pausing a schedule that is already PAUSED is 409 STATE_CONFLICT and changes nothing.
+         * Pause a schedule
+         * @description An ACTIVE schedule fires nothing until it is resumed.
+         *
+         *     Pausing a schedule that is already PAUSED is 409 STATE_CONFLICT and changes nothing.
+         *
+         *     Credential action: `schedules:manage`.
          */
         post: operations["pauseSchedule"];
         delete?: never;
@@ -631,11 +776,15 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Resume a PAUSED schedule; trigger points that came due meanwhile are handled by its misfire policy.
-         * @description Nothing is fired for the paused time by the resume itself: the schedule loop takes the
+         * Resume a schedule
+         * @description Resumes a PAUSED schedule; trigger points that came due meanwhile are handled by its misfire policy.
+         *
+         *     Nothing is fired for the paused time by the resume itself: the schedule loop takes the
          *     overdue trigger points in order, and those older than `misfire_window_seconds` are
          *     handled by the schedule's `misfire_policy`. Resuming an ACTIVE schedule is 409
          *     STATE_CONFLICT and changes nothing.
+         *
+         *     Credential action: `schedules:manage`.
          */
         post: operations["resumeSchedule"];
         delete?: never;
@@ -651,17 +800,24 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Subscriptions of the caller's namespace, by name. */
+        /**
+         * List subscriptions
+         * @description The subscriptions of the caller's namespace, by name. Follow `next_cursor` for the next page.
+         *
+         *     Credential action: `subscriptions:manage`.
+         */
         get: operations["listSubscriptions"];
         put?: never;
         /**
-         * Create a durable subscription to the namespace's event feed.
+         * Create a subscription
          * @description A subscription is a cursor kept in MySQL: reading returns the events after its
          *     acknowledged position that match its filters (and the caller's queue scope), and
          *     acknowledging moves the position forward. Delivery is at-least-once from the
          *     acknowledged position: a consumer or a server may crash, and the next read resumes
          *     there. Two readers of one subscription see the same events (there is one cursor, not one
          *     per reader).
+         *
+         *     Credential action: `subscriptions:manage`.
          */
         post: operations["createSubscription"];
         delete?: never;
@@ -677,7 +833,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One subscription and its acknowledged position. */
+        /**
+         * Get a subscription
+         * @description One subscription and its acknowledged position.
+         *
+         *     Credential action: `subscriptions:manage`.
+         */
         get: operations["getSubscription"];
         put?: never;
         post?: never;
@@ -697,8 +858,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Pause an ACTIVE subscription; reading it is 409 STATE_CONFLICT until it is resumed.
-         * @description Pausing a PAUSED subscription is 409 STATE_CONFLICT and changes nothing. Events keep being recorded: nothing is lost while it is paused.
+         * Pause a subscription
+         * @description Pauses an ACTIVE subscription; reading it is 409 STATE_CONFLICT until it is resumed.
+         *
+         *     Pausing a PAUSED subscription is 409 STATE_CONFLICT and changes nothing. Events keep being recorded: nothing is lost while it is paused.
+         *
+         *     Credential action: `subscriptions:manage`.
          */
         post: operations["pauseSubscription"];
         delete?: never;
@@ -717,8 +882,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Resume a PAUSED subscription from its acknowledged position.
-         * @description Resuming an ACTIVE subscription is 409 STATE_CONFLICT and changes nothing.
+         * Resume a subscription
+         * @description Resumes a PAUSED subscription from its acknowledged position.
+         *
+         *     Resuming an ACTIVE subscription is 409 STATE_CONFLICT and changes nothing.
+         *
+         *     Credential action: `subscriptions:manage`.
          */
         post: operations["resumeSubscription"];
         delete?: never;
@@ -735,8 +904,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The events after the acknowledged position, waiting up to wait_seconds for the first one.
-         * @description Answers as soon as at least one matching event is there (at most `limit`, in sequence
+         * Read a subscription's events
+         * @description The events after the acknowledged position, waiting up to `wait_seconds` for the first one.
+         *
+         *     Answers as soon as at least one matching event is there (at most `limit`, in sequence
          *     order), or with an empty list when `wait_seconds` (default 0, at most 30) have passed.
          *     A waiting request holds no database connection: one watcher per server process notices
          *     new events. Reading does not move the position; acknowledge what was processed. A
@@ -747,6 +918,8 @@ export interface paths {
          *     409 STATE_CONFLICT with `details.reason` `events_pruned`, `details.pruned_through` (the
          *     highest sequence pruned) and `details.oldest_sequence` (the oldest that may still be
          *     kept). Acknowledge `pruned_through` to move on and read from there.
+         *
+         *     Credential action: `events:read`.
          */
         get: operations["readSubscription"];
         put?: never;
@@ -767,8 +940,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Acknowledge every event up to and including a sequence number.
-         * @description Acknowledging the current position again is accepted and changes nothing; a sequence below it is 409 STATE_CONFLICT (a position never moves back), and one beyond the newest event of the feed is 409 STATE_CONFLICT too.
+         * Acknowledge events
+         * @description Moves the position forward: every event up to and including `sequence` is acknowledged.
+         *
+         *     Acknowledging the current position again is accepted and changes nothing; a sequence below it is 409 STATE_CONFLICT (a position never moves back), and one beyond the newest event of the feed is 409 STATE_CONFLICT too.
+         *
+         *     Credential action: `events:read`.
          */
         post: operations["ackSubscription"];
         delete?: never;
@@ -784,7 +961,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Management audit records written in the caller's namespace, oldest first. */
+        /**
+         * List audit records
+         * @description Management audit records written in the caller's namespace, oldest first. Follow `next_cursor` for the next page.
+         *
+         *     Credential action: `audit:read`.
+         */
         get: operations["listAuditEvents"];
         put?: never;
         post?: never;
@@ -801,7 +983,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The caller namespace's ordered event feed after a sequence number. */
+        /**
+         * Read the event feed
+         * @description The namespace's events with a sequence greater than `after`, in sequence order. Pass the
+         *     answer's `next_after` as `after` next time: the feed never skips an event that commits later.
+         *     Events about queues outside the credential's scope are left out.
+         *
+         *     Credential action: `events:read`.
+         */
         get: operations["listEvents"];
         put?: never;
         post?: never;
@@ -820,24 +1009,45 @@ export interface components {
             status: "ok" | "unavailable";
             detail?: string;
         };
-        /** @description A 16-byte identifier as 32 lowercase hex characters. */
+        /**
+         * @description A 16-byte identifier as 32 lowercase hex characters.
+         * @example 019cadd456209a7b5c3d1e0f2a4b6c8d
+         */
         Id: string;
+        /** @example 8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c */
         RequestId: string;
-        /** @description A uint64 usage counter as a decimal string. */
+        /**
+         * @description A uint64 usage counter as a decimal string.
+         * @example 1250
+         */
         Counter: string;
-        /** @description A uint64 as a decimal string (0 to 18446744073709551615). */
+        /**
+         * @description A uint64 as a decimal string (0 to 18446744073709551615).
+         * @example 1203
+         */
         Uint64: string;
-        /** @description A configuration revision - a non-zero uint64 as a decimal string. */
+        /**
+         * @description A configuration revision - a non-zero uint64 as a decimal string.
+         * @example 4
+         */
         Revision: string;
         /**
          * Format: date-time
          * @description RFC 3339, UTC, millisecond precision.
+         * @example 2026-03-02T09:15:00.000Z
          */
         Timestamp: string;
-        /** @description Why - written to the audit record. Not blank; at most 1024 Unicode characters. */
+        /**
+         * @description Why - written to the audit record. Not blank; at most 1024 Unicode characters.
+         * @example holiday peak
+         */
         Reason: string;
+        /** @example emails */
         QueueName: string;
-        /** @description Opaque page cursor. */
+        /**
+         * @description Opaque page cursor.
+         * @example WyJlbWFpbHMiXQ
+         */
         Cursor: string;
         /** @description Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused. */
         JsonValue: unknown;
@@ -881,7 +1091,10 @@ export interface components {
             resources: components["schemas"]["ApplicationResources"];
             deduplicated: boolean;
         };
-        /** @description Seconds, from one minute to ten years. */
+        /**
+         * @description Seconds, from one minute to ten years.
+         * @example 604800
+         */
         RetentionSeconds: number;
         /** @description An absent duration keeps that history forever. */
         RetentionPolicy: {
@@ -1017,17 +1230,39 @@ export interface components {
             /** @description The trigger point this task was made for (absent for a direct submission). */
             scheduled_for?: components["schemas"]["Timestamp"];
         };
-        /** @description Free JSON object, at most 256 KiB as compact JSON. */
+        /**
+         * @description Free JSON object, at most 256 KiB as compact JSON.
+         * @example {
+         *       "template": "welcome",
+         *       "to": "ada@example.com",
+         *       "user_id": 42
+         *     }
+         */
         TaskPayload: Record<string, never>;
-        /** @description Higher first; default 5. */
+        /**
+         * @description Higher first; default 5.
+         * @example 7
+         */
         TaskPriority: number;
-        /** @description At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others. */
+        /**
+         * @description At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others.
+         * @example user-42
+         */
         ResourceKey: string;
-        /** @description Default 3. */
+        /**
+         * @description Default 3.
+         * @example 5
+         */
         MaxAttempts: number;
-        /** @description Total deadline from acceptance; default 86400. */
+        /**
+         * @description Total deadline from acceptance; default 86400.
+         * @example 3600
+         */
         DeadlineSeconds: number;
-        /** @description Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0. */
+        /**
+         * @description Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0.
+         * @example 60
+         */
         DelaySeconds: number;
         SubmitTaskRequest: {
             payload: components["schemas"]["TaskPayload"];
@@ -1134,7 +1369,10 @@ export interface components {
             /** @description With `failed`, the task's error from now on (ignored otherwise; see resolveTask). */
             error?: components["schemas"]["JsonValue"];
         };
-        /** @description Unique within the queue. */
+        /**
+         * @description Unique within the queue.
+         * @example daily-digest
+         */
         ScheduleName: string;
         /** @enum {string} */
         ScheduleState: "ACTIVE" | "PAUSED";
@@ -1154,9 +1392,13 @@ export interface components {
          *     time, the trigger point moves to the first instant after the gap; where it repeats one,
          *     a point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in
          *     both.
+         * @example 0 8 * * *
          */
         CronExpression: string;
-        /** @description RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision. */
+        /**
+         * @description RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.
+         * @example 2026-03-02T10:00:00+01:00
+         */
         TimestampInput: string;
         /** @description Exactly one of `cron` and `interval_seconds` is present. Absent values are omitted, never null. */
         Schedule: {
@@ -1242,9 +1484,15 @@ export interface components {
             schedules: components["schemas"]["Schedule"][];
             next_cursor?: components["schemas"]["Cursor"];
         };
-        /** @description Unique within the namespace. */
+        /**
+         * @description Unique within the namespace.
+         * @example email-outcomes
+         */
         SubscriptionName: string;
-        /** @description An event type, e.g. `task.succeeded` (see Event). */
+        /**
+         * @description An event type, e.g. `task.succeeded` (see Event).
+         * @example task.succeeded
+         */
         EventType: string;
         Subscription: {
             subscription_id: components["schemas"]["Id"];
@@ -1382,17 +1630,31 @@ export interface components {
          *     it created is unfinished, however old. A replay after that is a new request: a
          *     submission makes a new task, a create of a named resource that exists is 409
          *     STATE_CONFLICT.
+         * @example welcome-42
          */
         IdempotencyKey: string;
+        /** @example emails */
         Queue: components["schemas"]["QueueName"];
+        /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
         TaskId: components["schemas"]["Id"];
+        /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
         SubscriptionId: components["schemas"]["Id"];
-        /** @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait). */
+        /**
+         * @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait).
+         * @example 10
+         */
         WaitSeconds: number;
+        /** @example 019ca8d72d008e6b0d2f4a6c8e1b3d5f */
         ScheduleId: components["schemas"]["Id"];
-        /** @description Page size (default 50). */
+        /**
+         * @description Page size (default 50).
+         * @example 20
+         */
         Limit: number;
-        /** @description The `next_cursor` of the previous page. */
+        /**
+         * @description The `next_cursor` of the previous page.
+         * @example WyJlbWFpbHMiXQ
+         */
         Cursor: components["schemas"]["Cursor"];
     };
     requestBodies: never;
@@ -1416,6 +1678,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "status": "ok"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Health"];
                 };
             };
@@ -1436,6 +1703,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "status": "ok"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Health"];
                 };
             };
@@ -1682,6 +1954,21 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "application_id": "019c186e2e804e6a8c0b1d3f5a7c9e2b",
+                     *         "revision": "4",
+                     *         "max_unfinished_tasks": 100000,
+                     *         "unfinished_tasks": "1250",
+                     *         "max_concurrency": 200,
+                     *         "active_attempts": "37",
+                     *         "pending_starts": "3",
+                     *         "rate_per_second": 500
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ApplicationResources"];
@@ -1702,6 +1989,7 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
@@ -1720,6 +2008,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "resources": {
+                     *           "application_id": "019c186e2e804e6a8c0b1d3f5a7c9e2b",
+                     *           "revision": "5",
+                     *           "max_unfinished_tasks": 200000,
+                     *           "unfinished_tasks": "1250",
+                     *           "max_concurrency": 400,
+                     *           "active_attempts": "37",
+                     *           "pending_starts": "3",
+                     *           "rate_per_second": 1000
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ConfigureApplicationResourcesResult"];
@@ -1744,6 +2050,20 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "application_id": "019c186e2e804e6a8c0b1d3f5a7c9e2b",
+                     *         "revision": "2",
+                     *         "finished_task_retention_seconds": 604800,
+                     *         "event_retention_seconds": 604800,
+                     *         "receipt_retention_seconds": 604800,
+                     *         "audit_retention_seconds": 31536000,
+                     *         "subscription_max_lag_seconds": 2592000
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["RetentionPolicy"];
@@ -1764,6 +2084,7 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
@@ -1782,6 +2103,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "retention": {
+                     *           "application_id": "019c186e2e804e6a8c0b1d3f5a7c9e2b",
+                     *           "revision": "3",
+                     *           "finished_task_retention_seconds": 2592000,
+                     *           "event_retention_seconds": 604800,
+                     *           "receipt_retention_seconds": 604800,
+                     *           "audit_retention_seconds": 31536000,
+                     *           "subscription_max_lag_seconds": 2592000
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ConfigureRetentionResult"];
@@ -1794,9 +2132,15 @@ export interface operations {
     listQueues: {
         parameters: {
             query?: {
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description The `next_cursor` of the previous page. */
+                /**
+                 * @description The `next_cursor` of the previous page.
+                 * @example WyJlbWFpbHMiXQ
+                 */
                 cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
@@ -1811,6 +2155,46 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "queues": [
+                     *           {
+                     *             "queue": "billing",
+                     *             "namespace": "shop",
+                     *             "revision": "1",
+                     *             "max_unfinished_tasks": 10000,
+                     *             "unfinished_tasks": "4",
+                     *             "max_concurrency": 20,
+                     *             "active_attempts": "2",
+                     *             "pending_starts": "0",
+                     *             "rate_per_second": 50,
+                     *             "key_concurrency": 1,
+                     *             "paused": false,
+                     *             "created_at": "2026-02-10T11:00:00.000Z",
+                     *             "updated_at": "2026-02-10T11:00:00.000Z"
+                     *           },
+                     *           {
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "revision": "2",
+                     *             "max_unfinished_tasks": 50000,
+                     *             "unfinished_tasks": "312",
+                     *             "max_concurrency": 100,
+                     *             "active_attempts": "12",
+                     *             "pending_starts": "1",
+                     *             "rate_per_second": 200,
+                     *             "key_concurrency": 1,
+                     *             "paused": false,
+                     *             "created_at": "2026-02-10T12:00:00.000Z",
+                     *             "updated_at": "2026-02-20T08:30:00.000Z"
+                     *           }
+                     *         ],
+                     *         "next_cursor": "WyJlbWFpbHMiXQ"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["QueuePage"];
@@ -1831,6 +2215,7 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
@@ -1849,6 +2234,29 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "queue": {
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "revision": "1",
+                     *           "max_unfinished_tasks": 50000,
+                     *           "unfinished_tasks": "0",
+                     *           "max_concurrency": 100,
+                     *           "active_attempts": "0",
+                     *           "pending_starts": "0",
+                     *           "rate_per_second": 200,
+                     *           "key_concurrency": 1,
+                     *           "paused": false,
+                     *           "created_at": "2026-02-10T12:00:00.000Z",
+                     *           "updated_at": "2026-02-10T12:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["QueueResult"];
@@ -1863,6 +2271,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -1875,6 +2284,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "queue": "emails",
+                     *         "namespace": "shop",
+                     *         "revision": "2",
+                     *         "max_unfinished_tasks": 50000,
+                     *         "unfinished_tasks": "312",
+                     *         "max_concurrency": 100,
+                     *         "active_attempts": "12",
+                     *         "pending_starts": "1",
+                     *         "rate_per_second": 200,
+                     *         "key_concurrency": 1,
+                     *         "paused": false,
+                     *         "created_at": "2026-02-10T12:00:00.000Z",
+                     *         "updated_at": "2026-02-20T08:30:00.000Z"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["Queue"];
@@ -1895,10 +2324,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -1915,6 +2346,29 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "queue": {
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "revision": "3",
+                     *           "max_unfinished_tasks": 50000,
+                     *           "unfinished_tasks": "312",
+                     *           "max_concurrency": 150,
+                     *           "active_attempts": "12",
+                     *           "pending_starts": "1",
+                     *           "rate_per_second": 300,
+                     *           "key_concurrency": 1,
+                     *           "paused": false,
+                     *           "created_at": "2026-02-10T12:00:00.000Z",
+                     *           "updated_at": "2026-03-02T10:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["QueueResult"];
@@ -1928,13 +2382,20 @@ export interface operations {
         parameters: {
             query?: {
                 state?: components["schemas"]["TaskState"];
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description The `next_cursor` of the previous page. */
+                /**
+                 * @description The `next_cursor` of the previous page.
+                 * @example WyJlbWFpbHMiXQ
+                 */
                 cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -1947,6 +2408,54 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "tasks": [
+                     *           {
+                     *             "task_id": "019cadd715406e2b9f4d7a1c5e3b8d0a",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "state": "WAITING",
+                     *             "priority": 5,
+                     *             "payload": {
+                     *               "template": "welcome",
+                     *               "to": "alan@example.com",
+                     *               "user_id": 43
+                     *             },
+                     *             "attempts": 0,
+                     *             "max_attempts": 3,
+                     *             "on_unknown_outcome": "retry",
+                     *             "cancel_requested": false,
+                     *             "created_at": "2026-03-02T09:18:00.000Z",
+                     *             "available_at": "2026-03-02T09:28:00.000Z",
+                     *             "deadline_at": "2026-03-03T09:18:00.000Z"
+                     *           },
+                     *           {
+                     *             "task_id": "019cadd8ea008e5f1b3d6a9c2e4f7a1b",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "state": "WAITING",
+                     *             "priority": 5,
+                     *             "payload": {
+                     *               "template": "cart-reminder",
+                     *               "to": "grace@example.com",
+                     *               "user_id": 7
+                     *             },
+                     *             "attempts": 0,
+                     *             "max_attempts": 3,
+                     *             "on_unknown_outcome": "retry",
+                     *             "cancel_requested": false,
+                     *             "created_at": "2026-03-02T09:20:00.000Z",
+                     *             "available_at": "2026-03-02T10:20:00.000Z",
+                     *             "deadline_at": "2026-03-02T11:20:00.000Z"
+                     *           }
+                     *         ],
+                     *         "next_cursor": "WyIwMTljYWRkOGVhMDA4ZTVmMWIzZDZhOWMyZTRmN2ExYiJd"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskPage"];
@@ -1967,10 +2476,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -1987,6 +2498,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "task": {
+                     *           "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "state": "WAITING",
+                     *           "priority": 7,
+                     *           "resource_key": "user-42",
+                     *           "payload": {
+                     *             "template": "welcome",
+                     *             "to": "ada@example.com",
+                     *             "user_id": 42
+                     *           },
+                     *           "attempts": 0,
+                     *           "max_attempts": 5,
+                     *           "on_unknown_outcome": "retry",
+                     *           "cancel_requested": false,
+                     *           "created_at": "2026-03-02T09:15:00.000Z",
+                     *           "available_at": "2026-03-02T09:16:00.000Z",
+                     *           "deadline_at": "2026-03-02T10:15:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskResult"];
@@ -2002,6 +2541,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -2019,6 +2559,65 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "results": [
+                     *           {
+                     *             "idempotency_key": "welcome-43",
+                     *             "status": "accepted",
+                     *             "task": {
+                     *               "task_id": "019cadd715406e2b9f4d7a1c5e3b8d0a",
+                     *               "queue": "emails",
+                     *               "namespace": "shop",
+                     *               "state": "WAITING",
+                     *               "priority": 5,
+                     *               "payload": {
+                     *                 "template": "welcome",
+                     *                 "to": "alan@example.com",
+                     *                 "user_id": 43
+                     *               },
+                     *               "attempts": 0,
+                     *               "max_attempts": 3,
+                     *               "on_unknown_outcome": "retry",
+                     *               "cancel_requested": false,
+                     *               "created_at": "2026-03-02T09:18:00.000Z",
+                     *               "available_at": "2026-03-02T09:28:00.000Z",
+                     *               "deadline_at": "2026-03-03T09:18:00.000Z"
+                     *             }
+                     *           },
+                     *           {
+                     *             "idempotency_key": "welcome-42",
+                     *             "status": "replayed",
+                     *             "task": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "namespace": "shop",
+                     *               "state": "WAITING",
+                     *               "priority": 7,
+                     *               "resource_key": "user-42",
+                     *               "payload": {
+                     *                 "template": "welcome",
+                     *                 "to": "ada@example.com",
+                     *                 "user_id": 42
+                     *               },
+                     *               "attempts": 0,
+                     *               "max_attempts": 5,
+                     *               "on_unknown_outcome": "retry",
+                     *               "cancel_requested": false,
+                     *               "created_at": "2026-03-02T09:15:00.000Z",
+                     *               "available_at": "2026-03-02T09:16:00.000Z",
+                     *               "deadline_at": "2026-03-02T10:15:00.000Z"
+                     *             }
+                     *           }
+                     *         ],
+                     *         "accepted": 1,
+                     *         "replayed": 1,
+                     *         "refused": 0
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubmitTasksResult"];
@@ -2031,11 +2630,15 @@ export interface operations {
     getTask: {
         parameters: {
             query?: {
-                /** @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait). */
+                /**
+                 * @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait).
+                 * @example 10
+                 */
                 wait_seconds?: components["parameters"]["WaitSeconds"];
             };
             header?: never;
             path: {
+                /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
                 task_id: components["parameters"]["TaskId"];
             };
             cookie?: never;
@@ -2053,6 +2656,35 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *         "queue": "emails",
+                     *         "namespace": "shop",
+                     *         "state": "SUCCEEDED",
+                     *         "priority": 7,
+                     *         "resource_key": "user-42",
+                     *         "payload": {
+                     *           "template": "welcome",
+                     *           "to": "ada@example.com",
+                     *           "user_id": 42
+                     *         },
+                     *         "attempts": 1,
+                     *         "max_attempts": 5,
+                     *         "on_unknown_outcome": "retry",
+                     *         "cancel_requested": false,
+                     *         "created_at": "2026-03-02T09:15:00.000Z",
+                     *         "available_at": "2026-03-02T09:16:00.000Z",
+                     *         "deadline_at": "2026-03-02T10:15:00.000Z",
+                     *         "finished_at": "2026-03-02T09:16:02.418Z",
+                     *         "result": {
+                     *           "message_id": "<welcome-42@mail.example.com>"
+                     *         }
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["Task"];
@@ -2073,10 +2705,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
                 task_id: components["parameters"]["TaskId"];
             };
             cookie?: never;
@@ -2093,6 +2727,38 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "task": {
+                     *           "task_id": "019cadd8ea008e5f1b3d6a9c2e4f7a1b",
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "state": "CANCELLED",
+                     *           "priority": 5,
+                     *           "payload": {
+                     *             "template": "cart-reminder",
+                     *             "to": "grace@example.com",
+                     *             "user_id": 7
+                     *           },
+                     *           "attempts": 0,
+                     *           "max_attempts": 3,
+                     *           "on_unknown_outcome": "retry",
+                     *           "cancel_requested": false,
+                     *           "created_at": "2026-03-02T09:20:00.000Z",
+                     *           "available_at": "2026-03-02T10:20:00.000Z",
+                     *           "deadline_at": "2026-03-02T11:20:00.000Z",
+                     *           "finished_at": "2026-03-02T09:31:12.500Z",
+                     *           "error": {
+                     *             "code": "CANCELLED",
+                     *             "message": "customer asked"
+                     *           }
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskResult"];
@@ -2113,10 +2779,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
                 task_id: components["parameters"]["TaskId"];
             };
             cookie?: never;
@@ -2133,6 +2801,39 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "task": {
+                     *           "task_id": "019cad8fac007a3d1c6f8b2e5a9d4c6e",
+                     *           "queue": "billing",
+                     *           "namespace": "shop",
+                     *           "state": "SUCCEEDED",
+                     *           "priority": 9,
+                     *           "resource_key": "customer-1017",
+                     *           "payload": {
+                     *             "invoice": "INV-2026-0042",
+                     *             "amount_cents": 4999,
+                     *             "currency": "EUR"
+                     *           },
+                     *           "attempts": 1,
+                     *           "max_attempts": 1,
+                     *           "on_unknown_outcome": "review",
+                     *           "cancel_requested": false,
+                     *           "created_at": "2026-03-02T08:00:00.000Z",
+                     *           "available_at": "2026-03-02T08:00:00.000Z",
+                     *           "deadline_at": "2026-03-03T08:00:00.000Z",
+                     *           "finished_at": "2026-03-02T08:45:00.000Z",
+                     *           "result": {
+                     *             "charged": true,
+                     *             "charge_id": "ch_1017_0042"
+                     *           }
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskResult"];
@@ -2148,9 +2849,15 @@ export interface operations {
                 /** @description Only this queue's tasks (a queue outside the credential's scope is 404). */
                 queue?: components["schemas"]["QueueName"];
                 state?: components["schemas"]["TaskState"];
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description The `next_cursor` of the previous page. */
+                /**
+                 * @description The `next_cursor` of the previous page.
+                 * @example WyJlbWFpbHMiXQ
+                 */
                 cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
@@ -2165,6 +2872,78 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "tasks": [
+                     *           {
+                     *             "task_id": "019cadd8ea008e5f1b3d6a9c2e4f7a1b",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "state": "WAITING",
+                     *             "priority": 5,
+                     *             "payload": {
+                     *               "template": "cart-reminder",
+                     *               "to": "grace@example.com",
+                     *               "user_id": 7
+                     *             },
+                     *             "attempts": 0,
+                     *             "max_attempts": 3,
+                     *             "on_unknown_outcome": "retry",
+                     *             "cancel_requested": false,
+                     *             "created_at": "2026-03-02T09:20:00.000Z",
+                     *             "available_at": "2026-03-02T10:20:00.000Z",
+                     *             "deadline_at": "2026-03-02T11:20:00.000Z"
+                     *           },
+                     *           {
+                     *             "task_id": "019cadd715406e2b9f4d7a1c5e3b8d0a",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "state": "WAITING",
+                     *             "priority": 5,
+                     *             "payload": {
+                     *               "template": "welcome",
+                     *               "to": "alan@example.com",
+                     *               "user_id": 43
+                     *             },
+                     *             "attempts": 0,
+                     *             "max_attempts": 3,
+                     *             "on_unknown_outcome": "retry",
+                     *             "cancel_requested": false,
+                     *             "created_at": "2026-03-02T09:18:00.000Z",
+                     *             "available_at": "2026-03-02T09:28:00.000Z",
+                     *             "deadline_at": "2026-03-03T09:18:00.000Z"
+                     *           },
+                     *           {
+                     *             "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "state": "SUCCEEDED",
+                     *             "priority": 7,
+                     *             "resource_key": "user-42",
+                     *             "payload": {
+                     *               "template": "welcome",
+                     *               "to": "ada@example.com",
+                     *               "user_id": 42
+                     *             },
+                     *             "attempts": 1,
+                     *             "max_attempts": 5,
+                     *             "on_unknown_outcome": "retry",
+                     *             "cancel_requested": false,
+                     *             "created_at": "2026-03-02T09:15:00.000Z",
+                     *             "available_at": "2026-03-02T09:16:00.000Z",
+                     *             "deadline_at": "2026-03-02T10:15:00.000Z",
+                     *             "finished_at": "2026-03-02T09:16:02.418Z",
+                     *             "result": {
+                     *               "message_id": "<welcome-42@mail.example.com>"
+                     *             }
+                     *           }
+                     *         ],
+                     *         "next_cursor": "WyIwMTljYWRkNDU2MjA5YTdiNWMzZDFlMGYyYTRiNmM4ZCJd"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskPage"];
@@ -2179,6 +2958,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
                 task_id: components["parameters"]["TaskId"];
             };
             cookie?: never;
@@ -2191,6 +2971,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "attempts": [
+                     *           {
+                     *             "attempt_id": "019cadd541b17f9a1c3e5b7d9f2a4c6e",
+                     *             "attempt_number": 1,
+                     *             "state": "SUCCEEDED",
+                     *             "session_id": "019cad8e06208e0b2d4f6a8c1e3b5d7f",
+                     *             "node_id": "mailer-1",
+                     *             "claimed_at": "2026-03-02T09:16:00.305Z",
+                     *             "started_at": "2026-03-02T09:16:00.311Z",
+                     *             "finished_at": "2026-03-02T09:16:02.418Z",
+                     *             "lease_expires_at": "2026-03-02T09:16:30.311Z"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["AttemptList"];
@@ -2205,11 +3005,15 @@ export interface operations {
             query?: {
                 /** @description Only events with a sequence greater than this (the `next_after` of the previous page; default 0). */
                 after?: components["schemas"]["Uint64"];
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
             };
             header?: never;
             path: {
+                /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
                 task_id: components["parameters"]["TaskId"];
             };
             cookie?: never;
@@ -2222,6 +3026,55 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "events": [
+                     *           {
+                     *             "sequence": "1201",
+                     *             "event_id": "019cadd456201201a1b2c3d4e5f6a7b8",
+                     *             "type": "task.submitted",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "priority": 7
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:15:00.000Z"
+                     *           },
+                     *           {
+                     *             "sequence": "1202",
+                     *             "event_id": "019cadd541b71202a1b2c3d4e5f6a7b8",
+                     *             "type": "task.started",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "attempt_number": 1
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:16:00.311Z"
+                     *           },
+                     *           {
+                     *             "sequence": "1203",
+                     *             "event_id": "019cadd549f21203a1b2c3d4e5f6a7b8",
+                     *             "type": "task.succeeded",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "attempt_number": 1
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:16:02.418Z"
+                     *           }
+                     *         ],
+                     *         "next_after": "1203"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["EventPage"];
@@ -2242,10 +3095,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
                 task_id: components["parameters"]["TaskId"];
             };
             cookie?: never;
@@ -2262,6 +3117,32 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "task": {
+                     *           "task_id": "019ca7fb73006c9f2a5e8d1b4c7a3e5f",
+                     *           "queue": "reports",
+                     *           "namespace": "shop",
+                     *           "state": "WAITING",
+                     *           "priority": 5,
+                     *           "payload": {
+                     *             "report": "monthly-revenue",
+                     *             "month": "2026-02"
+                     *           },
+                     *           "attempts": 3,
+                     *           "max_attempts": 4,
+                     *           "on_unknown_outcome": "retry",
+                     *           "cancel_requested": false,
+                     *           "created_at": "2026-03-01T06:00:00.000Z",
+                     *           "available_at": "2026-03-02T09:40:00.000Z",
+                     *           "deadline_at": "2026-03-02T15:40:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["TaskResult"];
@@ -2275,13 +3156,20 @@ export interface operations {
     listSchedules: {
         parameters: {
             query?: {
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description The `next_cursor` of the previous page. */
+                /**
+                 * @description The `next_cursor` of the previous page.
+                 * @example WyJlbWFpbHMiXQ
+                 */
                 cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -2294,6 +3182,64 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "schedules": [
+                     *           {
+                     *             "schedule_id": "019ca8d72d008e6b0d2f4a6c8e1b3d5f",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "name": "daily-digest",
+                     *             "cron": "0 8 * * *",
+                     *             "timezone": "Europe/Berlin",
+                     *             "payload": {
+                     *               "template": "daily-digest"
+                     *             },
+                     *             "priority": 5,
+                     *             "max_attempts": 3,
+                     *             "deadline_seconds": 3600,
+                     *             "on_unknown_outcome": "retry",
+                     *             "misfire_policy": "skip",
+                     *             "misfire_window_seconds": 60,
+                     *             "state": "ACTIVE",
+                     *             "next_fire_at": "2026-03-03T07:00:00.000Z",
+                     *             "last_fire_at": "2026-03-02T07:00:00.000Z",
+                     *             "fired": "1",
+                     *             "skipped_misfire": "0",
+                     *             "deferred_full": "0",
+                     *             "created_at": "2026-03-01T10:00:00.000Z"
+                     *           },
+                     *           {
+                     *             "schedule_id": "019cadbd72c08b1d4a7c3e6f9b2d5a8c",
+                     *             "queue": "emails",
+                     *             "namespace": "shop",
+                     *             "name": "inbox-sync",
+                     *             "interval_seconds": 900,
+                     *             "timezone": "UTC",
+                     *             "payload": {
+                     *               "job": "sync-bounces"
+                     *             },
+                     *             "priority": 5,
+                     *             "max_attempts": 1,
+                     *             "deadline_seconds": 600,
+                     *             "on_unknown_outcome": "retry",
+                     *             "misfire_policy": "skip",
+                     *             "misfire_window_seconds": 60,
+                     *             "start_at": "2026-03-02T09:00:00.000Z",
+                     *             "state": "ACTIVE",
+                     *             "next_fire_at": "2026-03-02T09:30:00.000Z",
+                     *             "last_fire_at": "2026-03-02T09:15:00.000Z",
+                     *             "fired": "2",
+                     *             "skipped_misfire": "0",
+                     *             "deferred_full": "0",
+                     *             "created_at": "2026-03-02T08:50:00.000Z"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SchedulePage"];
@@ -2314,10 +3260,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example emails */
                 queue: components["parameters"]["Queue"];
             };
             cookie?: never;
@@ -2334,6 +3282,37 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "schedule": {
+                     *           "schedule_id": "019ca8d72d008e6b0d2f4a6c8e1b3d5f",
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "name": "daily-digest",
+                     *           "cron": "0 8 * * *",
+                     *           "timezone": "Europe/Berlin",
+                     *           "payload": {
+                     *             "template": "daily-digest"
+                     *           },
+                     *           "priority": 5,
+                     *           "max_attempts": 3,
+                     *           "deadline_seconds": 3600,
+                     *           "on_unknown_outcome": "retry",
+                     *           "misfire_policy": "skip",
+                     *           "misfire_window_seconds": 60,
+                     *           "state": "ACTIVE",
+                     *           "next_fire_at": "2026-03-02T07:00:00.000Z",
+                     *           "fired": "0",
+                     *           "skipped_misfire": "0",
+                     *           "deferred_full": "0",
+                     *           "created_at": "2026-03-01T10:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ScheduleResult"];
@@ -2348,6 +3327,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @example 019ca8d72d008e6b0d2f4a6c8e1b3d5f */
                 schedule_id: components["parameters"]["ScheduleId"];
             };
             cookie?: never;
@@ -2360,6 +3340,35 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "schedule_id": "019ca8d72d008e6b0d2f4a6c8e1b3d5f",
+                     *         "queue": "emails",
+                     *         "namespace": "shop",
+                     *         "name": "daily-digest",
+                     *         "cron": "0 8 * * *",
+                     *         "timezone": "Europe/Berlin",
+                     *         "payload": {
+                     *           "template": "daily-digest"
+                     *         },
+                     *         "priority": 5,
+                     *         "max_attempts": 3,
+                     *         "deadline_seconds": 3600,
+                     *         "on_unknown_outcome": "retry",
+                     *         "misfire_policy": "skip",
+                     *         "misfire_window_seconds": 60,
+                     *         "state": "ACTIVE",
+                     *         "next_fire_at": "2026-03-03T07:00:00.000Z",
+                     *         "last_fire_at": "2026-03-02T07:00:00.000Z",
+                     *         "fired": "1",
+                     *         "skipped_misfire": "0",
+                     *         "deferred_full": "0",
+                     *         "created_at": "2026-03-01T10:00:00.000Z"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["Schedule"];
@@ -2380,10 +3389,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019ca8d72d008e6b0d2f4a6c8e1b3d5f */
                 schedule_id: components["parameters"]["ScheduleId"];
             };
             cookie?: never;
@@ -2400,6 +3411,38 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "schedule": {
+                     *           "schedule_id": "019ca8d72d008e6b0d2f4a6c8e1b3d5f",
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "name": "daily-digest",
+                     *           "cron": "0 8 * * *",
+                     *           "timezone": "Europe/Berlin",
+                     *           "payload": {
+                     *             "template": "daily-digest"
+                     *           },
+                     *           "priority": 5,
+                     *           "max_attempts": 3,
+                     *           "deadline_seconds": 3600,
+                     *           "on_unknown_outcome": "retry",
+                     *           "misfire_policy": "skip",
+                     *           "misfire_window_seconds": 60,
+                     *           "state": "PAUSED",
+                     *           "next_fire_at": "2026-03-03T07:00:00.000Z",
+                     *           "last_fire_at": "2026-03-02T07:00:00.000Z",
+                     *           "fired": "1",
+                     *           "skipped_misfire": "0",
+                     *           "deferred_full": "0",
+                     *           "created_at": "2026-03-01T10:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ScheduleResult"];
@@ -2420,10 +3463,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019ca8d72d008e6b0d2f4a6c8e1b3d5f */
                 schedule_id: components["parameters"]["ScheduleId"];
             };
             cookie?: never;
@@ -2440,6 +3485,38 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "schedule": {
+                     *           "schedule_id": "019ca8d72d008e6b0d2f4a6c8e1b3d5f",
+                     *           "queue": "emails",
+                     *           "namespace": "shop",
+                     *           "name": "daily-digest",
+                     *           "cron": "0 8 * * *",
+                     *           "timezone": "Europe/Berlin",
+                     *           "payload": {
+                     *             "template": "daily-digest"
+                     *           },
+                     *           "priority": 5,
+                     *           "max_attempts": 3,
+                     *           "deadline_seconds": 3600,
+                     *           "on_unknown_outcome": "retry",
+                     *           "misfire_policy": "skip",
+                     *           "misfire_window_seconds": 60,
+                     *           "state": "ACTIVE",
+                     *           "next_fire_at": "2026-03-03T07:00:00.000Z",
+                     *           "last_fire_at": "2026-03-02T07:00:00.000Z",
+                     *           "fired": "1",
+                     *           "skipped_misfire": "0",
+                     *           "deferred_full": "0",
+                     *           "created_at": "2026-03-01T10:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ScheduleResult"];
@@ -2452,9 +3529,15 @@ export interface operations {
     listSubscriptions: {
         parameters: {
             query?: {
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description The `next_cursor` of the previous page. */
+                /**
+                 * @description The `next_cursor` of the previous page.
+                 * @example WyJlbWFpbHMiXQ
+                 */
                 cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
@@ -2469,6 +3552,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "subscriptions": [
+                     *           {
+                     *             "subscription_id": "019ca9450a009c1f5b8d2a6e0c4f7b3d",
+                     *             "namespace": "shop",
+                     *             "name": "email-outcomes",
+                     *             "types": [
+                     *               "task.succeeded",
+                     *               "task.failed"
+                     *             ],
+                     *             "queues": [
+                     *               "emails"
+                     *             ],
+                     *             "state": "ACTIVE",
+                     *             "acked_sequence": "1200",
+                     *             "created_at": "2026-03-01T12:00:00.000Z"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubscriptionPage"];
@@ -2489,6 +3596,7 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
@@ -2507,6 +3615,29 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "subscription": {
+                     *           "subscription_id": "019ca9450a009c1f5b8d2a6e0c4f7b3d",
+                     *           "namespace": "shop",
+                     *           "name": "email-outcomes",
+                     *           "types": [
+                     *             "task.succeeded",
+                     *             "task.failed"
+                     *           ],
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "state": "ACTIVE",
+                     *           "acked_sequence": "1187",
+                     *           "created_at": "2026-03-01T12:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubscriptionResult"];
@@ -2521,6 +3652,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
                 subscription_id: components["parameters"]["SubscriptionId"];
             };
             cookie?: never;
@@ -2533,6 +3665,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "subscription_id": "019ca9450a009c1f5b8d2a6e0c4f7b3d",
+                     *         "namespace": "shop",
+                     *         "name": "email-outcomes",
+                     *         "types": [
+                     *           "task.succeeded",
+                     *           "task.failed"
+                     *         ],
+                     *         "queues": [
+                     *           "emails"
+                     *         ],
+                     *         "state": "ACTIVE",
+                     *         "acked_sequence": "1200",
+                     *         "created_at": "2026-03-01T12:00:00.000Z"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["Subscription"];
@@ -2553,10 +3705,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
                 subscription_id: components["parameters"]["SubscriptionId"];
             };
             cookie?: never;
@@ -2573,6 +3727,29 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "subscription": {
+                     *           "subscription_id": "019ca9450a009c1f5b8d2a6e0c4f7b3d",
+                     *           "namespace": "shop",
+                     *           "name": "email-outcomes",
+                     *           "types": [
+                     *             "task.succeeded",
+                     *             "task.failed"
+                     *           ],
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "state": "PAUSED",
+                     *           "acked_sequence": "1200",
+                     *           "created_at": "2026-03-01T12:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubscriptionResult"];
@@ -2593,10 +3770,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
                 subscription_id: components["parameters"]["SubscriptionId"];
             };
             cookie?: never;
@@ -2613,6 +3792,29 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "subscription": {
+                     *           "subscription_id": "019ca9450a009c1f5b8d2a6e0c4f7b3d",
+                     *           "namespace": "shop",
+                     *           "name": "email-outcomes",
+                     *           "types": [
+                     *             "task.succeeded",
+                     *             "task.failed"
+                     *           ],
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "state": "ACTIVE",
+                     *           "acked_sequence": "1200",
+                     *           "created_at": "2026-03-01T12:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubscriptionResult"];
@@ -2625,13 +3827,20 @@ export interface operations {
     readSubscription: {
         parameters: {
             query?: {
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait). */
+                /**
+                 * @description How long to wait for something to answer with, in seconds (0-30; default 0, no wait).
+                 * @example 10
+                 */
                 wait_seconds?: components["parameters"]["WaitSeconds"];
             };
             header?: never;
             path: {
+                /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
                 subscription_id: components["parameters"]["SubscriptionId"];
             };
             cookie?: never;
@@ -2644,6 +3853,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "events": [
+                     *           {
+                     *             "sequence": "1203",
+                     *             "event_id": "019cadd549f21203a1b2c3d4e5f6a7b8",
+                     *             "type": "task.succeeded",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "attempt_number": 1
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:16:02.418Z"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubscriptionEvents"];
@@ -2664,10 +3895,12 @@ export interface operations {
                  *     it created is unfinished, however old. A replay after that is a new request: a
                  *     submission makes a new task, a create of a named resource that exists is 409
                  *     STATE_CONFLICT.
+                 * @example welcome-42
                  */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
                 subscription_id: components["parameters"]["SubscriptionId"];
             };
             cookie?: never;
@@ -2684,6 +3917,29 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "subscription": {
+                     *           "subscription_id": "019ca9450a009c1f5b8d2a6e0c4f7b3d",
+                     *           "namespace": "shop",
+                     *           "name": "email-outcomes",
+                     *           "types": [
+                     *             "task.succeeded",
+                     *             "task.failed"
+                     *           ],
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "state": "ACTIVE",
+                     *           "acked_sequence": "1203",
+                     *           "created_at": "2026-03-01T12:00:00.000Z"
+                     *         },
+                     *         "deduplicated": false
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["SubscriptionResult"];
@@ -2696,9 +3952,15 @@ export interface operations {
     listAuditEvents: {
         parameters: {
             query?: {
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
-                /** @description The `next_cursor` of the previous page. */
+                /**
+                 * @description The `next_cursor` of the previous page.
+                 * @example WyJlbWFpbHMiXQ
+                 */
                 cursor?: components["parameters"]["Cursor"];
             };
             header?: never;
@@ -2713,6 +3975,59 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "audit_events": [
+                     *           {
+                     *             "audit_id": "019c476c36009b1a3c5e7d9f1b3a5c7e",
+                     *             "namespace": "shop",
+                     *             "credential_id": "019c186e2ef88a0e2d4b6f8a1c3e5d7f",
+                     *             "action": "queue.create",
+                     *             "resource_type": "queue",
+                     *             "resource": "emails",
+                     *             "reason": "welcome and notification emails",
+                     *             "request_id": "3e5a7c9b1d2f4a6c8e0b1d3f5a7c9e2d",
+                     *             "idempotency_key": "create-queue-emails",
+                     *             "after": {
+                     *               "revision": "1",
+                     *               "max_unfinished_tasks": 50000,
+                     *               "max_concurrency": 100,
+                     *               "rate_per_second": 200,
+                     *               "key_concurrency": 1,
+                     *               "paused": false
+                     *             },
+                     *             "created_at": "2026-02-10T12:00:00.000Z"
+                     *           },
+                     *           {
+                     *             "audit_id": "019cae021ce00c2b4d6f8a0c2e4b6d8f",
+                     *             "namespace": "shop",
+                     *             "credential_id": "019c186e2ef88a0e2d4b6f8a1c3e5d7f",
+                     *             "action": "application.resources.configure",
+                     *             "resource_type": "application_resources",
+                     *             "resource": "019c186e2e804e6a8c0b1d3f5a7c9e2b",
+                     *             "reason": "holiday peak",
+                     *             "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *             "idempotency_key": "limits-holiday-2026",
+                     *             "before": {
+                     *               "revision": "4",
+                     *               "max_unfinished_tasks": 100000,
+                     *               "max_concurrency": 200,
+                     *               "rate_per_second": 500
+                     *             },
+                     *             "after": {
+                     *               "revision": "5",
+                     *               "max_unfinished_tasks": 200000,
+                     *               "max_concurrency": 400,
+                     *               "rate_per_second": 1000
+                     *             },
+                     *             "created_at": "2026-03-02T10:05:00.000Z"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["AuditEventPage"];
@@ -2727,7 +4042,10 @@ export interface operations {
             query?: {
                 /** @description Return events with a sequence greater than this (decimal string; default 0). */
                 after?: components["schemas"]["Uint64"];
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: components["parameters"]["Limit"];
             };
             header?: never;
@@ -2742,6 +4060,55 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "events": [
+                     *           {
+                     *             "sequence": "1201",
+                     *             "event_id": "019cadd456201201a1b2c3d4e5f6a7b8",
+                     *             "type": "task.submitted",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "priority": 7
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:15:00.000Z"
+                     *           },
+                     *           {
+                     *             "sequence": "1202",
+                     *             "event_id": "019cadd541b71202a1b2c3d4e5f6a7b8",
+                     *             "type": "task.started",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "attempt_number": 1
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:16:00.311Z"
+                     *           },
+                     *           {
+                     *             "sequence": "1203",
+                     *             "event_id": "019cadd549f21203a1b2c3d4e5f6a7b8",
+                     *             "type": "task.succeeded",
+                     *             "namespace": "shop",
+                     *             "subject": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *             "data": {
+                     *               "task_id": "019cadd456209a7b5c3d1e0f2a4b6c8d",
+                     *               "queue": "emails",
+                     *               "attempt_number": 1
+                     *             },
+                     *             "occurred_at": "2026-03-02T09:16:02.418Z"
+                     *           }
+                     *         ],
+                     *         "next_after": "1203"
+                     *       }
+                     *     }
+                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["EventPage"];

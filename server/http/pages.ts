@@ -25,6 +25,13 @@ export interface PageAssets {
   favicon: Buffer;
 }
 
+/**
+ * The page shell of /docs around Redoc: a bar with links to the two specs and the console. Its
+ * CSP (DOCS_SECURITY_HEADERS) allows inline <style> elements, which Redoc needs for itself; the
+ * shell has no style attribute. On a narrow screen (a 390 px phone) the bar wraps and drops
+ * the file names, so it never makes the page wider than the screen and every link stays
+ * visible (test/integration/docs-page-browser.test.ts); Redoc below it is responsive itself.
+ */
 const DOCS_HTML = `<!doctype html>
 <html lang="en">
 <head>
@@ -34,19 +41,23 @@ const DOCS_HTML = `<!doctype html>
   <link rel="icon" href="/favicon.ico" type="image/svg+xml">
   <style>
     body { margin: 0; }
-    .orbit-bar { font-family: system-ui, sans-serif; padding: 0.6rem 1.25rem; background: #1d2330; color: #fff; display: flex; gap: 1.5rem; align-items: baseline; }
+    .orbit-bar { font-family: system-ui, sans-serif; padding: 0.6rem 1.25rem; background: #1d2330; color: #fff; display: flex; flex-wrap: wrap; gap: 0.35rem 1.5rem; align-items: baseline; }
     .orbit-bar strong { font-size: 1.05rem; }
-    .orbit-bar a { color: #b9c7ff; }
+    .orbit-bar a { color: #b9c7ff; overflow-wrap: anywhere; }
+    @media (max-width: 40rem) {
+      .orbit-bar { padding: 0.5rem 1rem; column-gap: 1rem; font-size: 0.95rem; }
+      .orbit-bar .orbit-file { display: none; }
+    }
   </style>
 </head>
 <body>
-  <nav class="orbit-bar">
+  <nav class="orbit-bar" aria-label="Orbit">
     <strong>Orbit</strong>
-    <span>HTTP API (<a href="/openapi.yaml">openapi.yaml</a>)</span>
-    <span>Worker protocol, WebSocket frames (<a id="asyncapi-link" href="/asyncapi.yaml">asyncapi.yaml</a>)</span>
-    <a href="/console">Live quota console</a>
+    <a id="openapi-link" href="/openapi.yaml">HTTP API<span class="orbit-file"> (openapi.yaml)</span></a>
+    <a id="asyncapi-link" href="/asyncapi.yaml">Worker protocol<span class="orbit-file"> (asyncapi.yaml)</span></a>
+    <a id="console-link" href="/console">Live quota console</a>
   </nav>
-  <redoc spec-url="/openapi.yaml" hide-download-button="false" path-in-middle-panel="true"></redoc>
+  <redoc spec-url="/openapi.yaml" hide-download-button="false" path-in-middle-panel="true" required-props-first="true"></redoc>
   <script src="/docs/redoc.standalone.js"></script>
 </body>
 </html>

@@ -557,7 +557,7 @@ function parseCurl(source: string): Curl {
       const [name, ...value] = (words[++i] as string).split(':');
       headers[(name as string).trim().toLowerCase()] = value.join(':').trim();
     } else if (w === '--data' || w === '-d' || w === '--data-raw') body = words[++i];
-    else if (w === '-o' || w === '--output') i++;
+    else if (w === '-o' || w === '--output' || w === '--max-time') i++;
     else if (['--include', '-i', '--no-buffer', '-N', '-s', '--silent', '--fail'].includes(w)) continue;
     else {
       assert.ok(!w.startsWith('-'), `an option the test knows: ${w}`);

@@ -45,17 +45,11 @@ export interface TaskContext {
   readonly deadline_at?: string;
   /** Aborted on cancellation (reason "cancelled"), a lost lease, a lost connection or a stop that timed out. */
   readonly signal: AbortSignal;
-  /** @deprecated Use `task_id`; kept for callers of the earlier camelCase names, and not enumerable (JSON leaves it out). */
-  readonly taskId: string;
-  /** @deprecated Use `attempt_id`. */
-  readonly attemptId: string;
-  /** @deprecated Use `attempt_number`. */
-  readonly attemptNumber: number;
 }
 
-/** The handler's view of a claimed attempt (plain fields; the deprecated aliases are hidden getters). */
+/** The handler's view of a claimed attempt: plain fields, named like the `claimed` frame's. */
 function taskContext(attempt: ClaimedAttempt, signal: AbortSignal): TaskContext {
-  const context = {
+  return {
     task_id: attempt.task_id,
     attempt_id: attempt.attempt_id,
     attempt_number: attempt.attempt_number,
@@ -66,12 +60,6 @@ function taskContext(attempt: ClaimedAttempt, signal: AbortSignal): TaskContext 
     ...(attempt.deadline_at !== undefined ? { deadline_at: attempt.deadline_at } : {}),
     signal,
   };
-  Object.defineProperties(context, {
-    taskId: { get: () => attempt.task_id },
-    attemptId: { get: () => attempt.attempt_id },
-    attemptNumber: { get: () => attempt.attempt_number },
-  });
-  return context as unknown as TaskContext;
 }
 
 /** Waits for `promise`, but not longer than `ms`; leaves no timer behind. */
@@ -185,19 +173,10 @@ interface OrbitWorkerBaseOptions {
   startOnClaim?: boolean;
 }
 
-export type OrbitWorkerOptions = OrbitWorkerBaseOptions &
-  (
-    | {
-        /** The worker node, host or process (hello's `node_id`: 1-128 printable ASCII): fairness divides scarce room between nodes. */
-        node_id: string;
-        nodeId?: never;
-      }
-    | {
-        /** @deprecated Use `node_id`, as in the `hello` frame. */
-        nodeId: string;
-        node_id?: never;
-      }
-  );
+export type OrbitWorkerOptions = OrbitWorkerBaseOptions & {
+  /** The worker node, host or process (hello's `node_id`: 1-128 printable ASCII): fairness divides scarce room between nodes. */
+  node_id: string;
+};
 
 /** What the worker tells `onEvent`; the fields are named like the frames' (and JSON.stringify keeps them all). */
 export type WorkerEvent =
@@ -223,8 +202,7 @@ function invalid(field: string, reason: string): OrbitError {
 /** The options checked up front (the server would refuse the same in `hello`, after a connection). */
 function checkOptions(options: OrbitWorkerOptions): ResolvedOptions {
   if (!isObject(options)) throw invalid('options', 'new OrbitWorker takes one options object: { baseUrl, token, node_id, queues, capacity, handler }');
-  const { nodeId, node_id, ...rest } = options as OrbitWorkerBaseOptions & { node_id?: string; nodeId?: string };
-  const node = node_id ?? nodeId;
+  const { node_id: node, ...rest } = options as OrbitWorkerBaseOptions & { node_id?: string };
   if (typeof rest.baseUrl !== 'string' || !/^https?:\/\//.test(rest.baseUrl)) throw invalid('baseUrl', 'must be an http(s) URL');
   if (typeof rest.token !== 'function' && (typeof rest.token !== 'string' || !/^[!-~]+$/.test(rest.token)))
     throw invalid('token', 'must be a non-empty token of printable non-space ASCII, or a function returning one');

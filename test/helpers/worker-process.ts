@@ -74,12 +74,12 @@ async function runChild(): Promise<void> {
   const worker = new OrbitWorker({
     baseUrl: process.env.ORBIT_URL as string,
     token: process.env.ORBIT_TOKEN as string,
-    nodeId: process.env.ORBIT_NODE as string,
+    node_id: process.env.ORBIT_NODE as string,
     queues: (process.env.ORBIT_QUEUES as string).split(','),
     capacity: Number(process.env.ORBIT_CAPACITY),
     maxPollIntervalMs: 100,
     async handler(task) {
-      print({ event: 'run', task_id: task.taskId, attempt_id: task.attemptId });
+      print({ event: 'run', task_id: task.task_id, attempt_id: task.attempt_id });
       await new Promise((r) => setTimeout(r, min + Math.random() * (max - min)));
       return { by: process.env.ORBIT_NODE };
     },

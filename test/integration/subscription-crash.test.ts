@@ -85,12 +85,12 @@ describe('a subscription consumer and a server killed midway', () => {
     const worker = new OrbitWorker({
       baseUrl: servers[1]!.url,
       token: tenant.token,
-      nodeId: 'crash-worker',
+      node_id: 'crash-worker',
       queues: ['work'],
       capacity: 8,
       maxPollIntervalMs: 50,
       handler: async (task) => {
-        if ((task.payload.i as number) % 7 === 0 && task.attemptNumber === 1) throw new Error('retry me once');
+        if ((task.payload.i as number) % 7 === 0 && task.attempt_number === 1) throw new Error('retry me once');
         return { ok: true };
       },
     });

@@ -80,7 +80,7 @@ describe('task lifecycle events, two server processes', () => {
     const worker = new OrbitWorker({
       baseUrl: url(1),
       token: tenant.token,
-      nodeId: 'events',
+      node_id: 'events',
       queues: ['jobs'],
       capacity: 4,
       maxPollIntervalMs: 50,

@@ -84,7 +84,7 @@ describe('orbit-admin verify', () => {
     const worker = new OrbitWorker({
       baseUrl: server.url,
       token: first.token,
-      nodeId: 'verify-traffic',
+      node_id: 'verify-traffic',
       queues: ['first', 'keyed'],
       capacity: 8,
       maxPollIntervalMs: 20,

@@ -15,11 +15,16 @@
  *   credential action in its description, and has `x-codeSamples`: a curl sample whose method,
  *   path, query, headers and JSON body are valid for the operation, and (except the system's
  *   operations) a TypeScript SDK sample calling the method named by the operationId with one
- *   object whose fields are named as in the spec;
+ *   object whose fields are named as in the spec - and every SDK sample type-checks against
+ *   the SDK itself (sdk/index.ts, sdk/worker.ts);
  * - the introduction is for users: no contributor material (codegen, `x-orbit-*`).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
@@ -726,5 +731,44 @@ test('every operation but the system ones has a TypeScript SDK sample calling it
         if (!hasPlaceholder(value)) assert.deepEqual(value, curlBody[key], `${at}: body field ${key} as in the curl sample`);
       if (!hasPlaceholder(body)) assert.ok(bodyVerdict(op.operationId, body).valid, `${at}: the body is valid`);
     }
+  }
+});
+
+test('every SDK sample type-checks against the SDK (sdk/index.ts, sdk/worker.ts)', () => {
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  const dir = mkdtempSync(join(tmpdir(), 'orbit-sdk-samples-'));
+  try {
+    // What a sample leaves to the reader's own code.
+    const prelude =
+      'declare function sendEmail(payload: unknown, options: { signal: AbortSignal }): Promise<string>;\ndeclare function markSent(id: unknown): Promise<void>;\n';
+    const files: string[] = [];
+    for (const op of operations) {
+      const sample = samplesOf(op).find((s) => s.label === 'TypeScript SDK');
+      if (!sample) continue;
+      const file = join(dir, `${op.operationId}.ts`);
+      writeFileSync(file, `${sample.source.replace(/^((?:import [^\n]*\n)+)/, `$1${prelude}`)}\nexport {};\n`);
+      files.push(file);
+    }
+    writeFileSync(join(dir, 'package.json'), '{"type": "module"}');
+    assert.ok(files.length >= 30, `SDK samples: ${files.length}`);
+    const program = ts.createProgram(files, {
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      lib: ['lib.es2023.d.ts', 'lib.dom.d.ts'],
+      types: ['node'],
+      typeRoots: [join(root, 'node_modules/@types')],
+      strict: true,
+      noEmit: true,
+      skipLibCheck: true,
+      allowImportingTsExtensions: true,
+      paths: { '@orbit-tasks/sdk': [join(root, 'sdk/index.ts')], '@orbit-tasks/sdk/worker': [join(root, 'sdk/worker.ts')] },
+    });
+    const problems = ts
+      .getPreEmitDiagnostics(program)
+      .map((d) => `${d.file ? d.file.fileName.slice(dir.length + 1) : ''}: ${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`);
+    assert.deepEqual(problems, [], 'the SDK samples compile against the SDK as it is');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -46,6 +46,23 @@ export async function launchChromium(): Promise<Browser> {
   });
 }
 
+/**
+ * A violation is reported to the page alone (a `securitypolicyviolation` event): listen from
+ * before any script of the page runs; the page's `orbitCspViolations` lists them.
+ */
+export async function recordCspViolations(p: Page): Promise<void> {
+  await p.addInitScript(() => {
+    const window: PageGlobals = globalThis;
+    const violations: string[] = [];
+    window.orbitCspViolations = violations;
+    window.addEventListener(
+      'securitypolicyviolation',
+      (e: PageGlobals) => violations.push(`${e.violatedDirective} refused ${e.blockedURI} (${e.sourceFile}:${e.lineNumber}) ${e.sample}`),
+      true,
+    );
+  });
+}
+
 export interface PageProblems {
   cspViolations: string[];
   pageErrors: string[];
@@ -67,17 +84,7 @@ export async function watchPage(p: Page, serverUrl: string): Promise<{ problems(
   const failed: string[] = [];
   const consoleErrors: string[] = [];
   const pageErrors: string[] = [];
-  // A violation is reported to the page alone (a `securitypolicyviolation` event).
-  await p.addInitScript(() => {
-    const window: PageGlobals = globalThis;
-    const violations: string[] = [];
-    window.orbitCspViolations = violations;
-    window.addEventListener(
-      'securitypolicyviolation',
-      (e: PageGlobals) => violations.push(`${e.violatedDirective} refused ${e.blockedURI} (${e.sourceFile}:${e.lineNumber}) ${e.sample}`),
-      true,
-    );
-  });
+  await recordCspViolations(p);
   p.on('request', (request) => requested.add(request.url()));
   p.on('requestfailed', (request) => failed.push(`${request.url()}: ${request.failure()?.errorText}`));
   p.on('console', (message) => {

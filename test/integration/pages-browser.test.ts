@@ -16,10 +16,8 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { parse as parseYaml } from 'yaml';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
@@ -27,14 +25,8 @@ import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, configureQueue, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { connectRaw } from '../helpers/ws-session.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { launchChromium, recordCspViolations, SCREENSHOTS, type PageGlobals } from '../helpers/browser.ts';
 
-const CHROMIUM = process.env.ORBIT_CHROMIUM ?? '/usr/bin/chromium';
-const SCREENSHOTS = fileURLToPath(new URL('../../.local/screenshots/', import.meta.url));
-/**
- * The page's globals (window, document), for the functions this file runs in the page: it is
- * type-checked with the project's settings, which have no DOM types.
- */
-type PageGlobals = any;
 const DESKTOP = { width: 1280, height: 900 };
 const PHONE = { width: 390, height: 844 };
 
@@ -57,28 +49,11 @@ describe('pages in headless Chromium', () => {
   let browser: Browser;
 
   before(async () => {
-    assert.ok(fs.existsSync(CHROMIUM), `${CHROMIUM} is missing: install Debian's chromium package (apt-get install chromium), or set ORBIT_CHROMIUM`);
-    fs.mkdirSync(SCREENSHOTS, { recursive: true });
     t = await freshDatabase('pages');
     tenant = await createTenant(t.db, { namespace: 'pages', queues: ['billing', 'reports'], resourceAccess: true });
     // A short lease and a quick recovery, so a dropped running attempt becomes NEEDS_REVIEW fast.
     server = await startServerProcess(t.url, { ORBIT_LEASE_SECONDS: '1', ORBIT_RECOVERY_INTERVAL_MS: '100' });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        // Offline: no host name resolves, so a request for anything but the server (127.0.0.1)
-        // fails, and is recorded. Not page.route: with it, Playwright's interception aborts the
-        // browser's own request for the page's icon, which this test checks is answered.
-        '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
   });
   after(async () => {
     await browser?.close();
@@ -96,18 +71,7 @@ describe('pages in headless Chromium', () => {
     const failed: string[] = [];
     const consoleErrors: Array<{ text: string; url: string }> = [];
     const pageErrors: string[] = [];
-    // A violation is reported to the page alone (a `securitypolicyviolation` event): listen from
-    // before any script of the page runs.
-    await p.addInitScript(() => {
-      const window: PageGlobals = globalThis;
-      const violations: string[] = [];
-      window.orbitCspViolations = violations;
-      window.addEventListener(
-        'securitypolicyviolation',
-        (e: PageGlobals) => violations.push(`${e.violatedDirective} refused ${e.blockedURI} (${e.sourceFile}:${e.lineNumber}) ${e.sample}`),
-        true,
-      );
-    });
+    await recordCspViolations(p);
     p.on('request', (request) => requested.add(request.url()));
     p.on('response', (response) => answers.push({ url: response.url(), status: response.status() }));
     p.on('requestfailed', (request) => failed.push(`${request.url()}: ${request.failure()?.errorText}`));

@@ -26,10 +26,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
-import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import type { Ajv2020, ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import ts from 'typescript';
-import { dereference, findOperation, MAX_JSON_BYTES, operationById, operations, spec, type JsonSchema, type SpecOperation } from './spec-validator.ts';
+import {
+  dereference,
+  findOperation,
+  operationById,
+  operations,
+  spec,
+  specAjv,
+  stripExtensions,
+  type JsonSchema,
+  type SpecOperation,
+} from './spec-validator.ts';
 import { bodyVerdict, cronPointFrom } from '../helpers/fuzz-spec.ts';
 import { SCHEDULE_DEFAULTS, TASK_DEFAULTS } from '../../server/domain/limits.ts';
 
@@ -63,30 +73,14 @@ const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED']);
 // ---------------------------------------------------------------------------------------------
 // Validating a value against a schema of the spec
 
-const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: true });
+const ajv = specAjv({ validateFormats: true });
 addFormats(ajv);
-ajv.addKeyword({
-  keyword: MAX_JSON_BYTES,
-  schemaType: 'number',
-  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data) ?? '', 'utf8') <= max,
-});
-
-/** The schema without OpenAPI's `example` and `x-` keywords other than the byte limit (Ajv does not know them). */
-function forAjv(schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(forAjv);
-  if (!isObject(schema)) return schema;
-  return Object.fromEntries(
-    Object.entries(schema)
-      .filter(([k]) => k !== 'example' && (!k.startsWith('x-') || k === MAX_JSON_BYTES))
-      .map(([k, v]) => [k, k === 'properties' && isObject(v) ? Object.fromEntries(Object.entries(v).map(([p, s]) => [p, forAjv(s)])) : forAjv(v)]),
-  );
-}
 
 const validators = new Map<unknown, ValidateFunction>();
 function schemaErrors(schema: unknown, value: unknown): string[] {
   let validate = validators.get(schema);
   if (!validate) {
-    validate = ajv.compile(forAjv(dereference(schema)) as JsonSchema);
+    validate = ajv.compile(stripExtensions(dereference(schema)) as JsonSchema);
     validators.set(schema, validate);
   }
   if (validate(value)) return [];

@@ -41,20 +41,25 @@ export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 
 /** openapi.yaml's own keyword: the largest UTF-8 size of the value serialised as compact JSON. */
 export const MAX_JSON_BYTES = 'x-orbit-max-json-bytes';
-const requestAjv = new Ajv2020({ strict: false, allErrors: true });
-requestAjv.addKeyword({
-  keyword: MAX_JSON_BYTES,
-  schemaType: 'number',
-  validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data) ?? '', 'utf8') <= max,
-});
+/** An Ajv for the spec's schemas: every error, and the byte-limit keyword. */
+export function specAjv(options: { validateFormats?: boolean } = {}): Ajv2020 {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, ...options });
+  ajv.addKeyword({
+    keyword: MAX_JSON_BYTES,
+    schemaType: 'number',
+    validate: (max: number, data: unknown) => Buffer.byteLength(JSON.stringify(data) ?? '', 'utf8') <= max,
+  });
+  return ajv;
+}
+const requestAjv = specAjv();
 
-/** The schema without `x-` keywords other than the byte limit (Ajv does not know them). */
-function stripExtensions(schema: unknown): unknown {
+/** The schema without OpenAPI's `example` and the `x-` keywords other than the byte limit (Ajv does not know them). */
+export function stripExtensions(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(stripExtensions);
   if (schema === null || typeof schema !== 'object') return schema;
   return Object.fromEntries(
     Object.entries(schema as Record<string, unknown>)
-      .filter(([k]) => !k.startsWith('x-') || k === MAX_JSON_BYTES)
+      .filter(([k]) => k !== 'example' && (!k.startsWith('x-') || k === MAX_JSON_BYTES))
       .map(([k, v]) => [k, k === 'properties' ? Object.fromEntries(Object.entries(v as object).map(([p, s]) => [p, stripExtensions(s)])) : stripExtensions(v)]),
   );
 }

@@ -3,7 +3,7 @@ import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
 import { withFreshDeadline } from '../../deadline.ts';
 import { OrbitError, invalidArgument, notFound } from '../../errors.ts';
-import { hexToId, idToHex, isHexId } from '../../ids.ts';
+import { hexToId, idToHex, isHexId, type IdBytes } from '../../ids.ts';
 import { canAccessQueue } from '../../domain/principal.ts';
 import { TASK_DEFAULTS } from '../../domain/limits.ts';
 import { isTerminal } from '../../domain/task-transitions.ts';
@@ -129,33 +129,29 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
     async listTasks(input, ctx) {
       const principal = ctx.principal();
       const queueId = await visibleQueueId(ctx, input.path.queue);
-      const after = decodeCursor(input.query.cursor);
-      if (after !== null && !isHexId(after)) throw invalidArgument('cursor', 'is not a cursor returned by this operation', 'query');
-      const { tasks, more } = await taskList(deps.db, {
-        queueId,
-        state: input.query.state,
-        after: after === null ? null : hexToId(after),
-        limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
-        namespace: principal.namespace,
-      });
-      const last = tasks.at(-1);
-      return more && last ? { tasks, next_cursor: encodeCursor(last.task_id) } : { tasks };
+      return taskPage(
+        await taskList(deps.db, {
+          queueId,
+          state: input.query.state,
+          after: cursorTaskId(input.query.cursor),
+          limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
+          namespace: principal.namespace,
+        }),
+      );
     },
     async listAllTasks(input, ctx) {
       const principal = ctx.principal();
       const queueIds = input.query.queue === undefined ? await queueIdsVisible(deps.db, principal) : [await visibleQueueId(ctx, input.query.queue)];
-      const before = decodeCursor(input.query.cursor);
-      if (before !== null && !isHexId(before)) throw invalidArgument('cursor', 'is not a cursor returned by this operation', 'query');
-      const { tasks, more } = await taskListNewest(deps.db, {
-        namespaceId: principal.namespaceId,
-        queueIds,
-        state: input.query.state,
-        before: before === null ? null : hexToId(before),
-        limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
-        namespace: principal.namespace,
-      });
-      const last = tasks.at(-1);
-      return more && last ? { tasks, next_cursor: encodeCursor(last.task_id) } : { tasks };
+      return taskPage(
+        await taskListNewest(deps.db, {
+          namespaceId: principal.namespaceId,
+          queueIds,
+          state: input.query.state,
+          before: cursorTaskId(input.query.cursor),
+          limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
+          namespace: principal.namespace,
+        }),
+      );
     },
     async listTaskAttempts(input, ctx) {
       const task = await taskGetVisible(deps.db, ctx.principal(), hexToId(input.path.task_id));
@@ -249,6 +245,19 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       return outcome;
     },
   };
+}
+
+/** The task id a task list's `cursor` names (null: the first page); anything else is 400. */
+function cursorTaskId(cursor: string | undefined): IdBytes | null {
+  const id = decodeCursor(cursor);
+  if (id !== null && !isHexId(id)) throw invalidArgument('cursor', 'is not a cursor returned by this operation', 'query');
+  return id === null ? null : hexToId(id);
+}
+
+/** A page of tasks, with the cursor of the next one when there is more. */
+function taskPage({ tasks, more }: { tasks: components['schemas']['Task'][]; more: boolean }): components['schemas']['TaskPage'] {
+  const last = tasks.at(-1);
+  return more && last ? { tasks, next_cursor: encodeCursor(last.task_id) } : { tasks };
 }
 
 /** A wait ends when the task is terminal or waits for an operator. */

@@ -1017,7 +1017,11 @@ export interface components {
         /** @example 8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c */
         RequestId: string;
         /**
-         * @description A uint64 usage counter as a decimal string.
+         * @description A uint64 usage counter as a decimal string. Why a string next to limits that are JSON
+         *     numbers: counters are stored as `BIGINT UNSIGNED` (uint64), which a JSON number - an
+         *     IEEE double in most clients, exact only up to 2^53 - cannot carry exactly in every
+         *     client; configured limits are bounded far below 2^53 and stay integers. The SDK and the
+         *     console show both as numbers.
          * @example 1250
          */
         Counter: string;
@@ -1069,6 +1073,10 @@ export interface components {
             request_id: components["schemas"]["RequestId"];
             error: components["schemas"]["Error"];
         };
+        /**
+         * @description The application's three shared limits (JSON integers) and their live usage (decimal
+         *     strings: uint64 counters, see Counter), together with the configuration `revision`.
+         */
         ApplicationResources: {
             application_id: components["schemas"]["Id"];
             revision: components["schemas"]["Counter"];

@@ -147,8 +147,15 @@ const UNREACHABLE_CODES = new Set([
   'ORBIT_POOL_TIMEOUT',
   'ORBIT_DEADLINE',
 ]);
-/** Server errors of a server that is going away or refusing work: shutdown in progress, connection killed, too many connections, read-only. */
-const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031]);
+/**
+ * Server errors of a server that is going away or refusing work: shutdown in progress,
+ * connection killed, too many connections, read-only - and of a database that is not there for
+ * this server any more (unknown database, access denied to it or to the user, its tables gone:
+ * a dropped database answers open connections with "no such table"): an operator's fault to
+ * fix, which /readyz reports, not a bug of the request (a table this build lacks is refused at
+ * start-up: migrations are checked before the server listens).
+ */
+const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031, 1044, 1045, 1049, 1146]);
 
 export function isDatabaseUnreachable(error: unknown): boolean {
   const e = error as { code?: string; errno?: number } | null;

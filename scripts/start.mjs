@@ -122,12 +122,14 @@ function announce(url) {
   say(`Orbit is running at ${url}`);
   say(`  database        ${redact(databaseUrl)} (${databaseNote}; migrated)`);
   say(`  API reference   ${url}/docs`);
-  say(`  quota console   ${url}/console (paste a credential token)`);
+  say(`  console         ${url}/console (paste a credential token)`);
   say(`  metrics         ${url}/metrics`);
-  say('next, in another terminal: create an application, a namespace, a queue and a token -');
-  say(`  ${env}npx orbit-admin bootstrap --application demo --namespace first --environment development \\`);
-  say('    --queue first --resource-access --output .local/demo.credentials.json');
-  say('  then follow the five-minute tour in README.md. Ctrl-C stops the server.');
+  say('next, in another terminal at the repository root: the five-minute tour of README.md, which starts with');
+  if (env !== '') say(`  export ${env.trim()}`);
+  say(`  export ORBIT_URL=${url}`);
+  say('  npx orbit-admin bootstrap --application demo --namespace shop --environment development \\');
+  say('    --queue emails --output .local/shop.credentials.json');
+  say('Ctrl-C stops the server.');
   say();
 }
 

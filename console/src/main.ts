@@ -623,6 +623,25 @@ function button(id: string, label: string, enabled: boolean, onClick: () => void
   return b;
 }
 
+/** Goes to a task's page by its id (pasted from a log, an API answer or a ticket). */
+function openTaskForm(): HTMLElement {
+  const input = el('input', {
+    type: 'text',
+    id: 'task-open-id',
+    placeholder: 'task id (32 hex characters)',
+    'aria-label': 'task id',
+    autocomplete: 'off',
+    spellcheck: 'false',
+  }) as HTMLInputElement;
+  const form = el('form', { id: 'task-open', class: 'task-open' }, input, el('button', { type: 'submit', class: 'secondary' }, 'Open task'));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const id = input.value.trim().toLowerCase();
+    if (id) location.hash = taskHref(id);
+  });
+  return form;
+}
+
 function tasksSection(): HTMLElement {
   const list = view.list;
   const queueNames = view.queues.map((q) => q.queue);
@@ -680,6 +699,7 @@ function tasksSection(): HTMLElement {
     { id: 'tasks' },
     el('h2', {}, 'Tasks - newest first'),
     filters,
+    openTaskForm(),
     list.note ? el('div', { class: 'note', id: 'tasks-note' }, list.note) : null,
     list.error ? el('div', { class: 'error', id: 'tasks-error' }, list.error) : null,
     rows.length > 0 ? table(['task', 'state', 'queue', 'attempts', 'created'], rows) : null,
@@ -905,7 +925,7 @@ function render(force = false, loginMessage: string | null = null): void {
     return;
   }
   const focused = document.activeElement;
-  if (!force && focused instanceof HTMLInputElement && focused.closest('#review, #task-actions')) return;
+  if (!force && focused instanceof HTMLInputElement && focused.closest('#review, #task-actions, #task-open')) return;
   const signOutButton = el('button', { type: 'button', class: 'secondary', id: 'sign-out' }, 'Sign out');
   signOutButton.addEventListener('click', () => signOut(null));
   const current = route();

@@ -517,6 +517,13 @@ describe('pages in headless Chromium', () => {
       [await p.locator('#task-filter-queue').inputValue(), await p.locator('#task-filter-state').inputValue(), await p.locator('#task-page-size').inputValue()],
       ['mail', 'WAITING', '10'],
     );
+    // A task opened by its id, pasted from elsewhere.
+    const pasted = mailWaiting[3]!;
+    await p.locator('#task-open-id').fill(` ${pasted.toUpperCase()} `);
+    await p.locator('#task-open button[type=submit]').click();
+    await p.locator(`#task[data-task-id="${pasted}"] dd[data-field=state]`).waitFor();
+    assert.ok(p.url().endsWith(`/console#/tasks/${pasted}`), p.url());
+    await p.goBack();
     await p.screenshot({ path: path.join(SCREENSHOTS, 'console-tasks.png'), fullPage: true });
     await finish();
     await p.close();

@@ -221,7 +221,13 @@ const token = () => sessionStorage.getItem(TOKEN_KEY);
 
 function route(): Route {
   const match = /^#\/tasks\/([^/?#]+)\/?$/.exec(window.location.hash);
-  return match?.[1] ? { page: 'task', taskId: decodeURIComponent(match[1]) } : { page: 'overview' };
+  if (!match?.[1]) return { page: 'overview' };
+  // A malformed escape (`#/tasks/%`) is shown as it is: the task page then says it is no task id.
+  let taskId = match[1];
+  try {
+    taskId = decodeURIComponent(taskId);
+  } catch {}
+  return { page: 'task', taskId };
 }
 
 async function api<T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> {

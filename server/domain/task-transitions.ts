@@ -96,16 +96,27 @@ export function afterResolve(outcome: ResolveOutcome): Transition {
 /** The states an operator may send back to WAITING (`POST /v1/tasks/{id}:retry`); SUCCEEDED is an answer, not a failure. */
 export const OPERATOR_RETRYABLE_STATES: ReadonlySet<TaskState> = new Set(['FAILED', 'EXPIRED', 'CANCELLED']);
 
+/** The most attempts a task row can count (its columns are 16-bit). */
+const MAX_ATTEMPTS_STORED = 65_535;
+
 /**
- * What a retried task becomes: WAITING now, with a deadline as long as it was given at first
- * (an EXPIRED task retried with its old deadline would expire at once), and one more attempt
- * than it has used (a FAILED task usually has none left).
+ * What a retried task becomes: WAITING now, with a deadline as long as the one it was submitted
+ * with (an EXPIRED task retried with its old deadline would expire at once), and one more attempt
+ * than it has used (a FAILED task usually has none left). `deadlineSeconds` is that length as the
+ * task keeps it once retried (`orbit_tasks.deadline_seconds`); before its first retry it is
+ * `deadline_at - created_at`, which nothing but admission writes - after a retry `deadline_at`
+ * counts from the retry, so the length is kept rather than computed again.
  */
-export function afterOperatorRetry(task: { attempts: number; maxAttempts: number; createdAtMs: number; deadlineAtMs: number }, nowMs: number) {
+export function afterOperatorRetry(
+  task: { attempts: number; maxAttempts: number; deadlineSeconds: number | null; createdAtMs: number; deadlineAtMs: number },
+  nowMs: number,
+) {
+  const deadlineSeconds = task.deadlineSeconds ?? Math.max(1, Math.round((task.deadlineAtMs - task.createdAtMs) / 1000));
   return {
     state: 'WAITING' as const,
     availableAtMs: nowMs,
-    deadlineAtMs: nowMs + Math.max(1000, task.deadlineAtMs - task.createdAtMs),
-    maxAttempts: Math.max(task.maxAttempts, task.attempts + 1),
+    deadlineSeconds,
+    deadlineAtMs: nowMs + deadlineSeconds * 1000,
+    maxAttempts: Math.min(MAX_ATTEMPTS_STORED, Math.max(task.maxAttempts, task.attempts + 1)),
   };
 }

@@ -67,7 +67,8 @@ curl() {
 }
 `;
 
-const skipped = (b: Block) => b.marker !== null && /^<!-- (not run:|scenario:)/.test(b.marker);
+/** Not run here: marked so, or run by readme-scenario.test.ts (the README's scenario, the workers page's worker block). */
+const skipped = (b: Block) => b.marker !== null && /^<!-- (not run:|scenario:|worker-scenario:)/.test(b.marker);
 const isSetup = (b: Block) => b.marker === '<!-- docs: setup -->';
 
 describe('every shell block of the README and docs/ runs as written', () => {
@@ -88,7 +89,8 @@ describe('every shell block of the README and docs/ runs as written', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const local = (code: string) => code.replaceAll('.local', join(dir, '.local')).replaceAll('http://127.0.0.1:8080', server.url);
+  /** The blocks' `.local/` (a path, not a host name ending in .local) and address, this test's own. */
+  const local = (code: string) => code.replace(/(^|[\s"'=(])\.local\b/g, `$1${join(dir, '.local')}`).replaceAll('http://127.0.0.1:8080', server.url);
   const script = (blocks: Block[]) =>
     [
       CURL_WRAPPER,

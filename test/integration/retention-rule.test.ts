@@ -239,6 +239,7 @@ test('pruning keeps exactly what the rule keeps (generated histories and policie
       );
       for (const [i, s] of h.subscriptions.entries()) {
         const gone = sequences.filter((e) => e.namespace === s.namespace && !eventKept.includes(e)).map((e) => e.sequence);
+        // biome-ignore lint/complexity/useMathMinMax: bigints (Math.max takes numbers)
         const highest = gone.length === 0 ? 0n : gone.reduce((a, b) => (a > b ? a : b));
         const expected = highest > (positions[i] as bigint) ? highest : 0n;
         const mark = marks.find((m) => m.subscription_id.equals(subscriptionIds[i] as Buffer));

@@ -170,6 +170,11 @@ describe('task history: list, attempts, events, retry', () => {
     const record = audit.find((a: { action: string }) => a.action === 'task.retry');
     assert.ok(record, 'an audit record of the retry');
     assert.deepEqual([record.resource_id ?? record.resource, record.reason], [id, 'SMTP is back']);
+    // A queue may be named like a task id: its events are not the task's history.
+    const operator = await createCredential(t.db, tenant, ['queues:manage'], ['*']);
+    assert.equal((await http('POST', '/v1/queues', { name: id, reason: 'a queue named like a task' }, { token: operator })).status, 200);
+    const after = (await http('GET', `/v1/tasks/${id}/events?limit=100`)).body.data.events.map((e: { type: string }) => e.type);
+    assert.ok(after.length === 6 && after.every((type: string) => type.startsWith('task.')), JSON.stringify(after));
     // Another credential's scope: the history of a task outside it is 404.
     const otherOnly = await createCredential(t.db, tenant, ['tasks:read', 'tasks:submit'], ['other']);
     for (const path of [`/v1/tasks/${id}/attempts`, `/v1/tasks/${id}/events`]) {
@@ -226,6 +231,25 @@ describe('task history: list, attempts, events, retry', () => {
     const left = Date.parse(retried.deadline_at) - before;
     assert.ok(left > 100_000 && left <= 125_000, `a new deadline about 120 s away (${left} ms)`);
     assert.ok(Date.parse(retried.available_at) <= Date.now(), 'claimable at once');
+    await cancel(id);
+  });
+
+  test('a task retried again and again keeps the deadline length it was submitted with', async () => {
+    const id = await submit('mail', { deadline_seconds: 300, delay_seconds: 200 });
+    const deadlineLeft = (task: { deadline_at: string }, at: number) => Date.parse(task.deadline_at) - at;
+    for (let round = 1; round <= 3; round++) {
+      await cancel(id);
+      // As if a day passed since the task (and its last retry) was made: every time of it a day older.
+      await t.db.exec(
+        'UPDATE orbit_tasks SET created_at = created_at - INTERVAL 1 DAY, deadline_at = deadline_at - INTERVAL 1 DAY WHERE task_id = UNHEX(?)',
+        [id],
+      );
+      const at = Date.now();
+      const retried = (await http('POST', `/v1/tasks/${id}:retry`, { reason: `round ${round}` })).body.data.task;
+      assert.equal(retried.state, 'WAITING');
+      const left = deadlineLeft(retried, at);
+      assert.ok(left > 280_000 && left <= 305_000, `round ${round}: a deadline 300 s away, not more (${left} ms)`);
+    }
     await cancel(id);
   });
 

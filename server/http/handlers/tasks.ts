@@ -144,7 +144,6 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       const queueIds = input.query.queue === undefined ? await queueIdsVisible(deps.db, principal) : [await visibleQueueId(ctx, input.query.queue)];
       return taskPage(
         await taskListNewest(deps.db, {
-          namespaceId: principal.namespaceId,
           queueIds,
           state: input.query.state,
           before: cursorTaskId(input.query.cursor),
@@ -163,7 +162,7 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
       const page = await eventList(deps.db, {
         namespaceId: principal.namespaceId,
         namespace: principal.namespace,
-        subject: input.path.task_id,
+        subject: { kind: 'task', id: input.path.task_id },
         after: input.query.after ?? '0',
         limit: input.query.limit ?? DEFAULT_PAGE_SIZE,
       });

@@ -269,6 +269,8 @@ export const tasks = mysqlTable(
     scheduled_for: time('scheduled_for'),
     // 0005_task_cancel_reason.sql
     cancel_reason: varchar('cancel_reason', { length: 1024 }),
+    // 0009_task_deadline_seconds.sql
+    deadline_seconds: uint32('deadline_seconds'),
   },
   (t) => [
     index('ix_orbit_tasks_claim').on(t.queue_id, t.state, sql`${t.priority} desc`, t.available_at, t.task_id),

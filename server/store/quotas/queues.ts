@@ -172,7 +172,7 @@ export async function queueConfigure(
   params: { principal: Principal; requestId: string; receipt: ReceiptIdentity; name: string; expectedRevision: string; reason: string; limits: QueueLimits },
 ): Promise<{ queue: Queue; deduplicated: boolean }> {
   const { principal } = params;
-  if (!canAccessQueue(principal, params.name)) throw outsideScope(principal, params.name);
+  if (!canAccessQueue(principal, params.name)) throw notFound(`queue "${params.name}"`);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
     await applicationRowLock(tx, principal.applicationId);
     const row = await queueFind(tx, principal.namespaceId, params.name, { lock: true });

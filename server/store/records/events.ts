@@ -73,11 +73,15 @@ export async function eventList(
     after: string;
     limit: number;
     filter?: EventFilter;
-    /** Only the events about this subject (a task id, say): one range of ix_orbit_events_subject. */
-    subject?: string;
+    /**
+     * Only the events of this kind (`task`: `task.*`) about this subject (a task id): one range of
+     * ix_orbit_events_subject. The kind matters: subjects of different kinds may look alike (a
+     * queue may be named like a task id), and a task's history is its own events only.
+     */
+    subject?: { kind: 'task'; id: string };
   },
 ): Promise<{ events: Record<string, unknown>[]; nextAfter: string }> {
-  const subject = params.subject === undefined ? sql`` : sql` AND subject = ${params.subject}`;
+  const subject = params.subject === undefined ? sql`` : sql` AND subject = ${params.subject.id} AND type LIKE ${`${params.subject.kind}.%`}`;
   const rows = await db.rows<FeedRow>(sql`
     SELECT sequence, event_id, type, subject, data, occurred_at
       FROM orbit_events

@@ -12,7 +12,8 @@
  * - each batch is ONE statement (a DELETE whose rows come from a SKIP LOCKED subquery), except
  *   finished tasks, whose ids are locked first and then deleted with their attempts in the
  *   round trip that commits - locks held across that one round trip are the finished task rows'
- *   own, which nothing on the hot path takes;
+ *   own, which nothing on the hot path takes (an operator's `:retry` of a task pruning holds
+ *   waits for that one round trip, its application row held: rare, and bounded);
  * - it never changes a usage counter: counters count unfinished work only.
  *
  * Events are pruned per namespace, in sequence order up to a bound computed first (plain reads):

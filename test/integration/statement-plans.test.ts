@@ -12,6 +12,7 @@ import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { rowsAsExpected } from '../../server/store/attempts/fast-path-guards.ts';
 import { sql } from '../../server/store/database/sql.ts';
 import { PRUNE_BATCH } from '../../server/store/retention/prune.ts';
+import { newestTaskIds } from '../../server/store/tasks/tasks.ts';
 
 let t: TestDatabase;
 before(async () => {
@@ -96,4 +97,31 @@ test('a prune batch looks up each row it deletes by its key: never a scan of the
   } finally {
     for (const table of ['orbit_idempotency_receipts', 'orbit_events', 'orbit_audit_events', 'orbit_worker_sessions']) await t.db.exec(`DELETE FROM ${table}`);
   }
+});
+
+test('GET /v1/tasks across queues merges index-only ranges: no task row is read to choose the page', async () => {
+  const app = Buffer.from('1'.repeat(32), 'hex');
+  const namespace = Buffer.from('2'.repeat(32), 'hex');
+  const queues = [5, 6, 7].map((n) => Buffer.from(String(n).repeat(32), 'hex'));
+  // 300 tasks in each of three queues, most SUCCEEDED, some FAILED, with payloads that a merge of whole rows would carry.
+  for (const [i, queue] of queues.entries()) {
+    await t.db.exec(
+      `INSERT INTO orbit_tasks (task_id, application_id, namespace_id, queue_id, state, priority, payload, attempts, max_attempts, on_unknown_outcome,
+                                idempotency_key, created_at, available_at, deadline_at, updated_at)
+      SELECT UNHEX(LPAD(HEX(${i + 1} * 1000 + seq), 32, '0')), ?, ?, ?, IF(seq % 10 = 0, 'FAILED', 'SUCCEEDED'), 5, REPEAT('x', 2000), 1, 3, 'retry',
+             CONCAT('k', seq), NOW(6), NOW(6), NOW(6) + INTERVAL 1 DAY, NOW(6) FROM seq_1_to_300`,
+      [app, namespace, queue],
+    );
+  }
+  await t.db.exec('ANALYZE TABLE orbit_tasks');
+  for (const state of ['FAILED', undefined] as const) {
+    const plan = await t.db.rows<{ table: string; key: string | null; Extra: string | null }>(sql`EXPLAIN ${newestTaskIds(queues, state, null, 26)}`);
+    const ranges = plan.filter((row) => row.table === 't');
+    assert.equal(ranges.length, 3, JSON.stringify(plan));
+    for (const row of ranges) {
+      assert.equal(row.key, state === undefined ? 'ix_orbit_tasks_queue' : 'ix_orbit_tasks_queue_state', JSON.stringify(plan));
+      assert.match(String(row.Extra), /Using index/, `index-only: ${JSON.stringify(plan)}`);
+    }
+  }
+  await t.db.exec('DELETE FROM orbit_tasks');
 });

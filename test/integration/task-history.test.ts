@@ -240,10 +240,9 @@ describe('task history: list, attempts, events, retry', () => {
     for (let round = 1; round <= 3; round++) {
       await cancel(id);
       // As if a day passed since the task (and its last retry) was made: every time of it a day older.
-      await t.db.exec(
-        'UPDATE orbit_tasks SET created_at = created_at - INTERVAL 1 DAY, deadline_at = deadline_at - INTERVAL 1 DAY WHERE task_id = UNHEX(?)',
-        [id],
-      );
+      await t.db.exec('UPDATE orbit_tasks SET created_at = created_at - INTERVAL 1 DAY, deadline_at = deadline_at - INTERVAL 1 DAY WHERE task_id = UNHEX(?)', [
+        id,
+      ]);
       const at = Date.now();
       const retried = (await http('POST', `/v1/tasks/${id}:retry`, { reason: `round ${round}` })).body.data.task;
       assert.equal(retried.state, 'WAITING');

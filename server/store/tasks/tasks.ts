@@ -7,7 +7,7 @@ import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { sqlToRfc3339 } from '../../time.ts';
 import type { components } from '../../generated/openapi.ts';
-import { sql } from '../database/sql.ts';
+import { sql, type SQL } from '../database/sql.ts';
 import { valueList, type Queryable } from '../database/database.ts';
 import type { AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 
@@ -111,35 +111,37 @@ export async function taskList(
  * of 100, 2.1 s when the merge carried whole rows, 0.02 s this way. The queue ids are the
  * namespace's own (the caller found them within the credential's scope).
  */
+/** One queue's newest tasks, as a range of its index read backwards and cut at `take`. */
+function newestRange(queueId: IdBytes, state: TaskState | undefined, before: IdBytes | null, take: number): SQL {
+  const where = [sql`t.queue_id = ${queueId}`];
+  if (state !== undefined) where.push(sql`t.state = ${state}`);
+  if (before !== null) where.push(sql`t.task_id < ${before}`);
+  return sql`WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id DESC LIMIT ${take}`;
+}
+
+/** The ids of the newest `take` tasks across queues (exported for the plan test: index-only ranges). */
+export function newestTaskIds(queueIds: readonly IdBytes[], state: TaskState | undefined, before: IdBytes | null, take: number): SQL {
+  return sql`${sql.join(
+    queueIds.map((queueId) => sql`(SELECT t.task_id FROM orbit_tasks t ${newestRange(queueId, state, before, take)})`),
+    sql` UNION ALL `,
+  )} ORDER BY task_id DESC LIMIT ${take}`;
+}
+
 export async function taskListNewest(
   db: Queryable,
   params: { queueIds: readonly IdBytes[]; state: TaskState | undefined; before: IdBytes | null; limit: number; namespace: string },
 ): Promise<{ tasks: Task[]; more: boolean }> {
   if (params.queueIds.length === 0) return { tasks: [], more: false };
   const take = params.limit + 1;
-  const range = (queueId: IdBytes) => {
-    const where = [sql`t.queue_id = ${queueId}`];
-    if (params.state !== undefined) where.push(sql`t.state = ${params.state}`);
-    if (params.before !== null) where.push(sql`t.task_id < ${params.before}`);
-    return sql`WHERE ${sql.join(where, sql` AND `)} ORDER BY t.task_id DESC LIMIT ${take}`;
-  };
   const page = (rows: TaskWithQueue[]) => ({
     more: rows.length > params.limit,
     tasks: rows.slice(0, params.limit).map((row) => toTask(row, params.namespace)),
   });
   if (params.queueIds.length === 1) {
-    return page(
-      await db.rows<TaskWithQueue>(
-        sql`SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id ${range(params.queueIds[0] as IdBytes)}`,
-      ),
-    );
+    const range = newestRange(params.queueIds[0] as IdBytes, params.state, params.before, take);
+    return page(await db.rows<TaskWithQueue>(sql`SELECT ${TASK_COLUMNS} FROM orbit_tasks t JOIN orbit_queues q ON q.queue_id = t.queue_id ${range}`));
   }
-  const ids = await db.rows<Pick<TaskRow, 'task_id'>>(
-    sql`${sql.join(
-      params.queueIds.map((queueId) => sql`(SELECT t.task_id FROM orbit_tasks t ${range(queueId)})`),
-      sql` UNION ALL `,
-    )} ORDER BY task_id DESC LIMIT ${take}`,
-  );
+  const ids = await db.rows<Pick<TaskRow, 'task_id'>>(newestTaskIds(params.queueIds, params.state, params.before, take));
   if (ids.length === 0) return { tasks: [], more: false };
   return page(
     await db.rows<TaskWithQueue>(sql`

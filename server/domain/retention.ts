@@ -15,6 +15,7 @@
  *   never deleted; only history is).
  * Usage counters count unfinished work only, so pruning never changes one.
  */
+import { FINISHED_TASK_STATES } from './task-transitions.ts';
 
 /** A policy's durations in seconds; null keeps forever. */
 export interface RetentionPolicy {
@@ -49,11 +50,6 @@ export const RETENTION_DEFAULTS: RetentionPolicy = {
 /** Bounds of every duration (openapi.yaml says the same): at least a minute, at most ten years. */
 export const RETENTION_MIN_SECONDS = 60;
 export const RETENTION_MAX_SECONDS = 315_360_000;
-
-export const UNFINISHED_TASK_STATES = ['WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'] as const;
-export const FINISHED_TASK_STATES = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED'] as const;
-/** Attempt states that hold a worker session's slot. */
-export const ACTIVE_ATTEMPT_STATES = ['RESERVED', 'RUNNING'] as const;
 
 /** The moment before which a duration's rows may go (ms), or null when kept forever. */
 export function cutoffOf(seconds: number | null, nowMs: number): number | null {

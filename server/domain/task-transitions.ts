@@ -6,7 +6,14 @@ import type { components } from '../generated/openapi.ts';
 
 export type TaskState = components['schemas']['TaskState'];
 
-export const TERMINAL_STATES: ReadonlySet<TaskState> = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED']);
+/** The states of a task that is not finished: each counts against `max_unfinished_tasks` at both levels. */
+export const UNFINISHED_TASK_STATES = ['WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'] as const satisfies readonly TaskState[];
+/** The states a task ends in (every other is in UNFINISHED_TASK_STATES; test/unit/task-transitions.test.ts holds the two to the spec's enum). */
+export const FINISHED_TASK_STATES = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED'] as const satisfies readonly TaskState[];
+/** Attempt states that hold a worker session's slot and count as active attempts. */
+export const ACTIVE_ATTEMPT_STATES = ['RESERVED', 'RUNNING'] as const;
+
+export const TERMINAL_STATES: ReadonlySet<TaskState> = new Set(FINISHED_TASK_STATES);
 
 export function isTerminal(state: TaskState): boolean {
   return TERMINAL_STATES.has(state);

@@ -1,7 +1,13 @@
 import { test } from 'node:test';
 import fc from 'fast-check';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { parse } from 'yaml';
 import {
+  FINISHED_TASK_STATES,
+  OPERATOR_RETRYABLE_STATES,
+  UNFINISHED_TASK_STATES,
+  afterOperatorRetry,
   afterLostLease,
   afterResult,
   afterUnstartedReservation,
@@ -61,5 +67,40 @@ test('resultStateWithoutFacts: where it answers, afterResult answers the same fo
       },
     ),
     { seed: 0x7a5c, numRuns: 2000 },
+  );
+});
+
+test("unfinished and finished states split openapi.yaml's TaskState enum exactly; a retry leaves only from finished ones", () => {
+  const spec = parse(readFileSync(new URL('../../openapi.yaml', import.meta.url), 'utf8')) as { components: { schemas: { TaskState: { enum: string[] } } } };
+  const unfinished = new Set<string>(UNFINISHED_TASK_STATES);
+  const finished = new Set<string>(FINISHED_TASK_STATES);
+  assert.deepEqual(
+    [...unfinished].filter((s) => finished.has(s)),
+    [],
+    'disjoint',
+  );
+  assert.deepEqual([...unfinished, ...finished].sort(), [...spec.components.schemas.TaskState.enum].sort());
+  for (const state of OPERATOR_RETRYABLE_STATES) assert.ok(finished.has(state), state);
+});
+
+test('a retry keeps the deadline length it was submitted with, whenever and however often it comes', () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 31_536_000 }),
+      fc.option(fc.integer({ min: 1, max: 31_536_000 }), { nil: null }),
+      fc.integer({ min: 0, max: 10 ** 12 }),
+      fc.integer({ min: 0, max: 10 ** 11 }),
+      fc.integer({ min: 0, max: 200 }),
+      (submitted, kept, createdAtMs, later, attempts) => {
+        const nowMs = createdAtMs + later;
+        const next = afterOperatorRetry({ attempts, maxAttempts: 3, deadlineSeconds: kept, createdAtMs, deadlineAtMs: createdAtMs + submitted * 1000 }, nowMs);
+        const length = kept ?? submitted;
+        assert.equal(next.deadlineSeconds, length);
+        assert.equal(next.deadlineAtMs, nowMs + length * 1000);
+        assert.equal(next.availableAtMs, nowMs);
+        assert.equal(next.maxAttempts, Math.max(3, attempts + 1));
+      },
+    ),
+    { numRuns: 200, seed: 20261203 },
   );
 });

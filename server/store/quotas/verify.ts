@@ -45,15 +45,16 @@
  */
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
+import { ACTIVE_ATTEMPT_STATES, UNFINISHED_TASK_STATES } from '../../domain/task-transitions.ts';
 import { auditInsert } from '../records/audit.ts';
 import { byIdAscending, lockRows, type LockLevel } from '../database/lock-order.ts';
-import { statementText, type Database, type Queryable, type Row, type Statement, type Transaction } from '../database/database.ts';
+import { statementText, valueList, type Database, type Queryable, type Row, type Statement, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, KeyPermitRow, NamespaceRow, QueueRow } from '../database/schema.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import type { ResultSetHeader } from 'mysql2/promise';
 
-const UNFINISHED = sql`'WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW'`;
-const ACTIVE = sql`'RESERVED', 'RUNNING'`;
+const UNFINISHED = valueList(UNFINISHED_TASK_STATES);
+const ACTIVE = valueList(ACTIVE_ATTEMPT_STATES);
 
 export const COUNTER_NAMES = ['unfinished_tasks', 'active_attempts', 'pending_starts'] as const;
 export type CounterName = (typeof COUNTER_NAMES)[number];

@@ -24,7 +24,8 @@
  * skipped silently (subscriptions.ts answers its reads with STATE_CONFLICT until it acknowledges).
  */
 import type { IdBytes } from '../../ids.ts';
-import { ACTIVE_ATTEMPT_STATES, FINISHED_TASK_STATES, RETENTION_FIELDS, UNFINISHED_TASK_STATES, type RetentionPolicy } from '../../domain/retention.ts';
+import { RETENTION_FIELDS, type RetentionPolicy } from '../../domain/retention.ts';
+import { ACTIVE_ATTEMPT_STATES, FINISHED_TASK_STATES, UNFINISHED_TASK_STATES } from '../../domain/task-transitions.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import { valueList, type Database, type Queryable } from '../database/database.ts';
 import { lockRows } from '../database/lock-order.ts';

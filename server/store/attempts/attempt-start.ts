@@ -18,6 +18,8 @@
  */
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { leaseEndMs } from '../../domain/leases.ts';
+import { leaseEndSql } from './lease-end.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import { updateEachRow } from '../database/set-based.ts';
@@ -63,7 +65,7 @@ export async function startCareful(db: Database, params: { applicationId: IdByte
       }
       appWindow = app.window;
       queueWindows.set(queueKey, queue.window);
-      const leaseExpiresAtMs = Math.min(nowMs + params.leaseSeconds * 1000, sqlToMillis(attempt.deadline_at));
+      const leaseExpiresAtMs = leaseEndMs(nowMs, params.leaseSeconds, sqlToMillis(attempt.deadline_at));
       attempt.state = 'RUNNING';
       attempt.lease_expires_at = millisToSql(leaseExpiresAtMs);
       granted.push({ attempt, leaseExpiresAtMs });
@@ -121,9 +123,10 @@ export async function startAttempts(
   if (options.path !== 'careful') {
     const nowMs = await startFast(db, params);
     if (nowMs !== null) {
-      const leaseMs = params.leaseSeconds * 1000;
       return {
-        answers: params.items.map((i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: Math.min(nowMs + leaseMs, i.deadlineAtMs), duplicate: false })),
+        answers: params.items.map(
+          (i): StartAnswer => ({ kind: 'started', leaseExpiresAtMs: leaseEndMs(nowMs, params.leaseSeconds, i.deadlineAtMs), duplicate: false }),
+        ),
         path: 'fast',
       };
     }
@@ -187,7 +190,7 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
   s.push(
-    sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at)
+    sql`UPDATE orbit_attempts SET state = 'RUNNING', started_at = @now, lease_expires_at = ${leaseEndSql(sql.raw('@now'), params.leaseSeconds)}
       WHERE ${rowsAsExpected(
         'attempt_id',
         'session_id',

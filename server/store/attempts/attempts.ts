@@ -15,6 +15,7 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
 import { sql } from '../database/sql.ts';
+import { leaseEndSql } from './lease-end.ts';
 import { valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { counterAdjustStatements, permitHoldersStatement } from '../quotas/counters.ts';
@@ -345,7 +346,7 @@ export async function attemptRenewBatch(
   const held = sql`${rowsAsExpected('attempt_id', 'session_id', pairs)} AND state IN ('RESERVED', 'RUNNING') AND lease_expires_at > @now`;
   const results = await db.oneShot([
     sql`SET @now = NOW(6)`,
-    sql`UPDATE orbit_attempts SET lease_expires_at = LEAST(@now + INTERVAL ${params.leaseSeconds} SECOND, deadline_at) WHERE ${held}`,
+    sql`UPDATE orbit_attempts SET lease_expires_at = ${leaseEndSql(sql.raw('@now'), params.leaseSeconds)} WHERE ${held}`,
     // The same rows, after the UPDATE in this transaction: those it extended (a lease it did not
     // touch was not live, and is not live now).
     sql`SELECT attempt_id, session_id, lease_expires_at FROM orbit_attempts WHERE ${held}`,

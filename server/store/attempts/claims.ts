@@ -21,6 +21,7 @@
 import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
 import { windowIsOpen, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { leaseEndMs } from '../../domain/leases.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import {
   claimBudget,
@@ -197,7 +198,6 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
       holders: new Map<string, number>(),
     };
     const initialQueueRoom = new Map([...shared.queues].map(([q, a]) => [q, a.room]));
-    const leaseMs = leaseSeconds * 1000;
     const decided: Array<{ request: ClaimRequest; claimed: ClaimedAttemptInfo[]; waiting: boolean } | OrbitError> = [];
     for (const request of requests) {
       const { session } = request;
@@ -236,7 +236,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
           priority: c.priority,
           resourceKey: c.resource_key,
           attemptNumber: c.attempts + 1,
-          leaseExpiresAtMs: Math.min(nowMs + leaseMs, deadlineAtMs),
+          leaseExpiresAtMs: leaseEndMs(nowMs, leaseSeconds, deadlineAtMs),
           deadlineAtMs,
           started: request.start === true,
         };

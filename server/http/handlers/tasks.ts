@@ -233,7 +233,7 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
     },
     async retryTask(input, ctx) {
       const principal = ctx.principal();
-      const outcome = await taskRetry(deps.db, {
+      return taskRetry(deps.db, {
         principal,
         requestId: ctx.requestId,
         receipt: receiptIdentity(principal, input.headers['Idempotency-Key'], 'retryTask', { task_id: input.path.task_id }, input.body),
@@ -241,7 +241,6 @@ export function taskHandlers(deps: AppDeps): TaskHandlers {
         reason: input.body.reason,
         nowMs: deps.clock.now(),
       });
-      return outcome;
     },
   };
 }

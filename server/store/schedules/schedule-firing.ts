@@ -49,6 +49,7 @@ import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement, type EventRecord } from '../records/events.ts';
 import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 import { anchorOfRow, triggerOfRow } from './schedules.ts';
+import { UnfinishedRoom } from '../../domain/admission-room.ts';
 
 /** At most this many trigger points of one schedule are looked at in one round, and this many tasks made. */
 export const MAX_POINTS_PER_ROUND = 1000;
@@ -192,8 +193,10 @@ export async function scheduleFireApplication(
     const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
       SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
        WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`);
-    let appRoom = BigInt(app.max_unfinished_tasks) - BigInt(app.unfinished_tasks);
-    const queueRoom = new Map(queueRows.map((q) => [idToHex(q.queue_id), BigInt(q.max_unfinished_tasks) - BigInt(q.unfinished_tasks)]));
+    const room = new UnfinishedRoom(
+      app,
+      queueRows.map((q) => [idToHex(q.queue_id), q] as const),
+    );
     const perQueue = new Map<string, { queueId: IdBytes; count: number }>();
     const taskValues: SQL[] = [];
     const events: EventRecord[] = [];
@@ -235,7 +238,7 @@ export async function scheduleFireApplication(
           change.head = step.nextHead;
           continue;
         }
-        if (appRoom <= 0n || (queueRoom.get(queueKey) ?? 0n) <= 0n) {
+        if (room.full(queueKey) !== null) {
           // Full at one level or both: this point and the ones after it wait for the next round.
           const waiting = countWaiting(trigger, anchorMs, step.at, nowMs, change.deferredThrough, MAX_POINTS_PER_ROUND);
           change.deferred += waiting.count;
@@ -249,8 +252,7 @@ export async function scheduleFireApplication(
           break;
         }
         taskBytes += fireBytes;
-        appRoom -= 1n;
-        queueRoom.set(queueKey, (queueRoom.get(queueKey) ?? 0n) - 1n);
+        room.take(queueKey);
         const entry = perQueue.get(queueKey) ?? { queueId: row.queue_id, count: 0 };
         entry.count += 1;
         perQueue.set(queueKey, entry);

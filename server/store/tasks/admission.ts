@@ -37,6 +37,7 @@ import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { valueBytesBound } from '../database/packets.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
+import { UnfinishedRoom } from '../../domain/admission-room.ts';
 import { receiptReplay, type ReceiptIdentity, type ReceiptRow } from '../records/receipts.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import type { Task } from './tasks.ts';
@@ -312,9 +313,9 @@ async function careful(
           sql`, `,
         )})`);
     const receiptOf = new Map(receipts.map((r) => [`${r.namespace_id.toString('hex')}/${r.idempotency_key}`, r]));
-    let appUnfinished = BigInt(app.unfinished_tasks);
-    const queueRoom = new Map(
-      queueRows.map((q) => [q.queue_id.toString('hex'), { unfinished: BigInt(q.unfinished_tasks), max: BigInt(q.max_unfinished_tasks) }]),
+    const room = new UnfinishedRoom(
+      app,
+      queueRows.map((q) => [q.queue_id.toString('hex'), q] as const),
     );
     const acceptedInBatch = new Map<string, Prepared>();
     const accepted: Prepared[] = [];
@@ -334,12 +335,11 @@ async function careful(
           receiptReplay({ operation: twin.item.receipt.operation, request_sha256: twin.item.receipt.requestSha256, response: '{}' }, p.item.receipt);
           return { ok: true, task: withPayload(twin.snapshot, twin.item.request.payload), deduplicated: true };
         }
-        if (appUnfinished >= BigInt(app.max_unfinished_tasks)) return { ok: false, error: applicationFull() };
-        const queue = queueRoom.get(p.item.queueId.toString('hex'));
-        if (!queue) throw new OrbitError('INTERNAL', 'queue row missing');
-        if (queue.unfinished >= queue.max) return { ok: false, error: queueFull(p.item.queueName) };
-        appUnfinished += 1n;
-        queue.unfinished += 1n;
+        const queueKey = p.item.queueId.toString('hex');
+        const full = room.full(queueKey);
+        if (full === 'application') return { ok: false, error: applicationFull() };
+        if (full === 'queue') return { ok: false, error: queueFull(p.item.queueName) };
+        room.take(queueKey);
         acceptedInBatch.set(keyId, p);
         accepted.push(p);
         return { ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false };

@@ -20,21 +20,43 @@ import { applicationRowLock } from '../quotas/application-resources.ts';
 import { OPERATOR_RETRYABLE_STATES, afterOperatorRetry, afterResolve, type ResolveOutcome, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { applicationFull, queueFull } from './admission.ts';
+import { UnfinishedRoom } from '../../domain/admission-room.ts';
 import type { QueueRow } from '../database/schema.ts';
 import { cancelledError, errorAfterResolve } from '../../domain/task-errors.ts';
 
-/** What a decision needs of the task row it locked (`error`: what the decision replaces, named in its event). */
-type LockedTask = Pick<TaskRow, 'state' | 'current_attempt_id' | 'resource_key' | 'cancel_requested' | 'error'>;
+/**
+ * What a decision needs of the task row it locked (`error`: what the decision replaces, named in
+ * its event; the attempts and deadline columns: what a retry makes of the task).
+ */
+type LockedTask = Pick<
+  TaskRow,
+  | 'state'
+  | 'current_attempt_id'
+  | 'resource_key'
+  | 'cancel_requested'
+  | 'error'
+  | 'attempts'
+  | 'max_attempts'
+  | 'deadline_seconds'
+  | 'created_at'
+  | 'deadline_at'
+>;
 
-/** Lock order: application row → queue row → task row. The task's queue never changes, so the plain read that found it is good for choosing which queue row to lock. */
-async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<LockedTask> {
-  await applicationRowLock(tx, task.application_id);
-  await tx.rows(sql`SELECT queue_id FROM orbit_queues WHERE queue_id = ${task.queue_id} ${lockRows('queue')}`);
-  const [locked] = await tx.rows<LockedTask>(
-    sql`SELECT state, current_attempt_id, resource_key, cancel_requested, error FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`,
+/**
+ * Lock order: application row → queue row → task row. The task's queue never changes, so the
+ * plain read that found it is good for choosing which queue row to lock. Answers the task row
+ * and the room for unfinished tasks the two locked rows leave (what a retry is admitted by).
+ */
+async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<{ locked: LockedTask; room: UnfinishedRoom }> {
+  const app = await applicationRowLock(tx, task.application_id);
+  const [queue] = await tx.rows<Pick<QueueRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
+    sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_queues WHERE queue_id = ${task.queue_id} ${lockRows('queue')}`,
   );
-  if (!locked) throw notFound(`task ${idToHex(task.task_id)}`);
-  return locked;
+  const [locked] = await tx.rows<LockedTask>(sql`
+    SELECT state, current_attempt_id, resource_key, cancel_requested, error, attempts, max_attempts, deadline_seconds, created_at, deadline_at
+      FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`);
+  if (!locked || !queue) throw notFound(`task ${idToHex(task.task_id)}`);
+  return { locked, room: new UnfinishedRoom(app, [[idToHex(task.queue_id), queue]]) };
 }
 
 async function snapshot(tx: Queryable, principal: Principal, taskId: IdBytes): Promise<Task> {
@@ -105,7 +127,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
   const { principal } = params;
   const found = await taskGetVisible(db, principal, params.taskId);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
-    const locked = await lockTask(tx, found);
+    const { locked } = await lockTask(tx, found);
     const error = JSON.stringify(cancelledError(params.reason));
     let eventType = 'task.cancelled';
     switch (locked.state) {
@@ -169,7 +191,7 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
   const { principal } = params;
   const found = await taskGetVisible(db, principal, params.taskId);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
-    const locked = await lockTask(tx, found);
+    const { locked } = await lockTask(tx, found);
     if (locked.state !== 'NEEDS_REVIEW') {
       throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state}; only NEEDS_REVIEW tasks can be resolved`, {
         details: { state: locked.state },
@@ -218,22 +240,15 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
   const { principal } = params;
   const found = await taskGetVisible(db, principal, params.taskId);
   const { response, deduplicated } = await idempotentMutation(db, params.receipt, async (tx) => {
-    // Lock order: application row → queue row → task row (lockTask), reading the usage each holds.
-    const app = await applicationRowLock(tx, found.application_id);
-    const [queue] = await tx.rows<Pick<QueueRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
-      sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_queues WHERE queue_id = ${found.queue_id} ${lockRows('queue')}`,
-    );
-    const [locked] = await tx.rows<LockedTask & Pick<TaskRow, 'attempts' | 'max_attempts' | 'deadline_seconds' | 'created_at' | 'deadline_at'>>(sql`
-      SELECT state, current_attempt_id, resource_key, cancel_requested, error, attempts, max_attempts, deadline_seconds, created_at, deadline_at
-        FROM orbit_tasks WHERE task_id = ${found.task_id} ${lockRows('task')}`);
-    if (!queue || !locked) throw notFound(`task ${idToHex(found.task_id)}`);
+    const { locked, room } = await lockTask(tx, found);
     if (!OPERATOR_RETRYABLE_STATES.has(locked.state as TaskState)) {
       throw new OrbitError('STATE_CONFLICT', `task ${idToHex(found.task_id)} is ${locked.state}; only FAILED, EXPIRED and CANCELLED tasks can be retried`, {
         details: { state: locked.state },
       });
     }
-    if (BigInt(app.unfinished_tasks) >= BigInt(app.max_unfinished_tasks)) throw applicationFull();
-    if (BigInt(queue.unfinished_tasks) >= BigInt(queue.max_unfinished_tasks)) throw queueFull(found.queue_name);
+    const full = room.full(idToHex(found.queue_id));
+    if (full === 'application') throw applicationFull();
+    if (full === 'queue') throw queueFull(found.queue_name);
     const next = afterOperatorRetry(
       {
         attempts: locked.attempts,

@@ -9,11 +9,14 @@
  *   query, header and body input.
  * - `server/generated/routes.ts`: the route table (method, Hono path, action, parameters,
  *   validators) and the typed inputs and outputs each handler implements.
+ * - `sdk/generated/operations.ts`: the SDK's operation table and where the usage counts sit in
+ *   each response (codegen/sdk-operations.ts).
  */
 import openapiTS, { astToString } from 'openapi-typescript';
 import { pathToFileURL } from 'node:url';
 import { generatedHeader } from './header.ts';
 import { validatorFiles } from './ajv-standalone.ts';
+import { generateSdkOperations } from './sdk-operations.ts';
 import { deref, isObject, loadYaml, type Json, type JsonObject } from './spec.ts';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
@@ -36,6 +39,8 @@ interface Operation {
   params: Parameter[];
   body: Json | null;
   maxBodyBytes: number;
+  /** The operation object as written in openapi.yaml. */
+  node: JsonObject;
 }
 
 /** The body limit of an operation that does not set `x-orbit-max-body-bytes` (the largest field, payload, is 256 KiB). */
@@ -81,7 +86,7 @@ function readOperations(doc: JsonObject): Operation[] {
       const unauthenticated = Array.isArray(op.security) && op.security.length === 0;
       if (!unauthenticated && action === null) throw new Error(`${operationId}: x-orbit-action is required unless security is []`);
       if (unauthenticated && action !== null) throw new Error(`${operationId}: an operation with security [] has no action`);
-      operations.push({ operationId, method, path, action, raw, params, body, maxBodyBytes });
+      operations.push({ operationId, method, path, action, raw, params, body, maxBodyBytes, node: op });
     }
   }
   return operations;
@@ -267,5 +272,6 @@ export async function generateOpenApi(root: string): Promise<Record<string, stri
     'server/generated/validators.js': js,
     'server/generated/validators.d.ts': dts,
     'server/generated/routes.ts': generateRoutes(doc, operations),
+    'sdk/generated/operations.ts': generateSdkOperations(doc, operations),
   };
 }

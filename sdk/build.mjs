@@ -1,7 +1,9 @@
 // Builds the package into dist/, for both module systems:
 // - JavaScript by esbuild, once as ESM (dist/index.js, dist/worker.js: the package is "type":
 //   "module") and once as CommonJS (dist/index.cjs, dist/worker.cjs). Each entry is bundled with
-//   the generated frame validators; openapi-fetch and ws stay dependencies. The worker imports
+//   what it needs of generated/ (the client: the operation table and where the counts are,
+//   generated/operations.ts; the worker: the frame validators); openapi-fetch and ws stay
+//   dependencies. The worker imports
 //   the client's module of its own format (./index.js or ./index.cjs), so OrbitError is one class
 //   per format.
 // - Declarations by tsc (dist/*.d.ts for `import`), copied as dist/*.d.cts for `require`, with

@@ -26,6 +26,7 @@
 import * as openapiFetch from 'openapi-fetch';
 import type { Middleware } from 'openapi-fetch';
 import type { components, operations, paths } from './generated/openapi.ts';
+import { type CountField, type Counts, OPERATIONS, RESPONSE_COUNTS, type SdkOperationId } from './generated/operations.ts';
 
 // openapi-fetch's default export. In the CommonJS build (dist/index.cjs) the import is Node's
 // view of its CommonJS module - `default` is its `exports`, whose own `default` the function is.
@@ -37,12 +38,10 @@ type Schemas = components['schemas'];
 // ---------------------------------------------------------------------------------------------
 // Types, derived from the generated ones so that they cannot drift from the spec.
 
-/** Wire fields that are uint64 usage counts (decimal strings on the wire) and that the SDK returns as `number`. */
-type CountField = 'unfinished_tasks' | 'active_attempts' | 'pending_starts' | 'fired' | 'skipped_misfire' | 'deferred_full';
-
 /**
- * A response schema as the SDK returns it: counts are numbers; every other field is as on the
- * wire. openapi-typescript renders a free JSON object (`type: object` without properties:
+ * A response schema as the SDK returns it: counts (`CountField`, generated from openapi.yaml:
+ * the properties whose schema is Counter) are numbers; every other field is as on the wire.
+ * openapi-typescript renders a free JSON object (`type: object` without properties:
  * payload, data, before/after, details) as `Record<string, never>`, which no real value
  * satisfies; it becomes `Record<string, unknown>`, and the walk stops there, as the runtime
  * conversion does: user data is never touched.
@@ -192,40 +191,11 @@ export interface WaitForTaskResult {
 /** The states `waitForTask` stops at: the terminal ones and NEEDS_REVIEW (which waits for an operator). */
 export const SETTLED_TASK_STATES: ReadonlySet<TaskState> = new Set<TaskState>(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED', 'NEEDS_REVIEW']);
 
-/** The operations of openapi.yaml the client has a method for (every /v1 operation but the worker's WebSocket). */
-export type OrbitOperation =
-  | 'getApplicationResources'
-  | 'configureApplicationResources'
-  | 'getRetention'
-  | 'configureRetention'
-  | 'listQueues'
-  | 'getQueue'
-  | 'createQueue'
-  | 'configureQueue'
-  | 'submitTask'
-  | 'submitTasks'
-  | 'listTasks'
-  | 'listAllTasks'
-  | 'getTask'
-  | 'cancelTask'
-  | 'resolveTask'
-  | 'retryTask'
-  | 'listTaskAttempts'
-  | 'listTaskEvents'
-  | 'createSchedule'
-  | 'getSchedule'
-  | 'listSchedules'
-  | 'pauseSchedule'
-  | 'resumeSchedule'
-  | 'listAuditEvents'
-  | 'listEvents'
-  | 'createSubscription'
-  | 'getSubscription'
-  | 'listSubscriptions'
-  | 'pauseSubscription'
-  | 'resumeSubscription'
-  | 'readSubscription'
-  | 'ackSubscription';
+/**
+ * The operations of openapi.yaml the client has a method for: every operation answered with the
+ * JSON envelope (every /v1 operation but the worker's WebSocket), generated from the spec.
+ */
+export type OrbitOperation = SdkOperationId;
 
 // ---------------------------------------------------------------------------------------------
 // Middleware
@@ -353,58 +323,8 @@ function parseRetryAfter(value: string | null): number | undefined {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The operations: where each option goes on the wire.
-
-interface Operation {
-  method: 'GET' | 'POST';
-  path: keyof paths;
-  /** Path parameters, by their names in the spec. */
-  path_params?: readonly string[];
-  /** Query parameters. */
-  query?: readonly string[];
-  /** Takes the Idempotency-Key header (`idempotency_key`). */
-  idempotent?: true;
-  /** Has a JSON body: every other field goes there. */
-  body?: true;
-}
-
-const PAGE = ['limit', 'cursor'] as const;
-
-/** test/integration/sdk.test.ts checks every method's requests against openapi.yaml. */
-const OPERATIONS: { readonly [K in OrbitOperation]: Operation } = {
-  getApplicationResources: { method: 'GET', path: '/v1/application/resources' },
-  configureApplicationResources: { method: 'POST', path: '/v1/application/resources:configure', idempotent: true, body: true },
-  getRetention: { method: 'GET', path: '/v1/application/retention' },
-  configureRetention: { method: 'POST', path: '/v1/application/retention:configure', idempotent: true, body: true },
-  listQueues: { method: 'GET', path: '/v1/queues', query: PAGE },
-  createQueue: { method: 'POST', path: '/v1/queues', idempotent: true, body: true },
-  getQueue: { method: 'GET', path: '/v1/queues/{queue}', path_params: ['queue'] },
-  configureQueue: { method: 'POST', path: '/v1/queues/{queue}:configure', path_params: ['queue'], idempotent: true, body: true },
-  submitTask: { method: 'POST', path: '/v1/queues/{queue}/tasks', path_params: ['queue'], idempotent: true, body: true },
-  listTasks: { method: 'GET', path: '/v1/queues/{queue}/tasks', path_params: ['queue'], query: ['state', ...PAGE] },
-  submitTasks: { method: 'POST', path: '/v1/queues/{queue}/tasks:batch', path_params: ['queue'], body: true },
-  getTask: { method: 'GET', path: '/v1/tasks/{task_id}', path_params: ['task_id'], query: ['wait_seconds'] },
-  cancelTask: { method: 'POST', path: '/v1/tasks/{task_id}:cancel', path_params: ['task_id'], idempotent: true, body: true },
-  resolveTask: { method: 'POST', path: '/v1/tasks/{task_id}:resolve', path_params: ['task_id'], idempotent: true, body: true },
-  listAllTasks: { method: 'GET', path: '/v1/tasks', query: ['queue', 'state', ...PAGE] },
-  listTaskAttempts: { method: 'GET', path: '/v1/tasks/{task_id}/attempts', path_params: ['task_id'] },
-  listTaskEvents: { method: 'GET', path: '/v1/tasks/{task_id}/events', path_params: ['task_id'], query: ['after', 'limit'] },
-  retryTask: { method: 'POST', path: '/v1/tasks/{task_id}:retry', path_params: ['task_id'], idempotent: true, body: true },
-  createSchedule: { method: 'POST', path: '/v1/queues/{queue}/schedules', path_params: ['queue'], idempotent: true, body: true },
-  listSchedules: { method: 'GET', path: '/v1/queues/{queue}/schedules', path_params: ['queue'], query: PAGE },
-  getSchedule: { method: 'GET', path: '/v1/schedules/{schedule_id}', path_params: ['schedule_id'] },
-  pauseSchedule: { method: 'POST', path: '/v1/schedules/{schedule_id}:pause', path_params: ['schedule_id'], idempotent: true, body: true },
-  resumeSchedule: { method: 'POST', path: '/v1/schedules/{schedule_id}:resume', path_params: ['schedule_id'], idempotent: true, body: true },
-  createSubscription: { method: 'POST', path: '/v1/subscriptions', idempotent: true, body: true },
-  listSubscriptions: { method: 'GET', path: '/v1/subscriptions', query: PAGE },
-  getSubscription: { method: 'GET', path: '/v1/subscriptions/{subscription_id}', path_params: ['subscription_id'] },
-  pauseSubscription: { method: 'POST', path: '/v1/subscriptions/{subscription_id}:pause', path_params: ['subscription_id'], idempotent: true, body: true },
-  resumeSubscription: { method: 'POST', path: '/v1/subscriptions/{subscription_id}:resume', path_params: ['subscription_id'], idempotent: true, body: true },
-  readSubscription: { method: 'GET', path: '/v1/subscriptions/{subscription_id}/events', path_params: ['subscription_id'], query: ['limit', 'wait_seconds'] },
-  ackSubscription: { method: 'POST', path: '/v1/subscriptions/{subscription_id}:ack', path_params: ['subscription_id'], idempotent: true, body: true },
-  listAuditEvents: { method: 'GET', path: '/v1/audit-events', query: PAGE },
-  listEvents: { method: 'GET', path: '/v1/events', query: ['after', 'limit'] },
-};
+// The operations: where each option goes on the wire - OPERATIONS in generated/operations.ts,
+// from openapi.yaml (test/integration/sdk.test.ts checks every method's requests against it).
 
 // ---------------------------------------------------------------------------------------------
 // Counts: uint64 decimal strings on the wire, numbers for the caller.
@@ -418,41 +338,30 @@ class CountOverflow extends Error {
   }
 }
 
-function count(row: Record<string, unknown>, field: string): number {
-  const value = row[field];
+function count(value: unknown, field: string): number {
   const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : Number.NaN;
   if (!Number.isSafeInteger(n)) throw new CountOverflow(field, String(value));
   return n;
 }
 
-type Wire = Record<string, unknown>;
-const usage = (row: Wire) => ({
-  ...row,
-  unfinished_tasks: count(row, 'unfinished_tasks'),
-  active_attempts: count(row, 'active_attempts'),
-  pending_starts: count(row, 'pending_starts'),
-});
-const schedule = (row: Wire) => ({
-  ...row,
-  fired: count(row, 'fired'),
-  skipped_misfire: count(row, 'skipped_misfire'),
-  deferred_full: count(row, 'deferred_full'),
-});
+/**
+ * `value` with the counts that `counts` says it holds (RESPONSE_COUNTS in generated/operations.ts,
+ * from openapi.yaml) turned into numbers; everything else, free JSON included, as it came. A
+ * count that is required and absent is refused like one too large.
+ */
+function fromWire(value: unknown, counts: Counts, field: string): unknown {
+  if (counts === 'count' || counts === 'count?') return count(value, field);
+  if (isTuple(counts)) return Array.isArray(value) ? value.map((item) => fromWire(item, counts[0], field)) : value;
+  if (!isObject(value)) return value;
+  const out: Record<string, unknown> = { ...value };
+  for (const [name, inner] of Object.entries(counts)) {
+    if (value[name] === undefined && inner !== 'count') continue;
+    out[name] = fromWire(value[name], inner, name);
+  }
+  return out;
+}
 
-/** The conversions of the responses that carry counts; every other response is returned as it came. */
-const CONVERT: Partial<Record<OrbitOperation, (data: Wire) => unknown>> = {
-  getApplicationResources: usage,
-  configureApplicationResources: (d) => ({ ...d, resources: usage(d.resources as Wire) }),
-  listQueues: (d) => ({ ...d, queues: (d.queues as Wire[]).map(usage) }),
-  getQueue: usage,
-  createQueue: (d) => ({ ...d, queue: usage(d.queue as Wire) }),
-  configureQueue: (d) => ({ ...d, queue: usage(d.queue as Wire) }),
-  createSchedule: (d) => ({ ...d, schedule: schedule(d.schedule as Wire) }),
-  getSchedule: schedule,
-  listSchedules: (d) => ({ ...d, schedules: (d.schedules as Wire[]).map(schedule) }),
-  pauseSchedule: (d) => ({ ...d, schedule: schedule(d.schedule as Wire) }),
-  resumeSchedule: (d) => ({ ...d, schedule: schedule(d.schedule as Wire) }),
-};
+const isTuple = (counts: Counts): counts is readonly [Counts] => Array.isArray(counts);
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
@@ -765,11 +674,11 @@ export function createOrbitClient(options: OrbitClientOptions): OrbitClient {
    */
   async function send(name: OrbitOperation, input: unknown): Promise<{ data: unknown; response: Response }> {
     const op = OPERATIONS[name];
-    if (input === undefined && !op.path_params && !op.body) input = {};
+    if (input === undefined && op.pathParams.length === 0 && !op.body) input = {};
     if (!isObject(input)) {
       throw invalid(
         name,
-        `takes one options object with the fields of openapi.yaml (e.g. { ${[...(op.path_params ?? []), ...(op.idempotent ? ['idempotency_key'] : [])].join(', ') || 'limit'}, … })`,
+        `takes one options object with the fields of openapi.yaml (e.g. { ${[...op.pathParams, ...(op.idempotent ? ['idempotency_key'] : [])].join(', ') || 'limit'}, … })`,
         'options',
       );
     }
@@ -783,13 +692,13 @@ export function createOrbitClient(options: OrbitClientOptions): OrbitClient {
       if (key === 'signal') {
         if (!(value instanceof AbortSignal)) throw invalid('signal', 'must be an AbortSignal', 'options');
         signal = value;
-      } else if (op.path_params?.includes(key)) path[key] = segment(key, value);
-      else if (op.query?.includes(key)) query[key] = value;
+      } else if (op.pathParams.includes(key)) path[key] = segment(key, value);
+      else if (op.query.includes(key)) query[key] = value;
       else if (key === 'idempotency_key' && op.idempotent) header['Idempotency-Key'] = idempotencyKey(value);
       else if (op.body) body[key] = value;
       else throw invalid(key, `is not a parameter of ${name} (${op.method} ${op.path})`, 'options');
     }
-    for (const p of op.path_params ?? []) if (!(p in path)) segment(p, undefined);
+    for (const p of op.pathParams) if (!(p in path)) segment(p, undefined);
     if (op.idempotent && header['Idempotency-Key'] === undefined) idempotencyKey(undefined);
 
     const { data, error, response } = await request(op.method, op.path, {
@@ -828,10 +737,10 @@ export function createOrbitClient(options: OrbitClientOptions): OrbitClient {
 
   async function call<T>(name: OrbitOperation, input: unknown): Promise<T> {
     const { data, response } = await send(name, input);
-    const convert = CONVERT[name];
-    if (!convert) return data as T;
+    const counts = RESPONSE_COUNTS[name];
+    if (!counts) return data as T;
     try {
-      return convert(data as Wire) as T;
+      return fromWire(data, counts, 'data') as T;
     } catch (error) {
       if (!(error instanceof CountOverflow)) throw error;
       throw new OrbitError('INTERNAL', `${name}: ${error.message}`, {

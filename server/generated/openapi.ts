@@ -1079,7 +1079,7 @@ export interface components {
          */
         ApplicationResources: {
             application_id: components["schemas"]["Id"];
-            revision: components["schemas"]["Counter"];
+            revision: components["schemas"]["Revision"];
             max_unfinished_tasks: number;
             unfinished_tasks: components["schemas"]["Counter"];
             max_concurrency: number;
@@ -1107,7 +1107,7 @@ export interface components {
         /** @description An absent duration keeps that history forever. */
         RetentionPolicy: {
             application_id: components["schemas"]["Id"];
-            revision: components["schemas"]["Counter"];
+            revision: components["schemas"]["Revision"];
             finished_task_retention_seconds?: components["schemas"]["RetentionSeconds"];
             event_retention_seconds?: components["schemas"]["RetentionSeconds"];
             receipt_retention_seconds?: components["schemas"]["RetentionSeconds"];
@@ -1145,7 +1145,7 @@ export interface components {
         Queue: {
             queue: components["schemas"]["QueueName"];
             namespace: string;
-            revision: components["schemas"]["Counter"];
+            revision: components["schemas"]["Revision"];
             max_unfinished_tasks: number;
             unfinished_tasks: components["schemas"]["Counter"];
             max_concurrency: number;
@@ -1512,14 +1512,14 @@ export interface components {
             queues?: components["schemas"]["QueueName"][];
             /** @enum {string} */
             state: "ACTIVE" | "PAUSED";
-            acked_sequence: components["schemas"]["Counter"];
+            acked_sequence: components["schemas"]["Uint64"];
             /**
              * @description Present when events after `acked_sequence` were pruned before this subscription
              *     acknowledged them (it lagged past the retention policy's `subscription_max_lag_seconds`,
              *     or was PAUSED past `event_retention_seconds`): the highest sequence pruned. Reads answer
              *     409 STATE_CONFLICT until the position is acknowledged up to it or beyond.
              */
-            pruned_through?: components["schemas"]["Counter"];
+            pruned_through?: components["schemas"]["Uint64"];
             created_at: components["schemas"]["Timestamp"];
         };
         CreateSubscriptionRequest: {
@@ -1572,7 +1572,7 @@ export interface components {
             next_cursor?: components["schemas"]["Cursor"];
         };
         Event: {
-            sequence: components["schemas"]["Counter"];
+            sequence: components["schemas"]["Uint64"];
             event_id: components["schemas"]["Id"];
             /**
              * @description Management: `application.resources.configured`, `application.retention.configured`, `queue.created`, `queue.configured`,
@@ -1606,7 +1606,7 @@ export interface components {
         };
         EventPage: {
             events: components["schemas"]["Event"][];
-            next_after: components["schemas"]["Counter"];
+            next_after: components["schemas"]["Uint64"];
         };
     };
     responses: {

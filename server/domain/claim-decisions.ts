@@ -17,6 +17,7 @@
  *                         first attempt of a claim always goes, whatever its size)
  */
 import { claimRoomUnderRate, type WindowState } from './start-window.ts';
+import type { PermitTally, PermitRef } from './permits.ts';
 
 /** One quota level (the application's row or a queue's row), as read in the claim transaction. */
 export interface QuotaLevel {
@@ -105,11 +106,6 @@ export interface QueueAllowance {
   keyConcurrency: number;
 }
 
-/** The identity of a keyed permit: (queue, resource_key). */
-export function permitKey(queue: string, resourceKey: string): string {
-  return `${queue}/${resourceKey}`;
-}
-
 /** Claim order: higher priority first, then the oldest available_at, then task id. */
 export function claimOrder(a: ClaimCandidate, b: ClaimCandidate): number {
   return b.priority - a.priority || a.availableAt.localeCompare(b.availableAt) || (a.taskId < b.taskId ? -1 : a.taskId > b.taskId ? 1 : 0);
@@ -121,12 +117,12 @@ export interface Pick<C> {
   /** Each queue's allowance after the grants. */
   queues: Map<string, QueueAllowance>;
   /** Each permit's holders after the grants (the holders given, plus this pick's). */
-  holders: Map<string, number>;
+  holders: PermitTally;
   /**
    * Permit keys of candidates passed over because the key was full (a repeat per candidate).
    * Non-empty: another look without those keys may find more work.
    */
-  fullKeys: string[];
+  fullKeys: PermitRef[];
   /** The payload bound stopped the pick: the claim is full, another look would not add to it. */
   stoppedBySize: boolean;
 }
@@ -144,15 +140,15 @@ export function pickCandidates<C extends ClaimCandidate>(
   input: {
     left: number;
     queues: ReadonlyMap<string, QueueAllowance>;
-    holders: ReadonlyMap<string, number>;
+    holders: PermitTally;
     payloadBytesLeft?: number;
     firstOfClaim?: boolean;
   },
 ): Pick<C> {
   const queues = new Map([...input.queues].map(([id, q]) => [id, { ...q }]));
-  const holders = new Map(input.holders);
+  const holders = input.holders.copy();
   const picked: C[] = [];
-  const fullKeys: string[] = [];
+  const fullKeys: PermitRef[] = [];
   let bytesLeft = input.payloadBytesLeft ?? Number.POSITIVE_INFINITY;
   let stoppedBySize = false;
   for (const c of [...candidates].sort(claimOrder)) {
@@ -164,13 +160,12 @@ export function pickCandidates<C extends ClaimCandidate>(
       break;
     }
     if (c.resourceKey !== null) {
-      const key = permitKey(c.queue, c.resourceKey);
-      const held = holders.get(key) ?? 0;
-      if (held >= queue.keyConcurrency) {
-        fullKeys.push(key);
+      const permit: PermitRef = { queue: c.queue, resourceKey: c.resourceKey };
+      if (holders.get(permit) >= queue.keyConcurrency) {
+        fullKeys.push(permit);
         continue;
       }
-      holders.set(key, held + 1);
+      holders.add(permit, 1);
     }
     queue.room -= 1;
     bytesLeft -= c.payloadBytes;

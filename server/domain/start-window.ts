@@ -47,3 +47,12 @@ export function tryStart(window: WindowState, ratePerSecond: number, nowMs: numb
   }
   return { granted: true, window: { startedAt: current.startedAt, starts: current.starts + 1 } };
 }
+
+/**
+ * The window after `n` starts granted at `nowMs` (each of which had room): the same window
+ * when it is still open, else one opened at `nowMs`. Unchanged when `n` is 0.
+ */
+export function windowAfterStarts(window: WindowState, n: number, nowMs: number): WindowState {
+  if (n === 0) return window;
+  return windowIsOpen(window, nowMs) ? { startedAt: window.startedAt, starts: window.starts + n } : { startedAt: nowMs, starts: n };
+}

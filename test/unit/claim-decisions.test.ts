@@ -6,7 +6,6 @@ import {
   claimOrder,
   fairShare,
   levelRoom,
-  permitKey,
   pickCandidates,
   queueRoom,
   sessionRoom,
@@ -15,6 +14,7 @@ import {
   type QuotaLevel,
 } from '../../server/domain/claim-decisions.ts';
 import { startsInCurrentWindow } from '../../server/domain/start-window.ts';
+import { PermitTally } from '../../server/domain/permits.ts';
 
 /** Every property runs from a fixed seed: a failure reproduces. */
 const RUNS = { seed: 0x0b17, numRuns: 500 };
@@ -217,13 +217,13 @@ test('claim order: priority first, then the oldest available_at, then task id', 
     candidate('q', 7, { priority: 0, availableAt: '2024-01-01 00:00:01.000001' }),
   ];
   assert.deepEqual(ids([...cs].sort(claimOrder)), [2, 3, 4, 5, 7, 1, 6]);
-  const { picked } = pickCandidates(cs, { left: 10, queues: allowances({ q: { room: 10, keyConcurrency: 1 } }), holders: new Map() });
+  const { picked } = pickCandidates(cs, { left: 10, queues: allowances({ q: { room: 10, keyConcurrency: 1 } }), holders: new PermitTally() });
   assert.deepEqual(ids(picked), [2, 3, 4, 5, 7, 1, 6]);
   // Merged across queues: the order is global, not queue by queue.
   const merged = pickCandidates([candidate('a', 1, { priority: 1 }), candidate('b', 2, { priority: 3 }), candidate('a', 3, { priority: 2 })], {
     left: 2,
     queues: allowances({ a: { room: 5, keyConcurrency: 1 }, b: { room: 5, keyConcurrency: 1 } }),
-    holders: new Map(),
+    holders: new PermitTally(),
   });
   assert.deepEqual(ids(merged.picked), [2, 3]);
 });
@@ -241,28 +241,31 @@ test('keyed permits: at most key_concurrency per (queue, key), counting holders 
   const result = pickCandidates(cs, {
     left: 10,
     queues: allowances({ q: { room: 10, keyConcurrency: 2 }, r: { room: 10, keyConcurrency: 1 } }),
-    holders: new Map([
-      [permitKey('q', 'held'), 2],
-      [permitKey('q', 'hot'), 0],
-      [permitKey('q', 'cold'), 1],
+    holders: new PermitTally([
+      [{ queue: 'q', resourceKey: 'held' }, 2],
+      [{ queue: 'q', resourceKey: 'hot' }, 0],
+      [{ queue: 'q', resourceKey: 'cold' }, 1],
     ]),
   });
   // hot: 2 of 3; cold: 1 held + 1; held: already full; the same key in another queue is another permit.
   assert.deepEqual(ids(result.picked), [1, 2, 4, 5, 7]);
-  assert.deepEqual(result.fullKeys, [permitKey('q', 'hot'), permitKey('q', 'held')]);
-  assert.equal(result.holders.get(permitKey('q', 'hot')), 2);
-  assert.equal(result.holders.get(permitKey('q', 'cold')), 2);
-  assert.equal(result.holders.get(permitKey('q', 'held')), 2);
-  assert.equal(result.holders.get(permitKey('r', 'hot')), 1);
+  assert.deepEqual(result.fullKeys, [
+    { queue: 'q', resourceKey: 'hot' },
+    { queue: 'q', resourceKey: 'held' },
+  ]);
+  assert.equal(result.holders.get({ queue: 'q', resourceKey: 'hot' }), 2);
+  assert.equal(result.holders.get({ queue: 'q', resourceKey: 'cold' }), 2);
+  assert.equal(result.holders.get({ queue: 'q', resourceKey: 'held' }), 2);
+  assert.equal(result.holders.get({ queue: 'r', resourceKey: 'hot' }), 1);
   assert.equal(result.queues.get('q')?.room, 6);
   // key_concurrency lowered below the holders: nothing more for that key, never negative.
   const lowered = pickCandidates([candidate('q', 1, { resourceKey: 'k' })], {
     left: 5,
     queues: allowances({ q: { room: 5, keyConcurrency: 1 } }),
-    holders: new Map([[permitKey('q', 'k'), 3]]),
+    holders: new PermitTally([[{ queue: 'q', resourceKey: 'k' }, 3]]),
   });
   assert.deepEqual(lowered.picked, []);
-  assert.equal(lowered.holders.get(permitKey('q', 'k')), 3);
+  assert.equal(lowered.holders.get({ queue: 'q', resourceKey: 'k' }), 3);
 });
 
 test('per-queue room, the budget, paused queues; the inputs are not changed', () => {
@@ -271,7 +274,7 @@ test('per-queue room, the budget, paused queues; the inputs are not changed', ()
     b: { room: 5, keyConcurrency: 1 },
     paused: { room: queueRoom({ ...idle, paused: true }, NOW), keyConcurrency: 1 },
   });
-  const holders = new Map([[permitKey('b', 'k'), 0]]);
+  const holders = new PermitTally([[{ queue: 'b', resourceKey: 'k' }, 0]]);
   const cs = [
     candidate('paused', 1, { priority: 9 }),
     candidate('a', 2, { priority: 8 }),
@@ -289,7 +292,7 @@ test('per-queue room, the budget, paused queues; the inputs are not changed', ()
   assert.equal(result.queues.get('paused')?.room, 0);
   assert.deepEqual(result.fullKeys, []);
   assert.equal(queues.get('a')?.room, 2);
-  assert.equal(holders.get(permitKey('b', 'k')), 0);
+  assert.equal(holders.get({ queue: 'b', resourceKey: 'k' }), 0);
   assert.equal(pickCandidates(cs, { left: 0, queues, holders }).picked.length, 0);
 });
 
@@ -301,11 +304,11 @@ test('payload bytes: the pick stops at the first candidate that would pass what 
     candidate('q', 3, { priority: 7, payloadBytes: 10 }),
   ];
   // 400 + 500 > 800: stops at 2, and does not reach past it for the small 3 (claim order holds).
-  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map(), payloadBytesLeft: 800 }).picked), [1]);
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new PermitTally(), payloadBytesLeft: 800 }).picked), [1]);
   // Nothing granted yet: the first goes whatever its size - a claim is never empty for size alone.
-  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map(), payloadBytesLeft: 100, firstOfClaim: true }).picked), [1]);
-  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map(), payloadBytesLeft: 100 }).picked), []);
-  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new Map() }).picked), [1, 2, 3]);
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new PermitTally(), payloadBytesLeft: 100, firstOfClaim: true }).picked), [1]);
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new PermitTally(), payloadBytesLeft: 100 }).picked), []);
+  assert.deepEqual(ids(pickCandidates(cs, { left: 10, queues, holders: new PermitTally() }).picked), [1, 2, 3]);
 });
 
 test('property: picked payloads stay within the bytes left, unless a claim gets exactly its one first attempt', () => {
@@ -319,7 +322,7 @@ test('property: picked payloads stay within the bytes left, unless a claim gets 
         const { picked } = pickCandidates(cs, {
           left: 100,
           queues: allowances({ q: { room: 100, keyConcurrency: 1 } }),
-          holders: new Map(),
+          holders: new PermitTally(),
           payloadBytesLeft: left,
           firstOfClaim,
         });
@@ -365,11 +368,11 @@ test('property: the pick respects the budget, every queue room and every permit,
   fc.assert(
     fc.property(pickInput, (input) => {
       const queues = new Map(Object.entries(input.queues));
-      const holders = new Map<string, number>();
-      for (const [q, k, n] of input.holders) holders.set(permitKey(q, k), n);
-      const before = JSON.stringify([[...queues], [...holders]]);
+      const holders = new PermitTally();
+      for (const [q, k, n] of input.holders) holders.set({ queue: q, resourceKey: k }, n);
+      const before = JSON.stringify([[...queues], holders.entries()]);
       const result = pickCandidates(input.candidates, { left: input.left, queues, holders });
-      assert.equal(JSON.stringify([[...queues], [...holders]]), before, 'inputs unchanged');
+      assert.equal(JSON.stringify([[...queues], holders.entries()]), before, 'inputs unchanged');
 
       const order = [...input.candidates].sort(claimOrder);
       const picked = new Set(result.picked);
@@ -381,19 +384,18 @@ test('property: the pick respects the budget, every queue room and every permit,
       assert.ok(result.picked.length <= input.left, 'budget');
 
       const perQueue = new Map<string, number>();
-      const perKey = new Map<string, number>();
+      const perKey = new PermitTally();
       for (const c of result.picked) {
         perQueue.set(c.queue, (perQueue.get(c.queue) ?? 0) + 1);
-        if (c.resourceKey !== null) perKey.set(permitKey(c.queue, c.resourceKey), (perKey.get(permitKey(c.queue, c.resourceKey)) ?? 0) + 1);
+        if (c.resourceKey !== null) perKey.add({ queue: c.queue, resourceKey: c.resourceKey }, 1);
       }
       for (const [q, allowance] of queues) {
         assert.ok((perQueue.get(q) ?? 0) <= allowance.room, 'queue room');
         assert.equal(result.queues.get(q)?.room, allowance.room - (perQueue.get(q) ?? 0));
       }
-      for (const [key, n] of perKey) {
-        const queue = key.slice(0, key.indexOf('/'));
-        const held = holders.get(key) ?? 0;
-        assert.ok(held + n <= (queues.get(queue) as QueueAllowance).keyConcurrency, 'key_concurrency, counting holders already there');
+      for (const [key, n] of perKey.entries()) {
+        const held = holders.get(key);
+        assert.ok(held + n <= (queues.get(key.queue) as QueueAllowance).keyConcurrency, 'key_concurrency, counting holders already there');
         assert.equal(result.holders.get(key), held + n);
       }
 
@@ -403,19 +405,22 @@ test('property: the pick respects the budget, every queue room and every permit,
       order.forEach((c, i) => {
         if (picked.has(c)) return;
         const queueOut = (perQueue.get(c.queue) ?? 0) === (queues.get(c.queue) as QueueAllowance).room;
-        const key = c.resourceKey === null ? null : permitKey(c.queue, c.resourceKey);
-        const keyOut = key !== null && (result.holders.get(key) ?? 0) >= (queues.get(c.queue) as QueueAllowance).keyConcurrency;
+        const key = c.resourceKey === null ? null : { queue: c.queue, resourceKey: c.resourceKey };
+        const keyOut = key !== null && result.holders.get(key) >= (queues.get(c.queue) as QueueAllowance).keyConcurrency;
         // A task without a key is only ever passed over for the budget or its queue's room.
         assert.ok(budgetOut || queueOut || keyOut, 'passed over without a reason');
         for (const later of order.slice(i + 1)) {
           if (!picked.has(later) || later.queue !== c.queue) continue;
           assert.ok(key !== null && later.resourceKey !== c.resourceKey, 'a later candidate was taken instead');
         }
-        if (keyOut && !budgetOut && !queueOut) assert.ok(result.fullKeys.includes(key as string), 'a full key is reported');
+        if (keyOut && !budgetOut && !queueOut)
+          assert.ok(
+            result.fullKeys.some((f) => f.queue === key?.queue && f.resourceKey === key.resourceKey),
+            'a full key is reported',
+          );
       });
       for (const key of result.fullKeys) {
-        const queue = key.slice(0, key.indexOf('/'));
-        assert.ok((result.holders.get(key) ?? 0) >= (queues.get(queue) as QueueAllowance).keyConcurrency);
+        assert.ok(result.holders.get(key) >= (queues.get(key.queue) as QueueAllowance).keyConcurrency);
       }
     }),
     RUNS,
@@ -428,8 +433,8 @@ test('property: keys never affect tasks without a key', () => {
       // With every keyed candidate's permit full, the unkeyed ones are picked exactly as if the
       // keyed ones were not there at all.
       const queues = new Map(Object.entries(input.queues));
-      const full = new Map<string, number>();
-      for (const q of QUEUES) for (const k of KEYS) full.set(permitKey(q, k), 3);
+      const full = new PermitTally();
+      for (const q of QUEUES) for (const k of KEYS) full.set({ queue: q, resourceKey: k }, 3);
       const unkeyed = input.candidates.filter((c) => c.resourceKey === null);
       const withKeys = pickCandidates(input.candidates, { left: input.left, queues, holders: full });
       const without = pickCandidates(unkeyed, { left: input.left, queues, holders: full });
@@ -454,7 +459,7 @@ test('property: the whole decision never grants more than the smallest limit of 
             return [q, { room: queueRoom({ ...l, paused }, NOW), keyConcurrency: 2 }] as const;
           }),
         );
-        const { picked } = budget > 0 ? pickCandidates(picking.candidates, { left: budget, queues, holders: new Map() }) : { picked: [] };
+        const { picked } = budget > 0 ? pickCandidates(picking.candidates, { left: budget, queues, holders: new PermitTally() }) : { picked: [] };
         const limit = (l: QuotaLevel) =>
           Math.min(l.maxConcurrency - Number(l.activeAttempts), l.ratePerSecond - startsInCurrentWindow(l.window, NOW) - Number(l.pendingStarts));
         assert.ok(picked.length <= Math.max(0, Math.min(wanted, session.max, session.sessionRoom, limit(app))));

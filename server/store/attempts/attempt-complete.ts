@@ -4,7 +4,7 @@
  *
  * - `finishFast`: one round trip for outcomes whose task state does not depend on the task's
  *   other facts (`resultStateWithoutFacts`, task-transitions.ts): counters on both levels, the
- *   task and attempt rows guarded by `ROW_COUNT()` (fast-path-guards.ts), permits, events.
+ *   task and attempt rows guarded by `ROW_COUNT()` (usage-writes.ts `rowCountGuard`), permits, events.
  * - `completeCareful`: locks in lock order, decides each item with `afterResult` (a duplicate
  *   result answers again, a lost lease or an unstarted reservation is refused), and writes
  *   through the settlement engine (attempts.ts), which releases each counter exactly once.
@@ -16,13 +16,13 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { afterResult, ATTEMPT_STATE_OF_OUTCOME, resultStateWithoutFacts, type AttemptOutcome, type TaskState } from '../../domain/task-transitions.ts';
 import { errorAfterResult } from '../../domain/task-errors.ts';
 import { sql, type SQL } from '../database/sql.ts';
-import { updateEachRow } from '../database/set-based.ts';
-import { permitHoldersStatement } from '../quotas/counters.ts';
+import { permitHoldersStatement, rowCountGuard, usageDeltaStatements } from '../quotas/usage-writes.ts';
+import { PermitTally } from '../../domain/permits.ts';
 import type { Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, jsonOrNull, settleAttempts, type AttemptRef, type Settlement } from './attempts.ts';
 import { facts } from './attempt-results.ts';
-import { countBy, guard, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+import { countBy, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
 
 export interface CompleteItem extends AttemptRef {
   sessionId: IdBytes;
@@ -126,17 +126,12 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
   if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return false;
   const s: SQL[] = [
     sql`SET @now = NOW(6)`,
-    sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks - ${items.length}, active_attempts = active_attempts - ${items.length} WHERE application_id = ${applicationId}`,
+    // A counter that would go below zero fails its unsigned column: the careful path decides.
+    ...usageDeltaStatements(
+      applicationId,
+      [...countBy(items, (i) => hex(i.queueId))].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n, active: -n } })),
+    ),
   ];
-  const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
-  s.push(
-    updateEachRow({
-      table: 'orbit_queues',
-      key: ['queue_id'],
-      columns: ['unfinished_tasks', 'active_attempts'],
-      rows: perQueue.map(([queueHex, n]) => ({ key: [Buffer.from(queueHex, 'hex')], values: [sql`unfinished_tasks - ${n}`, sql`active_attempts - ${n}`] })),
-    }),
-  );
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   /** `CASE task_id WHEN ? THEN ? … END`: each task's own value. */
   const perTask = (value: (i: KnownResult) => unknown) =>
@@ -153,7 +148,7 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
         'current_attempt_id',
         byTask.map((i) => [i.taskId, i.attemptId] as const),
       )} AND state = 'RUNNING'`,
-    guard(items.length, applicationId),
+    rowCountGuard(items.length, applicationId),
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
   s.push(
@@ -166,10 +161,12 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
         'session_id',
         byAttempt.map((i) => [i.attemptId, i.sessionId] as const),
       )} AND state = 'RUNNING' AND lease_expires_at > @now`,
-    guard(items.length, applicationId),
+    rowCountGuard(items.length, applicationId),
   );
-  const perKey = countBy(items, (i) => (i.resourceKey === null ? null : `${hex(i.queueId)}/${i.resourceKey}`));
-  const permits = permitHoldersStatement(new Map([...perKey].map(([key, n]) => [key, -n])), sql`@now`);
+  const permits = permitHoldersStatement(
+    PermitTally.countOf(items, (i) => (i.resourceKey === null ? null : { queue: hex(i.queueId), resourceKey: i.resourceKey })).negated(),
+    sql`@now`,
+  );
   if (permits !== null) s.push(permits);
   if (taskEventsEnabled()) {
     s.push(

@@ -4,7 +4,7 @@
  *
  * - `startFast`: one round trip for the common case. Both windows are advanced in SQL exactly as
  *   start-window.ts decides, tasks LEASED → RUNNING and attempts RESERVED → RUNNING, each
- *   followed by a `ROW_COUNT()` guard (fast-path-guards.ts). A full window, a lease that ran
+ *   followed by a `ROW_COUNT()` guard (usage-writes.ts `rowCountGuard`). A full window, a lease that ran
  *   out, a duplicate Start or a cancelled reservation fails a guard, and nothing is written.
  * - `startCareful`: locks in lock order (application row → queue rows → task rows → attempt
  *   rows), grants in order while both windows have room, and answers each item (`started`,
@@ -23,10 +23,11 @@ import { leaseEndSql } from './lease-end.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import { updateEachRow } from '../database/set-based.ts';
+import { rowCountGuard, startWindowsGuardedStatements, usageStatements } from '../quotas/usage-writes.ts';
 import { valueList, type Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, lockForAttempts, type AttemptRef, type LockedAttempt, type Locked } from './attempts.ts';
-import { countBy, guard, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+import { countBy, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
 
 export type StartAnswer =
   | { kind: 'started'; leaseExpiresAtMs: number; duplicate: boolean }
@@ -72,21 +73,15 @@ export async function startCareful(db: Database, params: { applicationId: IdByte
       return { kind: 'started', leaseExpiresAtMs, duplicate: false };
     });
     if (granted.length === 0) return answers;
-    const started = (w: WindowState) => (w.startedAt === null ? null : millisToSql(w.startedAt));
-    const statements: SQL[] = [
-      sql`UPDATE orbit_application_resources SET window_started_at = ${started(appWindow)}, window_starts = ${appWindow.starts}, pending_starts = pending_starts - ${granted.length} WHERE application_id = ${params.applicationId}`,
-    ];
-    const perQueue = [...countBy(granted, (g) => hex(g.attempt.queue_id))].sort(([a], [b]) => a.localeCompare(b));
-    statements.push(
-      updateEachRow({
-        table: 'orbit_queues',
-        key: ['queue_id'],
-        columns: ['window_started_at', 'window_starts', 'pending_starts'],
-        rows: perQueue.map(([queueKey, n]) => {
-          const w = queueWindows.get(queueKey) as WindowState;
-          return { key: [Buffer.from(queueKey, 'hex')], values: [sql`${started(w)}`, sql`${w.starts}`, sql`pending_starts - ${n}`] };
-        }),
-      }),
+    // The windows as decided above (rows locked), and the granted starts' pending starts given back.
+    const perQueue = countBy(granted, (g) => hex(g.attempt.queue_id));
+    const statements: SQL[] = usageStatements(
+      params.applicationId,
+      { pending: -granted.length, window: appWindow },
+      [...perQueue].map(([queueKey, n]) => ({
+        queueId: Buffer.from(queueKey, 'hex'),
+        change: { pending: -n, window: queueWindows.get(queueKey) as WindowState },
+      })),
     );
     statements.push(
       sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = ${nowSql} WHERE task_id IN (${valueList(granted.map((g) => g.attempt.task_id))})`,
@@ -135,22 +130,6 @@ export async function startAttempts(
 }
 
 /**
- * A start window advanced by `n` starts in SQL, as start-window.ts decides (`tryStart`): a window
- * that has ended is replaced by one opened at @now; the starts must fit under rate_per_second,
- * else NULL fails the NOT NULL column and the fast path misses. `n` pending starts are given back.
- * The same columns, in this order, for the application row and every queue row.
- */
-const WINDOW_COLUMNS = ['window_starts', 'window_started_at', 'pending_starts'] as const;
-function windowAdvanced(n: number): SQL[] {
-  const ended = sql`window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= @now`;
-  return [
-    sql`IF(${ended}, IF(${n} <= rate_per_second, ${n}, NULL), IF(window_starts + ${n} <= rate_per_second, window_starts + ${n}, NULL))`,
-    sql`IF(${ended}, @now, window_started_at)`,
-    sql`pending_starts - ${n}`,
-  ];
-}
-
-/**
  * Starts every item, or nothing. Both windows are checked and advanced in SQL exactly as
  * start-window.ts does: a window that has ended is replaced by one opened now; the starts must
  * fit under rate_per_second. Returns the database time of the start, or null when the careful
@@ -161,22 +140,13 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
   if (new Set(items.map((i) => hex(i.attemptId))).size !== items.length) return null;
   // One timestamp for the whole transaction: windows, started_at and leases agree exactly.
   const s: SQL[] = [sql`SET @now = NOW(6)`, sql`SELECT @now AS now`];
+  // Both windows advanced in SQL as domain/start-window.ts decides, guarded (usage-writes.ts).
   s.push(
-    updateEachRow({
-      table: 'orbit_application_resources',
-      key: ['application_id'],
-      columns: WINDOW_COLUMNS,
-      rows: [{ key: [applicationId], values: windowAdvanced(items.length) }],
-    }),
-  );
-  const perQueue = [...countBy(items, (i) => hex(i.queueId))].sort(([a], [b]) => a.localeCompare(b));
-  s.push(
-    updateEachRow({
-      table: 'orbit_queues',
-      key: ['queue_id'],
-      columns: WINDOW_COLUMNS,
-      rows: perQueue.map(([queueHex, n]) => ({ key: [Buffer.from(queueHex, 'hex')], values: windowAdvanced(n) })),
-    }),
+    ...startWindowsGuardedStatements(
+      applicationId,
+      [...countBy(items, (i) => hex(i.queueId))].map(([queueHex, count]) => ({ queueId: Buffer.from(queueHex, 'hex'), count })),
+      sql.raw('@now'),
+    ),
   );
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   s.push(
@@ -186,7 +156,7 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
         'current_attempt_id',
         byTask.map((i) => [i.taskId, i.attemptId] as const),
       )} AND state = 'LEASED'`,
-    guard(items.length, applicationId),
+    rowCountGuard(items.length, applicationId),
   );
   const byAttempt = [...items].sort((a, b) => Buffer.compare(a.attemptId, b.attemptId));
   s.push(
@@ -196,7 +166,7 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
         'session_id',
         byAttempt.map((i) => [i.attemptId, i.sessionId] as const),
       )} AND state = 'RESERVED' AND lease_expires_at > @now`,
-    guard(items.length, applicationId),
+    rowCountGuard(items.length, applicationId),
   );
   if (taskEventsEnabled())
     s.push(

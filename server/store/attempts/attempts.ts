@@ -18,7 +18,8 @@ import { sql } from '../database/sql.ts';
 import { leaseEndSql } from './lease-end.ts';
 import { valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
-import { counterAdjustStatements, permitHoldersStatement } from '../quotas/counters.ts';
+import { permitHoldersStatement, usageDeltaStatements } from '../quotas/usage-writes.ts';
+import { PermitTally } from '../../domain/permits.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { rowsAsExpected } from './fast-path-guards.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
@@ -208,7 +209,7 @@ class SettlementWrites {
   private attemptsTo: Array<{ attemptId: IdBytes; state: Settlement['attemptState'] }> = [];
   private tasksTo: TaskWrite[] = [];
   private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
-  private permits = new Map<string, number>();
+  private permits = new PermitTally();
   /** The lifecycle events of the settlements, in order; their queue names are filled in at flush. */
   private events: Array<{ type: string; task: LockedTaskRow; more: Record<string, unknown> }> = [];
 
@@ -236,10 +237,7 @@ class SettlementWrites {
     if (attempt.state === 'RESERVED') q.pending -= 1;
     if (terminal) q.unfinished -= 1;
     this.queues.set(hex(attempt.queue_id), q);
-    if (attempt.resource_key !== null) {
-      const key = `${hex(attempt.queue_id)}/${attempt.resource_key}`;
-      this.permits.set(key, (this.permits.get(key) ?? 0) + 1);
-    }
+    if (attempt.resource_key !== null) this.permits.add({ queue: hex(attempt.queue_id), resourceKey: attempt.resource_key }, 1);
     const type = taskEventsEnabled() ? settlementEventType(attempt.state === 'RUNNING', s.taskState) : null;
     if (type !== null) {
       const more: Record<string, unknown> = {};
@@ -288,12 +286,12 @@ class SettlementWrites {
     if (this.attemptsTo.length === 0) return;
     const s: BatchStatement[] = [...this.rowStatements()];
     s.push(
-      ...counterAdjustStatements(
+      ...usageDeltaStatements(
         this.applicationId,
         [...this.queues].map(([queueHex, delta]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta })),
       ),
     );
-    const permits = permitHoldersStatement(new Map([...this.permits].map(([key, n]) => [key, -n])), sql`${this.nowSql}`);
+    const permits = permitHoldersStatement(this.permits.negated(), sql`${this.nowSql}`);
     if (permits !== null) s.push(permits);
     if (this.events.length > 0) {
       // Records last, under the application row this transaction holds (the feed's ordering rule).

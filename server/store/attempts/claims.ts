@@ -20,14 +20,14 @@
  */
 import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
-import { windowIsOpen, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { windowAfterStarts, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { PermitTally, type PermitRef } from '../../domain/permits.ts';
 import { leaseEndMs } from '../../domain/leases.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import {
   claimBudget,
   levelRoom,
   MAX_CLAIMED_PAYLOAD_BYTES,
-  permitKey as permitOf,
   pickCandidates,
   queueRoom,
   sessionRoom,
@@ -38,7 +38,7 @@ import {
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import { updateEachRow } from '../database/set-based.ts';
-import { permitHoldersStatement } from '../quotas/counters.ts';
+import { permitHoldersStatement, permitRowsLockStatement, usageStatements, type UsageChange } from '../quotas/usage-writes.ts';
 import { rowsStatement, valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from './sessions.ts';
@@ -92,8 +92,9 @@ function levelOf(row: QuotaRow): QuotaLevel {
   };
 }
 
-function permitKey(queueId: Buffer, resourceKey: string): string {
-  return permitOf(hex(queueId), resourceKey);
+/** The permit of a keyed task or attempt row. */
+function permitOf(queueId: Buffer, resourceKey: string): PermitRef {
+  return { queue: hex(queueId), resourceKey };
 }
 
 /** One session's claim in a group. */
@@ -194,8 +195,8 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
         queueRows.map((q) => [hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency }]),
       ),
       taken: new Set<string>(),
-      fullKeys: new Set<string>(),
-      holders: new Map<string, number>(),
+      fullKeys: new PermitTally(),
+      holders: new PermitTally(),
     };
     const initialQueueRoom = new Map([...shared.queues].map(([q, a]) => [q, a.room]));
     const decided: Array<{ request: ClaimRequest; claimed: ClaimedAttemptInfo[]; waiting: boolean } | OrbitError> = [];
@@ -296,10 +297,10 @@ interface PickState {
   queues: Map<string, QueueAllowance>;
   /** Task ids (hex) read by this transaction: picked by a claim, or passed over. */
   taken: Set<string>;
-  /** Permits (`queue/key`) found full. */
-  fullKeys: Set<string>;
+  /** Permits found full (each counted once per candidate passed over). */
+  fullKeys: PermitTally;
   /** Holders per permit, for the permits locked so far. */
-  holders: Map<string, number>;
+  holders: PermitTally;
 }
 
 async function pick(
@@ -332,7 +333,10 @@ async function pick(
         candidatesSql(
           queues.map(([queueHex, room]) => ({
             queueId: Buffer.from(queueHex, 'hex'),
-            excludedKeys: [...state.fullKeys].filter((k) => k.startsWith(`${queueHex}/`)).map((k) => k.slice(queueHex.length + 1)),
+            excludedKeys: state.fullKeys
+              .entries()
+              .filter(([p]) => p.queue === queueHex)
+              .map(([p]) => p.resourceKey),
             excludedTasks,
             limit: Math.min(left, room),
           })),
@@ -343,10 +347,11 @@ async function pick(
     }
     if (candidates.length === 0) return;
     // Permit rows for keys not seen yet: created on demand, then locked (last in the lock order).
-    const newKeys = [...new Set(candidates.filter((c) => c.resource_key !== null).map((c) => permitKey(c.queue_id, c.resource_key as string)))].filter(
-      (k) => !state.holders.has(k),
-    );
-    if (newKeys.length > 0) await lockPermits(tx, ctx.applicationId, newKeys, state.holders);
+    const newPermits = PermitTally.countOf(candidates, (c) => (c.resource_key === null ? null : permitOf(c.queue_id, c.resource_key)))
+      .entries()
+      .map(([p]) => p)
+      .filter((p) => !state.holders.has(p));
+    if (newPermits.length > 0) await lockPermits(tx, ctx.applicationId, newPermits, state.holders);
     // Claim order, budget, queue room and keyed permits: claim-decisions.ts.
     const picked = pickCandidates(
       candidates.map((row): ClaimCandidate & { row: CandidateRow } => ({
@@ -373,38 +378,19 @@ async function pick(
     for (const c of picked.picked) state.taken.add(hex(c.row.task_id));
     state.queues = picked.queues;
     state.holders = picked.holders;
-    for (const key of picked.fullKeys) state.fullKeys.add(key);
+    for (const permit of picked.fullKeys) state.fullKeys.add(permit, 1);
     // A task passed over for a full key stays passed over: holders only grow in this transaction.
-    for (const c of candidates) if (c.resource_key !== null && state.fullKeys.has(permitKey(c.queue_id, c.resource_key))) state.taken.add(hex(c.task_id));
+    for (const c of candidates) if (c.resource_key !== null && state.fullKeys.has(permitOf(c.queue_id, c.resource_key))) state.taken.add(hex(c.task_id));
     if (picked.fullKeys.length === 0) return;
   }
 }
 
-async function lockPermits(tx: Transaction, applicationId: IdBytes, keys: string[], holders: Map<string, number>): Promise<void> {
-  keys.sort();
-  const pairs = keys.map((k) => {
-    const slash = k.indexOf('/');
-    return [Buffer.from(k.slice(0, slash), 'hex'), k.slice(slash + 1)] as const;
-  });
-  const [, rows] = (await tx.batch(
-    sql.join(
-      [
-        sql`INSERT IGNORE INTO orbit_key_permits (queue_id, resource_key, application_id, holders, updated_at)
-       VALUES ${sql.join(
-         pairs.map(([q, k]) => sql`(${q}, ${k}, ${applicationId}, 0, NOW(6))`),
-         sql`, `,
-       )}`,
-        sql`SELECT queue_id, resource_key, holders FROM orbit_key_permits
-      WHERE (queue_id, resource_key) IN (${sql.join(
-        pairs.map(([q, k]) => sql`(${q}, ${k})`),
-        sql`, `,
-      )})
-      ORDER BY queue_id, resource_key ${lockRows('permit')}`,
-      ],
-      sql`;\n`,
-    ),
-  )) as [unknown, Array<Pick<KeyPermitRow, 'queue_id' | 'resource_key' | 'holders'>>];
-  for (const row of rows) holders.set(permitKey(row.queue_id, row.resource_key), row.holders);
+async function lockPermits(tx: Transaction, applicationId: IdBytes, permits: PermitRef[], holders: PermitTally): Promise<void> {
+  const [, rows] = (await tx.batch(permitRowsLockStatement(applicationId, permits))) as [
+    unknown,
+    Array<Pick<KeyPermitRow, 'queue_id' | 'resource_key' | 'holders'>>,
+  ];
+  for (const row of rows) holders.set(permitOf(row.queue_id, row.resource_key), row.holders);
 }
 
 async function writeClaims(
@@ -461,48 +447,28 @@ async function writeClaims(
           WHERE task_id IN (${valueList(tasks.map(({ c }) => c.taskId))})`,
       );
     }
-    /**
-     * A quota row's counters: +active for every attempt, +pending for the reserved ones, and the
-     * started ones counted in its start window - opened now when the last one has ended, as
-     * start-window.ts decides (the row is locked: the claim's room already left them room).
-     * The same columns for every row (updateEachRow): a row that starts nothing keeps its window.
-     */
-    const COUNTER_COLUMNS = ['active_attempts', 'pending_starts', 'window_started_at', 'window_starts'];
-    const counters = (n: number, startedHere: number, window: WindowState): SQL[] => {
-      const open = startedHere === 0 || windowIsOpen(window, params.nowMs);
-      return [
-        sql`active_attempts + ${n}`,
-        sql`pending_starts + ${n - startedHere}`,
-        open ? sql`window_started_at` : sql`${now}`,
-        startedHere === 0 ? sql`window_starts` : open ? sql`window_starts + ${startedHere}` : sql`${startedHere}`,
-      ];
-    };
-    const startedTotal = all.filter(({ c }) => c.started).length;
-    statements.push(
-      updateEachRow({
-        table: 'orbit_application_resources',
-        key: ['application_id'],
-        columns: COUNTER_COLUMNS,
-        rows: [{ key: [applicationId], values: counters(all.length, startedTotal, params.windows.application) }],
-      }),
-    );
+    // Both levels' counters: +active for every attempt, +pending for the reserved ones, and the
+    // started ones counted in the start window - opened now when the last one has ended (the
+    // rows are locked: the claim's room already left them room).
+    const change = (n: number, startedHere: number, window: WindowState): UsageChange => ({
+      active: n,
+      pending: n - startedHere,
+      ...(startedHere === 0 ? {} : { window: windowAfterStarts(window, startedHere, params.nowMs) }),
+    });
     const perQueue = countBy(all, ({ c }) => hex(c.queueId));
     const startedPerQueue = countBy(all, ({ c }) => (c.started ? hex(c.queueId) : null));
     statements.push(
-      updateEachRow({
-        table: 'orbit_queues',
-        key: ['queue_id'],
-        columns: COUNTER_COLUMNS,
-        rows: [...perQueue]
-          .sort(([a], [b]) => a.localeCompare(b))
-          .map(([queueHex, n]) => ({
-            key: [Buffer.from(queueHex, 'hex')],
-            values: counters(n, startedPerQueue.get(queueHex) ?? 0, params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 }),
-          })),
-      }),
+      ...usageStatements(
+        applicationId,
+        change(all.length, all.filter(({ c }) => c.started).length, params.windows.application),
+        [...perQueue].map(([queueHex, n]) => ({
+          queueId: Buffer.from(queueHex, 'hex'),
+          change: change(n, startedPerQueue.get(queueHex) ?? 0, params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 }),
+        })),
+      ),
     );
     const permits = permitHoldersStatement(
-      countBy(all, ({ c }) => (c.resourceKey === null ? null : permitKey(c.queueId, c.resourceKey))),
+      PermitTally.countOf(all, ({ c }) => (c.resourceKey === null ? null : permitOf(c.queueId, c.resourceKey))),
       sql`${now}`,
     );
     if (permits !== null) statements.push(permits);

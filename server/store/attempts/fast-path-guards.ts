@@ -1,11 +1,11 @@
 /**
  * What the one-round-trip paths of Start and of the result share (attempt-start.ts,
- * attempt-complete.ts): what the session knows about an attempt, the `ROW_COUNT()` guard, and
- * which errors mean "the careful path decides".
+ * attempt-complete.ts): what the session knows about an attempt, how a statement names the rows
+ * it expects, and which errors mean "the careful path decides".
  *
  * A fast path sends every statement and the COMMIT in one round trip. Each statement carries
  * what the session expects in its WHERE clause and the next statement checks it with a guard
- * (`IF(ROW_COUNT() = n, …, NULL)` on a NOT NULL column): if anything differs, the server stops
+ * (`IF(ROW_COUNT() = n, …, NULL)` on a NOT NULL column, usage-writes.ts `rowCountGuard`): if anything differs, the server stops
  * before COMMIT, the transaction rolls back untouched, and the careful path runs instead.
  */
 import type { IdBytes } from '../../ids.ts';
@@ -31,11 +31,6 @@ export function countBy<T>(items: T[], key: (item: T) => string | null): Map<str
     if (k !== null) counts.set(k, (counts.get(k) ?? 0) + 1);
   }
   return counts;
-}
-
-/** A guard: fails the transaction unless the previous statement changed exactly `n` rows. */
-export function guard(n: number, applicationId: IdBytes): SQL {
-  return sql`UPDATE orbit_application_resources SET active_attempts = IF(ROW_COUNT() = ${n}, active_attempts, NULL) WHERE application_id = ${applicationId}`;
 }
 
 /**

@@ -12,7 +12,7 @@ import type { AttemptRef } from './attempts.ts';
 import { sql } from '../database/sql.ts';
 import { valueList, type Database } from '../database/database.ts';
 import type { AttemptRow, TaskRow } from '../database/schema.ts';
-import { counterAdjustStatements } from '../quotas/counters.ts';
+import { usageDeltaStatements } from '../quotas/usage-writes.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { deadlineExceededError } from '../../domain/task-errors.ts';
@@ -103,7 +103,7 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
       const statements = [
         sql`UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ${now}, updated_at = ${now}, error = ${error}
           WHERE task_id IN (${valueList(tasks.map((t) => t.task_id))})`,
-        ...counterAdjustStatements(
+        ...usageDeltaStatements(
           applicationId,
           [...perQueue].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n } })),
         ),

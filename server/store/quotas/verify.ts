@@ -17,7 +17,7 @@
  *
  * Read consistency. Every writer changes a counter in the same transaction as the task, attempt
  * or permit rows it counts (admission, claims, starts, results, cancel/resolve, recovery; see
- * counters.ts and lock-order.ts), so every committed state of the database satisfies
+ * usage-writes.ts and lock-order.ts), so every committed state of the database satisfies
  * "counter = recount". A verify must therefore read ONE committed state:
  *
  * - `countersVerify` reads everything in one consistent snapshot (REPEATABLE READ, `START

@@ -44,7 +44,7 @@ import { valueBytesBound } from '../database/packets.ts';
 import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 import type { QueueRow, ScheduleRow } from '../database/schema.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
-import { counterAdjustStatements } from '../quotas/counters.ts';
+import { usageDeltaStatements } from '../quotas/usage-writes.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement, type EventRecord } from '../records/events.ts';
 import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
@@ -301,7 +301,7 @@ export async function scheduleFireApplication(
     );
     if (total > 0) {
       statements.push(
-        ...counterAdjustStatements(
+        ...usageDeltaStatements(
           applicationId,
           [...perQueue.values()].map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
         ),

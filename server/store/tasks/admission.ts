@@ -30,8 +30,7 @@ import type { Principal } from '../../domain/principal.ts';
 import { millisToSql } from '../../time.ts';
 import type { Clock } from '../database/clock.ts';
 import { sql, type SQL } from '../database/sql.ts';
-import { updateEachRow } from '../database/set-based.ts';
-import { counterAdjustStatements } from '../quotas/counters.ts';
+import { unfinishedGuardedStatements, usageDeltaStatements } from '../quotas/usage-writes.ts';
 import { isDuplicateKeyError, isGuardError, rowsStatement, type BatchStatement, type Database, type Queryable } from '../database/database.ts';
 import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
@@ -199,24 +198,6 @@ function countByQueue(prepared: Prepared[]): Array<{ queueId: IdBytes; count: nu
   return [...counts.values()].sort((a, b) => byIdAscending(a.queueId, b.queueId));
 }
 
-function guardedCounterUpdates(applicationId: IdBytes, total: number, perQueue: Array<{ queueId: IdBytes; count: number }>): SQL[] {
-  return [
-    sql`UPDATE orbit_application_resources
-        SET unfinished_tasks = IF(unfinished_tasks + ${total} <= max_unfinished_tasks, unfinished_tasks + ${total}, NULL)
-      WHERE application_id = ${applicationId}`,
-    // Every queue of the group in one statement; a full one fails it (NULL) like the application's.
-    updateEachRow({
-      table: 'orbit_queues',
-      key: ['queue_id'],
-      columns: ['unfinished_tasks'],
-      rows: perQueue.map((q) => ({
-        key: [q.queueId],
-        values: [sql`IF(unfinished_tasks + ${q.count} <= max_unfinished_tasks, unfinished_tasks + ${q.count}, NULL)`],
-      })),
-    }),
-  ];
-}
-
 // The details name the level and the limit, never usage: the application's figures belong to
 // every namespace of it, and this caller may not hold application:resources:read.
 export const applicationFull = () =>
@@ -261,7 +242,7 @@ export async function taskSubmitBatch(
     try {
       // Lock order: the application row, the queue rows, then the new tasks and their receipts -
       // all in one round trip with the COMMIT, so the hot rows are held for no round trip at all.
-      const statements = [...guardedCounterUpdates(applicationId, prepared.length, perQueue), ...insertStatements(prepared)];
+      const statements = [...unfinishedGuardedStatements(applicationId, prepared.length, perQueue), ...insertStatements(prepared)];
       await db.oneShot(statements);
       options.onPath?.('fast');
       return prepared.map((p) => ({ ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false }));
@@ -351,7 +332,7 @@ async function careful(
     if (accepted.length > 0) {
       // Lock order: counters (rows locked above), then the new tasks and their receipts.
       const statements: BatchStatement[] = [
-        ...counterAdjustStatements(
+        ...usageDeltaStatements(
           applicationId,
           countByQueue(accepted).map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
         ),

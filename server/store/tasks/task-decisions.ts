@@ -8,7 +8,7 @@ import { OrbitError, notFound } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import { auditInsert } from '../records/audit.ts';
-import { counterAdjust, permitRelease } from '../quotas/counters.ts';
+import { usageAdjust, permitRelease } from '../quotas/usage-writes.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { taskFind, taskGetVisible, toTask, type Task, type TaskWithQueue } from './tasks.ts';
@@ -134,7 +134,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       case 'WAITING':
       // Writes in the lock order (lock-order.ts): counters (application, queue), task, attempt, permit.
       case 'NEEDS_REVIEW':
-        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
+        await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
         await tx.exec(
           sql`UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ${error}, updated_at = NOW(6) WHERE task_id = ${found.task_id}`,
         );
@@ -142,7 +142,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       case 'LEASED': {
         const attemptId = locked.current_attempt_id;
         if (attemptId === null) throw new OrbitError('INTERNAL', 'a LEASED task without an attempt');
-        await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
+        await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
         await tx.exec(sql`
           UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ${error}, updated_at = NOW(6)
            WHERE task_id = ${found.task_id}`);
@@ -151,7 +151,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
         );
         // Rolls the whole transaction back, counters included.
         if (released.affectedRows !== 1) throw new OrbitError('INTERNAL', 'a LEASED task whose attempt is not reserved');
-        await permitRelease(tx, found.queue_id, locked.resource_key);
+        await permitRelease(tx, locked.resource_key === null ? null : { queue: idToHex(found.queue_id), resourceKey: locked.resource_key });
         break;
       }
       case 'RUNNING':
@@ -207,7 +207,7 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
                max_attempts = GREATEST(max_attempts, attempts + 1), updated_at = NOW(6)
          WHERE task_id = ${found.task_id}`);
     } else {
-      await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
+      await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
       await tx.exec(sql`
         UPDATE orbit_tasks SET state = ${state}, result = COALESCE(${json(params.result)}, result), error = ${error},
                finished_at = NOW(6), updated_at = NOW(6)
@@ -260,7 +260,7 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
       params.nowMs,
     );
     // Writes in the lock order: counters (application, queue), then the task.
-    await counterAdjust(tx, found.application_id, found.queue_id, { unfinished: 1 });
+    await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: 1 });
     await tx.exec(sql`
       UPDATE orbit_tasks SET state = ${next.state}, available_at = ${millisToSql(next.availableAtMs)}, deadline_at = ${millisToSql(next.deadlineAtMs)},
              deadline_seconds = ${next.deadlineSeconds}, max_attempts = ${next.maxAttempts}, finished_at = NULL, result = NULL, error = NULL, cancel_requested = 0, cancel_reason = NULL,

@@ -5,10 +5,11 @@
  * migrations pending or from a newer build, address in use); 2 wrong arguments or a bad
  * environment variable. A failure to start is one line on stderr, `orbit-server: …`.
  */
-import { ConfigError, SETTINGS, loadConfig, redactUrl } from './config.ts';
+import { ConfigError, SETTINGS, loadConfig, redactUrl, type ServerConfig } from './config.ts';
 import { createLogger } from './log.ts';
 import { StartupError, startServer } from './server.ts';
 import { UsageError, parseFlags, usageFailure, wantsHelp } from './cli/args.ts';
+import { PROCESS_IO, type ProgramIo } from './cli/io.ts';
 
 const PROGRAM = 'orbit-server';
 
@@ -40,25 +41,37 @@ Exit codes: 0 stopped by a signal, 1 could not start, 2 wrong arguments or envir
 `;
 }
 
-function fail(message: string, code: number): number {
-  process.stderr.write(`${PROGRAM}: ${message}\n`);
+function fail(io: ProgramIo, message: string, code: number): number {
+  io.stderr(`${PROGRAM}: ${message}\n`);
   return code;
 }
 
-export async function main(argv: string[] = []): Promise<number> {
+/**
+ * Everything orbit-server decides before it starts anything (no socket, no database
+ * connection): `--help` (printed, exit 0), wrong arguments or a bad environment variable
+ * (its line printed, exit 2) - or, when the arguments and environment are good, the settings
+ * to start with.
+ */
+export function invocation(argv: string[], io: ProgramIo = PROCESS_IO): { exitCode: number } | { config: ServerConfig } {
   if (wantsHelp(argv)) {
-    process.stdout.write(usage());
-    return 0;
+    io.stdout(usage());
+    return { exitCode: 0 };
   }
-  let config: ReturnType<typeof loadConfig>;
   try {
     parseFlags(argv, {});
-    config = loadConfig();
+    return { config: loadConfig(io.env) };
   } catch (error) {
-    if (error instanceof UsageError) return usageFailure(PROGRAM, '', error);
-    if (error instanceof ConfigError) return fail(error.message, 2);
+    if (error instanceof UsageError) return { exitCode: usageFailure(PROGRAM, '', error, io) };
+    if (error instanceof ConfigError) return { exitCode: fail(io, error.message, 2) };
     throw error;
   }
+}
+
+/** Runs `orbit-server argv` until a signal stops it and returns its exit code; `io`: where its own lines go and the environment it reads. */
+export async function main(argv: string[] = [], io: ProgramIo = PROCESS_IO): Promise<number> {
+  const decided = invocation(argv, io);
+  if ('exitCode' in decided) return decided.exitCode;
+  const { config } = decided;
   const log = createLogger(config.logLevel);
   log.info(
     {
@@ -73,10 +86,10 @@ export async function main(argv: string[] = []): Promise<number> {
   } catch (error) {
     if (error instanceof StartupError) {
       log.fatal(error.message);
-      return fail(error.message, 1);
+      return fail(io, error.message, 1);
     }
     log.fatal({ err: error }, (error as Error).message);
-    return fail((error as Error).stack ?? String(error), 1);
+    return fail(io, (error as Error).stack ?? String(error), 1);
   }
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {

@@ -8,6 +8,7 @@
  * on stderr with exit code 2 (see `usageFailure`).
  */
 import { parseArgs } from 'node:util';
+import { PROCESS_IO, type ProgramIo } from './io.ts';
 
 export type FlagSpecs = Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>;
 
@@ -83,7 +84,7 @@ export function parseFlags(args: readonly string[], specs: FlagSpecs): Flags {
 }
 
 /** Writes the one line for a UsageError and returns exit code 2. `command` is e.g. `credential create` (or ''). */
-export function usageFailure(program: string, command: string, error: UsageError): number {
-  process.stderr.write(`${program}: ${error.message} (see ${[program, command, '--help'].filter(Boolean).join(' ')})\n`);
+export function usageFailure(program: string, command: string, error: UsageError, io: ProgramIo = PROCESS_IO): number {
+  io.stderr(`${program}: ${error.message} (see ${[program, command, '--help'].filter(Boolean).join(' ')})\n`);
   return 2;
 }

@@ -20,6 +20,7 @@ import { ENVIRONMENTS, applicationSetEnabled, namespaceFindById, namespaceSetEna
 import { UsageError, parseFlags, usageFailure, wantsHelp, type FlagSpecs, type Flags } from './args.ts';
 import { VERIFY_USAGE, verifyCommand } from './verify-command.ts';
 import { pruneCommand } from './prune-command.ts';
+import { PROCESS_IO, type ProgramIo } from './io.ts';
 
 const PROGRAM = 'orbit-admin';
 
@@ -31,6 +32,8 @@ export interface AdminContext {
   db(): Database;
   /** A line of progress on stderr. */
   say(line: string): void;
+  /** Where the command prints (its stdout) and the environment its settings come from. */
+  io: ProgramIo;
 }
 
 /** One command (`migrate`) or subcommand (`credential revoke`). */
@@ -282,7 +285,7 @@ const COMMANDS: Record<string, Entry> = {
   application: { subcommands: { enable: toggleCommand('application', 'enable'), disable: toggleCommand('application', 'disable') } },
   namespace: { subcommands: { enable: toggleCommand('namespace', 'enable'), disable: toggleCommand('namespace', 'disable') } },
   credential: { subcommands: { create: credentialCreateCommand, revoke: credentialRevokeCommand } },
-  verify: { usage: VERIFY_USAGE, main: (args, ctx) => verifyCommand(args, ctx.url) },
+  verify: { usage: VERIFY_USAGE, main: (args, ctx) => verifyCommand(args, ctx.url, ctx.io) },
   prune: pruneCommand,
 };
 
@@ -359,28 +362,30 @@ function subcommandList(group: CommandGroup): string {
   return names.length === 2 ? names.join(' or ') : names.join(', ');
 }
 
-export async function main(argv: string[]): Promise<number> {
+/** Runs `orbit-admin argv` and returns its exit code; `io`: where it prints and the environment it reads. */
+export async function main(argv: string[], io: ProgramIo = PROCESS_IO): Promise<number> {
   if (argv.length === 0) {
-    process.stderr.write(topUsage());
+    io.stderr(topUsage());
     return 2;
   }
   let name = '';
   const opened: { url: string | null; pool: Database | null } = { url: null, pool: null };
-  const say = (line: string) => void process.stderr.write(`${line}\n`);
+  const say = (line: string) => io.stderr(`${line}\n`);
   const ctx: AdminContext = {
     url() {
       if (opened.url === null) {
-        opened.url = databaseUrlFromEnv();
+        opened.url = databaseUrlFromEnv(io.env);
         say(`using database ${redactUrl(opened.url)}`);
       }
       return opened.url;
     },
     db() {
       // No statement timeout: an operator's command waits for the database rather than give up.
-      opened.pool ??= createDatabase({ url: ctx.url(), connectionLimit: 2, timeoutMs: 0, ...databaseChecksFromEnv() });
+      opened.pool ??= createDatabase({ url: ctx.url(), connectionLimit: 2, timeoutMs: 0, ...databaseChecksFromEnv(io.env) });
       return opened.pool;
     },
     say,
+    io,
   };
   try {
     // `help [COMMAND…]` is `COMMAND… --help`.
@@ -389,13 +394,13 @@ export async function main(argv: string[]): Promise<number> {
     name = resolved;
     if (helpWord) {
       parseFlags(rest, {});
-      process.stdout.write(usageOf(entry));
+      io.stdout(usageOf(entry));
       return 0;
     }
     // It prints its own --help.
     if (entry !== null && isSelfParsing(entry)) return await entry.main(rest, ctx);
     if (wantsHelp(rest)) {
-      process.stdout.write(usageOf(entry));
+      io.stdout(usageOf(entry));
       return 0;
     }
     if (entry === null || isGroup(entry)) {
@@ -406,7 +411,7 @@ export async function main(argv: string[]): Promise<number> {
     await entry.run(parseFlags(rest, entry.flags), ctx);
     return 0;
   } catch (error) {
-    if (error instanceof UsageError) return usageFailure(PROGRAM, error instanceof UsageErrorIn ? error.command : name, error);
+    if (error instanceof UsageError) return usageFailure(PROGRAM, error instanceof UsageErrorIn ? error.command : name, error, io);
     if (error instanceof ConfigError) {
       say(`${PROGRAM}: ${error.message}`);
       return 2;

@@ -49,7 +49,7 @@ Prints, per application, the rows removed per table and a summary line.
     const db = ctx.db();
     const policies = await retentionPoliciesList(db, idText === undefined ? undefined : hexToId(idText));
     if (idText !== undefined && policies.length === 0) throw new OrbitError('NOT_FOUND', `application ${idText} does not exist`);
-    const config = loadConfig();
+    const config = loadConfig(ctx.io.env);
     const loop = new PruneLoop({ db, log: silentLogger(), metrics: null, intervalMs: 1000, batchRows: config.pruneBatchRows, maxShare: 1 });
     let total = 0;
     let applications = 0;
@@ -67,9 +67,9 @@ Prints, per application, the rows removed per table and a summary line.
       if (n === 0) continue;
       total += n;
       applications += 1;
-      process.stdout.write(`application ${idToHex(applicationId)}: ${line(counts)}\n`);
+      ctx.io.stdout(`application ${idToHex(applicationId)}: ${line(counts)}\n`);
     }
     const of = `${applications} application${applications === 1 ? '' : 's'}`;
-    process.stdout.write(dryRun ? `would prune ${total} rows of ${of} (dry run: nothing removed)\n` : `pruned ${total} rows of ${of}\n`);
+    ctx.io.stdout(dryRun ? `would prune ${total} rows of ${of} (dry run: nothing removed)\n` : `pruned ${total} rows of ${of}\n`);
   },
 };

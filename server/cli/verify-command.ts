@@ -20,6 +20,7 @@ import { hexToId, isHexId, newRequestId } from '../ids.ts';
 import { createDatabase } from '../store/database/database.ts';
 import { countersRepair, countersVerify, formatDifference } from '../store/quotas/verify.ts';
 import { UsageError, parseFlags, wantsHelp } from './args.ts';
+import { PROCESS_IO, type ProgramIo } from './io.ts';
 
 export const VERIFY_USAGE = `usage: orbit-admin verify [--repair] [--application-id ID]
 
@@ -37,16 +38,13 @@ Database: ORBIT_DATABASE_URL (default ${DEFAULT_DATABASE_URL}).`;
 
 const REASON = 'orbit-admin verify --repair: stored usage counters differed from a recount of tasks and attempts';
 
-function out(line: string): void {
-  process.stdout.write(`${line}\n`);
-}
-
 /**
  * Runs the command; returns the exit code. `url` is asked for only once the arguments are good
  * (so `--help` never touches ORBIT_DATABASE_URL or the database). Database errors are thrown for
- * orbit-admin's main to report.
+ * orbit-admin's main to report. Its lines go to `io`, the database checks come from `io.env`.
  */
-export async function verifyCommand(args: string[], url: () => string): Promise<number> {
+export async function verifyCommand(args: string[], url: () => string, io: ProgramIo = PROCESS_IO): Promise<number> {
+  const out = (line: string) => io.stdout(`${line}\n`);
   if (wantsHelp(args)) {
     out(VERIFY_USAGE);
     return 0;
@@ -57,11 +55,11 @@ export async function verifyCommand(args: string[], url: () => string): Promise<
   const applicationId = idText === undefined ? undefined : hexToId(idText);
 
   // No statement timeout: a recount of a large table may take its time.
-  const db = createDatabase({ url: url(), connectionLimit: 2, timeoutMs: 0, ...databaseChecksFromEnv() });
+  const db = createDatabase({ url: url(), connectionLimit: 2, timeoutMs: 0, ...databaseChecksFromEnv(io.env) });
   try {
     const report = await countersVerify(db, { applicationId });
     if (applicationId !== undefined && report.applications === 0) {
-      process.stderr.write(`orbit-admin: application ${idText} does not exist (it has no resources row)\n`);
+      io.stderr(`orbit-admin: application ${idText} does not exist (it has no resources row)\n`);
       return 1;
     }
     for (const d of report.differences) out(formatDifference(d));

@@ -2,10 +2,16 @@
  * Runs the real `bin/orbit-admin.mjs` / `bin/orbit-server.mjs` (or a script) to its exit, as a
  * user would, and returns what the user sees. A program that does not exit in time is killed
  * and the test fails: "fails fast" is part of what is tested.
+ *
+ * Or runs the same `main` in this process (`adminInProcess`, `serverArgsInProcess`), with the
+ * environment the spawned program would get, and returns what it would print: a spawn costs
+ * about a second of CPU (tsx loads the sources), a call almost nothing. test/integration/cli.test.ts
+ * checks that both print the same.
  */
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import type { ProgramIo } from '../../server/cli/io.ts';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const ORBIT_ADMIN = fileURLToPath(new URL('../../bin/orbit-admin.mjs', import.meta.url));
@@ -61,6 +67,54 @@ export function admin(args: string[], env?: Record<string, string | undefined>, 
 
 export function server(args: string[], env?: Record<string, string | undefined>, timeoutMs?: number): Promise<ProgramResult> {
   return runProgram(ORBIT_SERVER, args, { env, timeoutMs });
+}
+
+/** What a program run in process printed, and its exit code. */
+export interface InProcessResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function capture(env: Record<string, string | undefined> | undefined): { io: ProgramIo; printed: { stdout: string; stderr: string } } {
+  const printed = { stdout: '', stderr: '' };
+  const io: ProgramIo = { stdout: (text) => void (printed.stdout += text), stderr: (text) => void (printed.stderr += text), env: cleanEnv(env) };
+  return { io, printed };
+}
+
+/** The sockets and listeners this process has open (what a call that started something would leave). */
+function openSockets(): number {
+  return process.getActiveResourcesInfo().filter((name) => name.startsWith('TCP') || name.startsWith('Pipe')).length;
+}
+
+/**
+ * `orbit-admin args` run in this process, with the environment `admin(args, env)` would give it.
+ * A command that gets as far as the database opens a pool and closes it before returning, as
+ * the program does.
+ */
+export async function adminInProcess(args: string[], env?: Record<string, string | undefined>): Promise<InProcessResult> {
+  // Imported on first use: a test that only spawns the programs does not load the server here.
+  const { main } = await import('../../server/cli/orbit-admin.ts');
+  const { io, printed } = capture(env);
+  const code = await main(args, io);
+  return { code, ...printed };
+}
+
+/**
+ * `orbit-server args` run in this process, only as far as it goes before starting anything:
+ * `--help`, wrong arguments, a bad environment variable. Arguments and an environment it would
+ * start with are an error here (spawn it with `server()`); and it is checked that nothing was
+ * left listening or connected.
+ */
+export async function serverArgsInProcess(args: string[], env?: Record<string, string | undefined>): Promise<InProcessResult> {
+  const { invocation } = await import('../../server/main.ts');
+  const { io, printed } = capture(env);
+  const before = openSockets();
+  const decided = invocation(args, io);
+  if (!('exitCode' in decided)) throw new Error(`orbit-server ${args.join(' ')} would start a server: run it with server(), not in process`);
+  const after = openSockets();
+  if (after > before) throw new Error(`orbit-server ${args.join(' ')} left ${after - before} socket(s) open`);
+  return { code: decided.exitCode, ...printed };
 }
 
 /** A TCP port on 127.0.0.1 that nothing listens on (bound, then released). */

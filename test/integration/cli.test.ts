@@ -1,19 +1,19 @@
 /**
- * `orbit-server` and `orbit-admin` as programs: `--help` everywhere (usage on stdout, exit 0,
- * nothing else done - not even a database connection), wrong arguments (one line on stderr in
- * one format, exit 2) and bad environment variables (one line naming the variable, exit 2).
+ * `orbit-server` and `orbit-admin` as real programs (bin/*.mjs, spawned): a few of the cases
+ * test/unit/cli.test.ts runs in process - `--help`, a wrong argument, a bad environment
+ * variable - end to end, with their exit codes, and each printing exactly what the in-process
+ * run of the same `main` prints (so that what the unit test proves holds for the binaries).
  * Everything here is decided before any database is touched; the database URL given points at
- * a database that must still not exist at the end, so nothing ran a migration behind our back.
+ * a database on the real server that must still not exist at the end, so nothing ran a
+ * migration behind our back.
  */
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { SETTINGS } from '../../server/config.ts';
 import { testServerUrl } from '../helpers/database.ts';
-import { ROOT, admin, lines, server, unusedPort } from '../helpers/programs.ts';
+import { type InProcessResult, type ProgramResult, admin, adminInProcess, lines, server, serverArgsInProcess, unusedPort } from '../helpers/programs.ts';
 
 const HEX = '0123456789abcdef0123456789abcdef';
 /** A database on the real server that nothing may create. */
@@ -36,237 +36,65 @@ function assertUsageFailure(result: { code: number | null; stdout: string; stder
   assert.deepEqual({ code: result.code, stdout: result.stdout, stderr: lines(result.stderr) }, { code: 2, stdout: '', stderr: [expected] });
 }
 
-describe('orbit-admin --help', () => {
+/** The spawned program printed and exited exactly as the in-process run did. */
+function assertSameAsInProcess(spawned: ProgramResult, inProcess: InProcessResult): void {
+  assert.deepEqual({ code: spawned.code, stdout: spawned.stdout, stderr: spawned.stderr }, inProcess);
+}
+
+describe('orbit-admin, spawned', () => {
   const env = { ORBIT_DATABASE_URL: URL_OF_UNTOUCHED };
-  const commands = [
-    'migrate',
-    'bootstrap',
-    'application enable',
-    'application disable',
-    'namespace enable',
-    'namespace disable',
-    'credential create',
-    'credential revoke',
-    'verify',
-  ];
 
-  test('--help, -h and help print every command on stdout and exit 0', async () => {
-    for (const args of [['--help'], ['-h'], ['help']]) {
-      const result = await admin(args, env);
-      assert.equal(result.code, 0, `${args}: ${result.stderr}`);
-      assert.equal(result.stderr, '', `${args}: nothing on stderr (no database was opened)`);
-      assert.match(result.stdout, /^usage: orbit-admin /);
-      for (const command of commands) assert.match(result.stdout, new RegExp(`^ *(usage: )?orbit-admin ${command}\\b`, 'm'), `${args} lists ${command}`);
-      assert.match(result.stdout, /ORBIT_DATABASE_URL/);
+  test('--help prints every command on stdout and exits 0, as in process', async () => {
+    const result = await admin(['--help'], env);
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stderr, '', 'nothing on stderr (no database was opened)');
+    assert.match(result.stdout, /^usage: orbit-admin /);
+    for (const command of ['migrate', 'bootstrap', 'credential create', 'verify', 'prune']) {
+      assert.match(result.stdout, new RegExp(`^ *(usage: )?orbit-admin ${command}\\b`, 'm'), `--help lists ${command}`);
     }
-  });
-
-  test('COMMAND --help, COMMAND -h and help COMMAND print that command usage only, for every command and subcommand', async () => {
-    for (const command of commands) {
-      const words = command.split(' ');
-      const forms = [
-        [...words, '--help'],
-        [...words, '-h'],
-        ['help', ...words],
-      ];
-      // Help wins over anything else on the line, also over what would be an error.
-      forms.push([...words, '--no-such-flag', '--help']);
-      const outputs = new Set<string>();
-      for (const args of forms) {
-        const result = await admin(args, env);
-        assert.equal(result.code, 0, `${args.join(' ')}: ${result.stderr}`);
-        assert.equal(result.stderr, '', `${args.join(' ')}: nothing on stderr`);
-        assert.ok(result.stdout.startsWith(`usage: orbit-admin ${command}`), `${args.join(' ')}:\n${result.stdout}`);
-        outputs.add(result.stdout);
-      }
-      assert.equal(outputs.size, 1, `${command}: every form prints the same usage`);
-    }
-  });
-
-  test('a command group with --help lists its subcommands', async () => {
-    for (const [group, subs] of [
-      ['credential', ['create', 'revoke']],
-      ['application', ['enable', 'disable']],
-      ['namespace', ['enable', 'disable']],
-    ] as const) {
-      const result = await admin([group, '--help'], env);
-      assert.equal(result.code, 0);
-      assert.equal(result.stderr, '');
-      for (const sub of subs) assert.match(result.stdout, new RegExp(`orbit-admin ${group} ${sub} `));
-    }
+    assertSameAsInProcess(result, await adminInProcess(['--help'], env));
   });
 
   test('migrate --help does not migrate: the database it names is still not there (checked after all tests)', async () => {
     const result = await admin(['migrate', '--help'], env);
-    assert.equal(result.code, 0);
+    assert.equal(result.code, 0, result.stderr);
+    assert.ok(result.stdout.startsWith('usage: orbit-admin migrate'), result.stdout);
     assert.doesNotMatch(result.stdout + result.stderr, /applying|up to date/);
+    assertSameAsInProcess(result, await adminInProcess(['migrate', '--help'], env));
+  });
+
+  test('a wrong argument is one line on stderr, exit 2, no database opened, as in process', async () => {
+    const args = ['credential', 'revoke', '--credential-id', HEX, 'extra'];
+    const result = await admin(args, env);
+    assertUsageFailure(result, "orbit-admin: unexpected argument 'extra' (see orbit-admin credential revoke --help)");
+    assertSameAsInProcess(result, await adminInProcess(args, env));
   });
 });
 
-describe('orbit-admin wrong arguments', () => {
-  const env = { ORBIT_DATABASE_URL: URL_OF_UNTOUCHED };
-  const cases: Array<[string[], string]> = [
-    [['--foo'], "unknown option '--foo' (see orbit-admin --help)"],
-    [['nosuch'], "unknown command 'nosuch' (see orbit-admin --help)"],
-    [['help', 'nosuch'], "unknown command 'nosuch' (see orbit-admin --help)"],
-    [['migrate', '--force'], "unknown option '--force' (see orbit-admin migrate --help)"],
-    [['migrate', '-x'], "unknown option '-x' (see orbit-admin migrate --help)"],
-    [['migrate', 'now'], "unexpected argument 'now' (see orbit-admin migrate --help)"],
-    [['bootstrap', '--colour'], "unknown option '--colour' (see orbit-admin bootstrap --help)"],
-    [
-      ['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'development', '--queue', 'q'],
-      '--output is required (see orbit-admin bootstrap --help)',
-    ],
-    [['bootstrap', '--application', 'a', '--namespace', 'n', '--queue', 'q', '--output', 'f'], '--environment is required (see orbit-admin bootstrap --help)'],
-    [
-      ['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'dev', '--queue', 'q', '--output', 'f'],
-      '--environment must be one of development, staging, production (see orbit-admin bootstrap --help)',
-    ],
-    [
-      ['bootstrap', '--application', 'a', '--namespace', 'n', '--environment', 'development', '--output', 'f'],
-      '--queue is required (see orbit-admin bootstrap --help)',
-    ],
-    [['bootstrap', '--namespace', 'n'], 'give exactly one of --application NAME or --application-id ID (see orbit-admin bootstrap --help)'],
-    [['bootstrap', '--resource-access=yes'], "option '--resource-access' takes no value (see orbit-admin bootstrap --help)"],
-    [['bootstrap', '--application', 'a', '--application', 'b'], "option '--application' is given more than once (see orbit-admin bootstrap --help)"],
-    [['application'], 'application needs a subcommand: enable or disable (see orbit-admin application --help)'],
-    [['application', '--foo'], "unknown option '--foo' (see orbit-admin application --help)"],
-    [['application', 'enable', '--namespace-id', HEX], "unknown option '--namespace-id' (see orbit-admin application enable --help)"],
-    [['application', 'disable'], '--application-id is required (see orbit-admin application disable --help)'],
-    [['namespace', 'disable'], '--namespace-id is required (see orbit-admin namespace disable --help)'],
-    [['namespace', 'enable', '--namespace-id', 'NOT-HEX'], '--namespace-id must be 32 lowercase hex characters (see orbit-admin namespace enable --help)'],
-    [['credential'], 'credential needs a subcommand: create or revoke (see orbit-admin credential --help)'],
-    [['credential', 'delete'], "unknown command 'credential delete' (see orbit-admin credential --help)"],
-    [['credential', 'create', '--namespace-id', HEX, '--output', 'f', '--bogus'], "unknown option '--bogus' (see orbit-admin credential create --help)"],
-    [['credential', 'create', '--namespace-id', HEX], '--output is required (see orbit-admin credential create --help)'],
-    [['credential', 'create', '--namespace-id', HEX, '--output', '--queue', 'q'], "option '--output' needs a value (see orbit-admin credential create --help)"],
-    [
-      ['credential', 'create', '--namespace-id', HEX, '--output', 'f', '--action', 'tasks:fly'],
-      '--action tasks:fly: unknown action (see orbit-admin credential create --help)',
-    ],
-    [['credential', 'revoke'], '--credential-id is required (see orbit-admin credential revoke --help)'],
-    [['credential', 'revoke', '--credential-id'], "option '--credential-id' needs a value (see orbit-admin credential revoke --help)"],
-    [['credential', 'revoke', '--credential-id', HEX, 'extra'], "unexpected argument 'extra' (see orbit-admin credential revoke --help)"],
-  ];
-
-  test('each is one line `orbit-admin: <problem> (see orbit-admin [command] --help)`, exit 2, no database opened', async () => {
-    for (const [args, problem] of cases) {
-      assertUsageFailure(await admin(args, env), `orbit-admin: ${problem}`);
-    }
-  });
-
-  test('no command at all: the usage on stderr, exit 2', async () => {
-    const result = await admin([], env);
-    assert.equal(result.code, 2);
-    assert.equal(result.stdout, '');
-    assert.match(result.stderr, /^usage: orbit-admin migrate\n/);
-  });
-
-  test('a bad ORBIT_DATABASE_URL is one line naming it, its password redacted, exit 2', async () => {
-    for (const url of [
-      'mysql://admin:hunter2@db.example:3306/',
-      'postgres://admin:hunter2@db.example/orbit',
-      'admin:hunter2@db.example/orbit',
-      'mysql://admin:hunter2@db.example/orbit-prod',
-    ]) {
-      const result = await admin(['credential', 'revoke', '--credential-id', HEX], { ORBIT_DATABASE_URL: url });
-      assert.doesNotMatch(result.stdout + result.stderr, /hunter2/);
-      assertUsageFailure(
-        result,
-        `orbit-admin: ORBIT_DATABASE_URL must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got ${JSON.stringify(url.replace('hunter2', '***'))}`,
-      );
-    }
-  });
-});
-
-describe('orbit-server arguments and environment', () => {
-  test('--help prints the usage with every environment variable, exit 0, and starts nothing', async () => {
+describe('orbit-server, spawned', () => {
+  test('--help prints the usage with every environment variable, exit 0, and starts nothing, as in process', async () => {
     const port = await unusedPort();
-    for (const flag of ['--help', '-h']) {
-      // A database that does not answer: starting would fail with exit 1.
-      const result = await server([flag], { ORBIT_DATABASE_URL: `mysql://root@127.0.0.1:${port}/orbit` });
-      assert.equal(result.code, 0, result.stderr);
-      assert.equal(result.stderr, '');
-      assert.match(result.stdout, /^usage: orbit-server/);
-      for (const setting of SETTINGS) {
-        assert.ok(result.stdout.includes(`${setting.name}: ${setting.range}; default ${setting.default}`), `--help lists ${setting.name}`);
-      }
+    // A database that does not answer: starting would fail with exit 1.
+    const env = { ORBIT_DATABASE_URL: `mysql://root@127.0.0.1:${port}/orbit` };
+    const result = await server(['--help'], env);
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stderr, '');
+    assert.match(result.stdout, /^usage: orbit-server/);
+    for (const setting of SETTINGS) {
+      assert.ok(result.stdout.includes(`${setting.name}: ${setting.range}; default ${setting.default}`), `--help lists ${setting.name}`);
     }
+    assertSameAsInProcess(result, await serverArgsInProcess(['--help'], env));
   });
 
-  test('unknown options and arguments: one line, exit 2', async () => {
-    assertUsageFailure(await server(['--port', '9000']), "orbit-server: unknown option '--port' (see orbit-server --help)");
-    assertUsageFailure(await server(['-p']), "orbit-server: unknown option '-p' (see orbit-server --help)");
-    assertUsageFailure(await server(['serve']), "orbit-server: unexpected argument 'serve' (see orbit-server --help)");
-  });
-
-  test('every bad environment variable stops it at once: one line naming it, exit 2', async () => {
+  test('a bad environment variable stops it at once: one line naming it, password redacted, exit 2, as in process', async () => {
     const port = await unusedPort();
-    const cases: Array<[string, string, string]> = [
-      ['ORBIT_ADMISSION_IN_FLIGHT', 'abc', 'must be an integer from 1 to 64, got "abc"'],
-      ['ORBIT_ADMISSION_IN_FLIGHT', '0', 'must be an integer from 1 to 64, got "0"'],
-      ['ORBIT_ADMISSION_IN_FLIGHT', '65', 'must be an integer from 1 to 64, got "65"'],
-      ['ORBIT_ADMISSION_IN_FLIGHT', '2.5', 'must be an integer from 1 to 64, got "2.5"'],
-      ['ORBIT_LEASE_SECONDS', '1e3', 'must be an integer from 1 to 3600, got "1e3"'],
-      ['ORBIT_LEASE_SECONDS', ' 30', 'must be an integer from 1 to 3600, got " 30"'],
-      ['ORBIT_RECOVERY_INTERVAL_MS', '5', 'must be an integer from 10 to 60000, got "5"'],
-      ['ORBIT_AUTH_CACHE_MS', '-1', 'must be an integer from 0 to 60000, got "-1"'],
-      ['ORBIT_DB_POOL_SIZE', '0x10', 'must be an integer from 2 to 500, got "0x10"'],
-      ['ORBIT_LOG_LEVEL', 'verbose', 'must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
-      ['ORBIT_LOG_LEVEL', 'INFO', 'must be one of fatal, error, warn, info, debug, trace, silent, got "INFO"'],
-      ['ORBIT_LISTEN', 'garbage', 'must be host:port with a port from 0 to 65535, got "garbage"'],
-      ['ORBIT_LISTEN', '127.0.0.1:65536', 'must be host:port with a port from 0 to 65535, got "127.0.0.1:65536"'],
-      ['ORBIT_LISTEN', ':8080', 'must be host:port with a port from 0 to 65535, got ":8080"'],
-      ['ORBIT_LISTEN', '[not-ipv6]:8080', 'must be host:port with a port from 0 to 65535, got "[not-ipv6]:8080"'],
-      ['ORBIT_LISTEN', '127.0.0.1:80x', 'must be host:port with a port from 0 to 65535, got "127.0.0.1:80x"'],
-      [
-        'ORBIT_DATABASE_URL',
-        'mysql://orbit:hunter2@db:3306/',
-        'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:3306/"',
-      ],
-      [
-        'ORBIT_DATABASE_URL',
-        'mysql://orbit:hunter2@db:0/orbit',
-        'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:0/orbit"',
-      ],
-    ];
-    for (const [name, value, problem] of cases) {
-      const env = { ORBIT_DATABASE_URL: `mysql://root@127.0.0.1:${port}/orbit`, ORBIT_LISTEN: '127.0.0.1:0', [name]: value };
-      const result = await server([], env);
-      assert.doesNotMatch(result.stdout + result.stderr, /hunter2/);
-      assertUsageFailure(result, `orbit-server: ${name} ${problem}`);
-    }
-  });
-
-  test('only server/config.ts reads the environment', () => {
-    const files = (dir: string): string[] =>
-      readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((entry) =>
-        entry.isDirectory() ? files(join(dir, entry.name)) : /\.(ts|mjs|js)$/.test(entry.name) ? [join(dir, entry.name)] : [],
-      );
-    const readers = [...files('server'), ...files('bin')].filter(
-      (file) => file !== join('server', 'config.ts') && /\bprocess\.env\b|process\[['"]env['"]\]/.test(readFileSync(join(ROOT, file), 'utf8')),
+    const env = { ORBIT_DATABASE_URL: `mysql://orbit:hunter2@127.0.0.1:${port}/`, ORBIT_LISTEN: '127.0.0.1:0' };
+    const result = await server([], env);
+    assert.doesNotMatch(result.stdout + result.stderr, /hunter2/);
+    assertUsageFailure(
+      result,
+      `orbit-server: ORBIT_DATABASE_URL must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@127.0.0.1:${port}/"`,
     );
-    assert.deepEqual(readers, []);
-  });
-
-  test("docs/configuration.md's table lists every variable with its default and range", () => {
-    const section = readFileSync(join(ROOT, 'docs', 'configuration.md'), 'utf8');
-    const rows = new Map(
-      section
-        .split('\n')
-        .filter((line) => /^\| `ORBIT_/.test(line))
-        .map((line) =>
-          line
-            .split('|')
-            .slice(1, -1)
-            .map((cell) => cell.trim().replaceAll('`', '')),
-        )
-        .map(([name, byDefault, range]) => [name, { byDefault, range }]),
-    );
-    assert.deepEqual(
-      [...rows.keys()],
-      SETTINGS.map((s) => s.name),
-    );
-    for (const setting of SETTINGS) assert.deepEqual(rows.get(setting.name), { byDefault: setting.default, range: setting.range }, setting.name);
+    assertSameAsInProcess(result, await serverArgsInProcess([], env));
   });
 });

@@ -125,18 +125,7 @@ describe('orbit-admin verify', () => {
     };
   }
 
-  test('--help prints the usage and exits 0 without a database; bad arguments exit 2', async () => {
-    const nowhere = 'mysql://root@127.0.0.1:1/nowhere';
-    const help = await orbitAdmin(['verify', '--help'], nowhere);
-    assert.equal(help.code, 0, help.stderr);
-    assert.match(help.stdout, /^usage: orbit-admin verify \[--repair\] \[--application-id ID\]/);
-    for (const args of [['--bogus'], ['--application-id', 'nope'], ['extra']]) {
-      const r = await orbitAdmin(['verify', ...args], nowhere);
-      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
-      assert.match(r.stderr, /^orbit-admin: .*\(see orbit-admin verify --help\)\n$/);
-      assert.equal(r.stdout, '');
-    }
-  });
+  // Its --help and wrong arguments (exit 2, no database): test/unit/cli.test.ts, in process.
 
   test('a consistent database verifies with exit 0', async () => {
     await submit(first, 'first');

@@ -1,11 +1,14 @@
-// `npm test`: make sure a database server is there, type-check, then run the test files
-// with Node's built-in test runner (TypeScript via tsx).
+// `npm test`: make sure a database server is there, build, type-check and lint, then run the
+// test files with Node's built-in test runner (TypeScript via tsx).
 //
-//   npm test                                   all test/**/*.test.ts
-//   npm test -- test/unit/foo.test.ts          just these files
+//   npm test                                   every tier: all test/**/*.test.ts
+//   npm test -- test/unit/foo.test.ts          just these files (or directories)
 //   npm test -- --test-name-pattern=quota      extra flags go to `node --test` (use --flag=value)
+//   npm run test:unit                          one tier (unit, store, contract, integration):
+//                                              its directory, without the type-check and lint,
+//                                              and without a database for the unit tier
 //
-// Node built-ins only.
+// What each tier proves: README.md#tests. Node built-ins only.
 
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -27,8 +30,22 @@ function exitCodeOf(result) {
   return result.status ?? 1;
 }
 
-// (a) Database server. Tests create (and drop) their own databases on it.
-if (!process.env.ORBIT_TEST_DATABASE_URL) {
+// The tier asked for (`--tier=unit`), if any: its directory, and what it needs first.
+const TIERS = {
+  unit: { dir: 'test/unit', database: false, builds: false },
+  store: { dir: 'test/store', database: true, builds: false },
+  contract: { dir: 'test/contract', database: true, builds: true },
+  integration: { dir: 'test/integration', database: true, builds: true },
+};
+const tierArg = process.argv.slice(2).find((a) => a.startsWith('--tier='));
+const tier = tierArg ? TIERS[tierArg.slice('--tier='.length)] : null;
+if (tierArg && !tier) fail(`unknown ${tierArg} (one of ${Object.keys(TIERS).join(', ')})`, 2);
+
+// (a) Database server. Tests create (and drop) their own databases on it. The unit tier has
+// none: a unit test that reaches for one fails (the URL names a port nothing listens on).
+if (tier && !tier.database) {
+  process.env.ORBIT_TEST_DATABASE_URL = 'mysql://root@127.0.0.1:9/orbit-unit-tests-have-no-database';
+} else if (!process.env.ORBIT_TEST_DATABASE_URL) {
   const { ensureDatabase } = await import('./local-db.mjs');
   try {
     const { url } = await ensureDatabase({ root });
@@ -44,9 +61,10 @@ process.env.ORBIT_CHECK_LOCK_ORDER ??= '1';
 process.env.ORBIT_CHECK_SHARD_ROUTING ??= '1'; // every statement routes to one shard by application_id (shard-routing.ts)
 
 // (c) Test files: the ones given on the command line, or every test/**/*.test.ts.
-const args = process.argv.slice(2);
+const args = process.argv.slice(2).filter((a) => a !== tierArg);
 const flags = args.filter((a) => a.startsWith('-'));
 let files = args.filter((a) => !a.startsWith('-'));
+if (tier) files = [tier.dir, ...files];
 
 function collect(dir, out = []) {
   for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
@@ -63,12 +81,22 @@ if (files.length === 0) {
   files = fs.existsSync(testDir) ? collect(testDir).sort() : [];
   if (files.length === 0) fail('no test files found (test/**/*.test.ts)');
 } else {
-  // Relative to where the user typed the command (npm runs scripts from the repo root).
+  // Relative to where the user typed the command (npm runs scripts from the repo root); a
+  // tier's directory is relative to the repository.
   const base = process.env.INIT_CWD || process.cwd();
-  const missing = files.filter((f) => !fs.existsSync(path.resolve(base, f)));
-  if (missing.length > 0) fail(`no such test file: ${missing.join(', ')}`);
-  files = files.map((f) => path.relative(root, path.resolve(base, f)) || f);
+  const resolved = files.map((f) => (tier && f === tier.dir ? path.join(root, f) : path.resolve(base, f)));
+  const missing = resolved.filter((f) => !fs.existsSync(f));
+  if (missing.length > 0) fail(`no such test file: ${missing.map((f) => path.relative(base, f)).join(', ')}`);
+  files = resolved.flatMap((f) => (fs.statSync(f).isDirectory() ? collect(f).sort() : [path.relative(root, f)]));
 }
+// The longest files first: with two at a time, a long one started last would run alone at
+// the end. (Directory order otherwise; the list is a hint, a file missing from it runs later.)
+const LONGEST_FIRST = [];
+const rank = (f) => {
+  const i = LONGEST_FIRST.indexOf(f);
+  return i === -1 ? LONGEST_FIRST.length : i;
+};
+files = [...new Set(files)].sort((a, b) => rank(a) - rank(b));
 
 // (d) Type-check everything first; a type error fails fast. Use the project's own tsc
 // (not `npx tsc`, which offers to install an unrelated "tsc" package if it is missing).
@@ -83,16 +111,35 @@ function step(label, args) {
   if (result.error) fail(`could not run ${label}: ${result.error.message}`);
   if (exitCodeOf(result) !== 0) fail(`${label} failed`, exitCodeOf(result));
 }
-step('building the SDK package (sdk/dist)', [path.join(root, 'sdk', 'build.mjs')]);
-step('building the console (console/dist)', [path.join(root, 'console', 'build.mjs')]);
-step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);
-step('type-checking the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]);
-step('linting (npm run lint: Biome, openapi.yaml, asyncapi.yaml)', [path.join(root, 'scripts', 'lint.mjs')]);
+if (!tier || tier.builds) {
+  step('building the SDK package (sdk/dist)', [path.join(root, 'sdk', 'build.mjs')]);
+  step('building the console (console/dist)', [path.join(root, 'console', 'build.mjs')]);
+}
+if (!tier) {
+  step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);
+  step('type-checking the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]);
+  step('linting (npm run lint: Biome, openapi.yaml, asyncapi.yaml)', [path.join(root, 'scripts', 'lint.mjs')]);
+}
 
-// (e) Run them.
-const runner = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...flags, ...files], {
+// (e) Run them. The unit files go first, all in one process (scripts/run-in-one-process.mjs:
+// they are quick, and a process each would cost more than their tests); then every other file
+// in a process of its own, two at a time. The spec reporter unless a reporter is given.
+const reporter = flags.some((f) => f.startsWith('--test-reporter')) ? [] : ['--test-reporter=spec'];
+const unitFiles = files.filter((f) => f.startsWith(`test${path.sep}unit${path.sep}`) || f.startsWith('test/unit/'));
+const otherFiles = files.filter((f) => !unitFiles.includes(f));
+let unitCode = 0;
+if (unitFiles.length > 0) {
+  const unit = spawnSync(process.execPath, ['--import', 'tsx', ...reporter, ...flags, path.join('scripts', 'run-in-one-process.mjs'), ...unitFiles], {
+    cwd: root,
+    stdio: 'inherit',
+  });
+  unitCode = exitCodeOf(unit);
+  if (otherFiles.length === 0) process.exit(unitCode);
+  if (unitCode !== 0) console.error(`orbit: unit tests failed (exit ${unitCode}); running the others too`);
+}
+const runner = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...reporter, ...flags, ...otherFiles], {
   cwd: root,
   stdio: 'inherit',
 });
 
-relay(runner, fail, 'run the tests');
+relay(runner, fail, 'run the tests', unitCode);

@@ -76,6 +76,42 @@ export function claimBudget(input: { max: number; sessionRoom: number; applicati
   return { wanted, budget };
 }
 
+/** What one claim of a group may do before its pick. */
+export type ClaimPlan =
+  | { kind: 'credential-no-longer-valid' }
+  | { kind: 'session-closed' }
+  /** Pick at most `budget` (0: nothing); granted fewer than `wanted`, the session is waiting. */
+  | { kind: 'pick'; budget: number; wanted: number };
+
+/**
+ * One claim of a group, in the group's order: its credential must still be valid and its
+ * session open; then its budget is what it wants within its session's room, at most its fair
+ * share of the scarce room - the application's, or its own queues' when those have less (as
+ * they were when the group began, so that every claim of the group sees the same) - and never
+ * more than the application room the claims before it left.
+ */
+export function planClaim(input: {
+  credentialValid: boolean;
+  sessionOpen: boolean;
+  capacity: number;
+  held: number;
+  max: number;
+  applicationRoom: number;
+  grantedInGroup: number;
+  ownQueueRoom: number;
+  otherWaitingNodes: number;
+}): ClaimPlan {
+  if (!input.credentialValid) return { kind: 'credential-no-longer-valid' };
+  if (!input.sessionOpen) return { kind: 'session-closed' };
+  const fair = claimBudget({
+    max: input.max,
+    sessionRoom: sessionRoom(input.capacity, input.held),
+    applicationRoom: Math.min(input.applicationRoom, input.ownQueueRoom),
+    otherWaitingNodes: input.otherWaitingNodes,
+  });
+  return { kind: 'pick', budget: Math.max(0, Math.min(fair.budget, input.applicationRoom - input.grantedInGroup)), wanted: fair.wanted };
+}
+
 /**
  * The most payload one `claimed` frame carries (bytes of the payloads' JSON): tasks are a
  * tenant's data, up to 256 KiB each, and a claim of 1000 of them would be a frame of 256 MiB

@@ -1,7 +1,7 @@
 /**
  * How long a lease lasts (docs/worker-protocol.md#leases). Pure; the store's SQL form of the same
  * rule is `leaseEndSql` (server/store/attempts/lease-end.ts), and
- * test/integration/lease-end-rule.test.ts holds the two together on generated times.
+ * test/store/lease-end-rule.test.ts holds the two together on generated times.
  */
 
 /**

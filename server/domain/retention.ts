@@ -1,7 +1,7 @@
 /**
  * Retention: what finished history an application keeps, and the one rule of what may be pruned
  * (docs/operations.md#retention). The pruning statements (server/store/retention/prune.ts) are
- * the SQL form of `mayPrune`; test/integration/retention-rule.test.ts runs both on generated
+ * the SQL form of `mayPrune`; test/store/retention-rule.test.ts runs both on generated
  * histories and requires the same survivors.
  *
  * Never pruned, whatever the policy:

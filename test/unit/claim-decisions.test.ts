@@ -7,6 +7,7 @@ import {
   fairShare,
   levelRoom,
   pickCandidates,
+  planClaim,
   queueRoom,
   sessionRoom,
   type ClaimCandidate,
@@ -473,4 +474,27 @@ test('property: the whole decision never grants more than the smallest limit of 
     ),
     RUNS,
   );
+});
+
+test('the claim plan: credential, then session, then the budget within the room the group left', () => {
+  const base = {
+    credentialValid: true,
+    sessionOpen: true,
+    capacity: 10,
+    held: 4,
+    max: 8,
+    applicationRoom: 20,
+    grantedInGroup: 0,
+    ownQueueRoom: 20,
+    otherWaitingNodes: 0,
+  };
+  assert.deepEqual(planClaim({ ...base, credentialValid: false, sessionOpen: false }), { kind: 'credential-no-longer-valid' });
+  assert.deepEqual(planClaim({ ...base, sessionOpen: false }), { kind: 'session-closed' });
+  // Wants what the session has room for (10 - 4), below the max asked.
+  assert.deepEqual(planClaim(base), { kind: 'pick', budget: 6, wanted: 6 });
+  // The claims before it in the group left 3 of the application's room.
+  assert.deepEqual(planClaim({ ...base, grantedInGroup: 17 }), { kind: 'pick', budget: 3, wanted: 6 });
+  assert.deepEqual(planClaim({ ...base, grantedInGroup: 25 }), { kind: 'pick', budget: 0, wanted: 6 });
+  // Scarce room (its queues have 4) shared with 3 other waiting nodes: its fair share, 1.
+  assert.deepEqual(planClaim({ ...base, ownQueueRoom: 4, otherWaitingNodes: 3 }), { kind: 'pick', budget: 1, wanted: 6 });
 });

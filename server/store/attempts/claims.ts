@@ -25,12 +25,11 @@ import { PermitTally, type PermitRef } from '../../domain/permits.ts';
 import { leaseEndMs } from '../../domain/leases.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import {
-  claimBudget,
   levelRoom,
   MAX_CLAIMED_PAYLOAD_BYTES,
   pickCandidates,
+  planClaim,
   queueRoom,
-  sessionRoom,
   type ClaimCandidate,
   type QueueAllowance,
   type QuotaLevel,
@@ -203,24 +202,31 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
     for (const request of requests) {
       const { session } = request;
       const row = sessionOf.get(hex(session.sessionId));
-      if (!valid.has(hex(session.principal.credentialId))) {
+      const held = heldOf.get(hex(session.sessionId)) ?? 0;
+      const own = new Set(session.queues.map((q) => hex(q.queueId)));
+      // Credential, session, budget and fair share: claim-decisions.ts.
+      const plan = planClaim({
+        credentialValid: valid.has(hex(session.principal.credentialId)),
+        sessionOpen: row?.state === 'OPEN',
+        capacity: row?.capacity ?? 0,
+        held,
+        max: request.max,
+        applicationRoom,
+        grantedInGroup: granted,
+        ownQueueRoom: [...own].reduce((n, q) => n + (initialQueueRoom.get(q) ?? 0), 0),
+        otherWaitingNodes,
+      });
+      if (plan.kind === 'credential-no-longer-valid') {
         decided.push(noLongerValid());
         continue;
       }
-      if (!row || row.state !== 'OPEN') {
+      if (plan.kind === 'session-closed') {
         decided.push(new OrbitError('STATE_CONFLICT', 'the session is closed'));
         continue;
       }
-      const held = heldOf.get(hex(session.sessionId)) ?? 0;
-      const room = sessionRoom(row.capacity, held);
-      const own = new Set(session.queues.map((q) => hex(q.queueId)));
-      // The scarce room this claim competes for: the application's, or its queues' when those
-      // have less (as they were when the group began, so every claim of the group sees the same).
-      const ownQueueRoom = [...own].reduce((n, q) => n + (initialQueueRoom.get(q) ?? 0), 0);
-      const fair = claimBudget({ max: request.max, sessionRoom: room, applicationRoom: Math.min(applicationRoom, ownQueueRoom), otherWaitingNodes });
-      const budget = Math.min(fair.budget, applicationRoom - granted);
       const chosen: CandidateRow[] = [];
-      if (budget > 0) await pick(tx, { budget, own, applicationId, chosen, pool, state: shared, payloadBytesLeft: MAX_CLAIMED_PAYLOAD_BYTES });
+      if (plan.budget > 0)
+        await pick(tx, { budget: plan.budget, own, applicationId, chosen, pool, state: shared, payloadBytesLeft: MAX_CLAIMED_PAYLOAD_BYTES });
       granted += chosen.length;
       // The same session twice in one group (a second claim frame before the first answer):
       // the second sees what the first took.
@@ -242,7 +248,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
           started: request.start === true,
         };
       });
-      decided.push({ request, claimed, waiting: claimed.length < fair.wanted });
+      decided.push({ request, claimed, waiting: claimed.length < plan.wanted });
     }
     const writes = decided.filter((d): d is Exclude<typeof d, OrbitError> => !(d instanceof OrbitError));
     if (writes.length > 0) {

@@ -1,7 +1,7 @@
 /**
  * The SQL form of `leaseEndMs` (server/domain/leases.ts), for the statements that set a lease in
  * database time (Start's one-round-trip path, renewals). One helper so the rule is written once
- * in SQL; test/integration/lease-end-rule.test.ts evaluates it in MariaDB against the TypeScript
+ * in SQL; test/store/lease-end-rule.test.ts evaluates it in MariaDB against the TypeScript
  * form.
  */
 import { sql, type SQL } from '../database/sql.ts';

@@ -2,7 +2,7 @@
  * Drizzle mirror of the database schema. The SQL files in `migrations/` ARE the schema (applied by
  * `migrate.ts`, which also creates `orbit_schema_migrations`); this file describes the same tables
  * for typed queries and tooling, and must never disagree with them:
- * `test/integration/schema-drift.test.ts` migrates a fresh database and compares every table,
+ * `test/store/schema-drift.test.ts` migrates a fresh database and compares every table,
  * column (order, SQL type, character set, nullability, default, auto-increment), primary key and
  * index against these definitions.
  *

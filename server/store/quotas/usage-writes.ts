@@ -122,7 +122,7 @@ export async function usageAdjust(tx: Queryable, applicationId: IdBytes, queueId
 // Guarded forms.
 
 /**
- * Admission's rule (domain/admission-room.ts) as a guard: `total` more unfinished tasks on the
+ * Admission's rule (domain/admission.ts) as a guard: `total` more unfinished tasks on the
  * application row and each queue's own number on its row, each only while it stays within
  * `max_unfinished_tasks` - else NULL, and the transaction stops.
  */

@@ -1,6 +1,6 @@
 /**
  * Pruning: the statements that remove finished history by an application's retention policy -
- * the SQL form of `mayPrune` (server/domain/retention.ts; test/integration/retention-rule.test.ts
+ * the SQL form of `mayPrune` (server/domain/retention.ts; test/store/retention-rule.test.ts
  * holds them together on generated histories).
  *
  * How a batch stays off the hot path:
@@ -125,7 +125,7 @@ export async function pruneFinishedTasks(db: Database, applicationId: IdBytes, s
 /**
  * The single-statement batches (receipts, audit records, closed sessions): the rows of the
  * kind's DUE range, at most `limit`, chosen and locked with SKIP LOCKED, deleted by primary key.
- * Exported for the plan test (test/integration/statement-plans.test.ts).
+ * Exported for the plan test (test/store/statement-plans.test.ts).
  */
 export const PRUNE_BATCH = {
   receipts: (applicationId: IdBytes, seconds: number, limit: number) =>
@@ -144,7 +144,7 @@ export const PRUNE_BATCH = {
  * DELETE with an IN subquery as a scan of the whole table with the subquery checked per row (no
  * semi-join for single-table DELETE before 11.1) - measured: 375 rows scanned per row pruned and
  * 1,900 rows/s, against 1 key lookup per row and 37,000 rows/s in the join form, which looks
- * each row up by its key (test/integration/statement-plans.test.ts holds the plan).
+ * each row up by its key (test/store/statement-plans.test.ts holds the plan).
  */
 function deleteJoined(table: string, key: readonly string[], due: SQL, limit: number, level: 'records' | 'session'): SQL {
   const on = sql.raw(key.map((k) => `x.${k} = due.${k}`).join(' AND '));

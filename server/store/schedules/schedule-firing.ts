@@ -49,7 +49,7 @@ import { queueNamesOf } from '../quotas/queues.ts';
 import { eventInsertStatement, type EventRecord } from '../records/events.ts';
 import { taskEvent, taskEventsEnabled } from '../records/task-events.ts';
 import { anchorOfRow, triggerOfRow } from './schedules.ts';
-import { UnfinishedRoom } from '../../domain/admission-room.ts';
+import { UnfinishedRoom } from '../../domain/admission.ts';
 
 /** At most this many trigger points of one schedule are looked at in one round, and this many tasks made. */
 export const MAX_POINTS_PER_ROUND = 1000;

@@ -36,7 +36,7 @@ import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { valueBytesBound } from '../database/packets.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
-import { UnfinishedRoom } from '../../domain/admission-room.ts';
+import { decideAdmissions, UnfinishedRoom, type Admission } from '../../domain/admission.ts';
 import { receiptReplay, type ReceiptIdentity, type ReceiptRow } from '../records/receipts.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import type { Task } from './tasks.ts';
@@ -293,36 +293,45 @@ async function careful(
           prepared.map((p) => sql`(${p.item.receipt.namespaceId}, ${p.item.receipt.key})`),
           sql`, `,
         )})`);
-    const receiptOf = new Map(receipts.map((r) => [`${r.namespace_id.toString('hex')}/${r.idempotency_key}`, r]));
+    const keyOf = (namespaceId: IdBytes, key: string) => `${idToHex(namespaceId)}/${key}`;
+    const receiptOf = new Map(receipts.map((r) => [keyOf(r.namespace_id, r.idempotency_key), r]));
     const room = new UnfinishedRoom(
       app,
-      queueRows.map((q) => [q.queue_id.toString('hex'), q] as const),
+      queueRows.map((q) => [idToHex(q.queue_id), q] as const),
     );
-    const acceptedInBatch = new Map<string, Prepared>();
-    const accepted: Prepared[] = [];
-    const result: SubmitOutcome[] = prepared.map((p) => {
-      const keyId = `${p.item.receipt.namespaceId.toString('hex')}/${p.item.receipt.key}`;
+    // The decisions, in order (domain/admission.ts); the store answers and writes them.
+    const decisions = decideAdmissions(
+      prepared.map((p) => ({
+        key: keyOf(p.item.receipt.namespaceId, p.item.receipt.key),
+        queue: idToHex(p.item.queueId),
+        credentialValid: valid.has(idToHex(p.item.receipt.credentialId)),
+      })),
+      (key) => receiptOf.get(key),
+      room,
+    );
+    const accepted = prepared.filter((_, i) => decisions[i]?.kind === 'accept');
+    const result: SubmitOutcome[] = prepared.map((p, i): SubmitOutcome => {
+      const decision = decisions[i] as Admission<FoundReceipt>;
       try {
-        if (!valid.has(idToHex(p.item.receipt.credentialId))) return { ok: false, error: noLongerValid() };
-        const receipt = receiptOf.get(keyId);
-        if (receipt) {
-          const stored = receiptReplay<StoredTask>(receipt, p.item.receipt);
-          if (receipt.resource_id) replayedTaskIds.push(receipt.resource_id);
-          return { ok: true, task: stored as Task, deduplicated: true };
+        switch (decision.kind) {
+          case 'credential-no-longer-valid':
+            return { ok: false, error: noLongerValid() };
+          case 'replay': {
+            const stored = receiptReplay<StoredTask>(decision.receipt, p.item.receipt);
+            if (decision.receipt.resource_id) replayedTaskIds.push(decision.receipt.resource_id);
+            return { ok: true, task: stored as Task, deduplicated: true };
+          }
+          case 'twin': {
+            // The same key twice in one batch: the second is a replay of the first.
+            const twin = prepared[decision.of] as Prepared;
+            receiptReplay({ operation: twin.item.receipt.operation, request_sha256: twin.item.receipt.requestSha256, response: '{}' }, p.item.receipt);
+            return { ok: true, task: withPayload(twin.snapshot, twin.item.request.payload), deduplicated: true };
+          }
+          case 'full':
+            return { ok: false, error: decision.level === 'application' ? applicationFull() : queueFull(p.item.queueName) };
+          case 'accept':
+            break;
         }
-        const twin = acceptedInBatch.get(keyId);
-        if (twin) {
-          // The same key twice in one batch: the second is a replay of the first.
-          receiptReplay({ operation: twin.item.receipt.operation, request_sha256: twin.item.receipt.requestSha256, response: '{}' }, p.item.receipt);
-          return { ok: true, task: withPayload(twin.snapshot, twin.item.request.payload), deduplicated: true };
-        }
-        const queueKey = p.item.queueId.toString('hex');
-        const full = room.full(queueKey);
-        if (full === 'application') return { ok: false, error: applicationFull() };
-        if (full === 'queue') return { ok: false, error: queueFull(p.item.queueName) };
-        room.take(queueKey);
-        acceptedInBatch.set(keyId, p);
-        accepted.push(p);
         return { ok: true, task: withPayload(p.snapshot, p.item.request.payload), deduplicated: false };
       } catch (error) {
         if (error instanceof OrbitError && error.code === 'IDEMPOTENCY_CONFLICT') return { ok: false, error };

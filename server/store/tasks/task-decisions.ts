@@ -20,7 +20,7 @@ import { applicationRowLock } from '../quotas/application-resources.ts';
 import { OPERATOR_RETRYABLE_STATES, afterOperatorRetry, afterResolve, type ResolveOutcome, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { applicationFull, queueFull } from './admission.ts';
-import { UnfinishedRoom } from '../../domain/admission-room.ts';
+import { UnfinishedRoom } from '../../domain/admission.ts';
 import type { QueueRow } from '../database/schema.ts';
 import { cancelledError, errorAfterResolve } from '../../domain/task-errors.ts';
 

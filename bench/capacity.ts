@@ -20,7 +20,8 @@ import { benchDatabase, fmt, percentile, PRODUCTION_BOUNDS } from './common.ts';
 import { createTenant } from '../test/helpers/tenants.ts';
 import { startServerProcess, type ServerProcess } from '../test/helpers/server-process.ts';
 import { connectRaw, type RawSession } from '../test/helpers/ws-session.ts';
-import { countersVerify, formatDifference, tasksDisagreeingWithAttempts } from '../server/store/quotas/verify.ts';
+import { formatDifference } from '../server/cli/verify-report.ts';
+import { countersVerify, tasksDisagreeingWithAttempts } from '../server/store/quotas/usage-recount.ts';
 import { sqlToMillis } from '../server/time.ts';
 import type { Database } from '../server/store/database/database.ts';
 

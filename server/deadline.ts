@@ -3,7 +3,7 @@
  * runs inside a deadline (`withDeadline`), and every wait it makes on the database - for a
  * pooled connection, a statement, a transaction and its retries, the COMMIT, a place in a
  * group commit - takes at most what is left of it (store/database/database.ts and
- * domain/batcher.ts read `remainingMs`). So a request is answered (503 UNAVAILABLE at worst)
+ * batcher.ts read `remainingMs`). So a request is answered (503 UNAVAILABLE at worst)
  * within one bound however many waits it makes and however long the database stays frozen:
  * the bound is per request, not per wait.
  *

@@ -18,7 +18,7 @@ import type { Clock } from './store/database/clock.ts';
 import { migrationStatus, readMigrationFiles, type MigrationFile, type MigrationStatus } from './store/database/migrate.ts';
 import { submissionBytes, taskSubmitBatch, type SubmitItem, type SubmitOutcome } from './store/tasks/admission.ts';
 import { QueueIdCache } from './store/quotas/queues.ts';
-import { KeyedBatcher } from './domain/batcher.ts';
+import { KeyedBatcher } from './batcher.ts';
 import { withOperation } from './operation.ts';
 import type { AppDeps } from './http/deps.ts';
 import { loadPageAssets } from './http/pages.ts';

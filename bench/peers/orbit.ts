@@ -9,14 +9,15 @@
  * keep-alive connections spread over the servers (or, bulk, POST …/tasks:batch of 1,000). Drain
  * phase: OrbitWorker sessions (sdk/worker.ts) with a no-op handler, spread over the servers.
  * After each scenario: every task SUCCEEDED with exactly one SUCCEEDED attempt (SQL), the
- * handler ran once per task, and every usage counter equals the recount (verify.ts).
+ * handler ran once per task, and every usage counter equals the recount (usage-recount.ts).
  */
 import { Agent, request } from 'node:http';
 import { createPoster, benchDatabase, fmt, percentile, PRODUCTION_BOUNDS } from '../common.ts';
 import { createTenant, type TestTenant } from '../../test/helpers/tenants.ts';
 import { startServerProcess, type ServerProcess } from '../../test/helpers/server-process.ts';
 import { OrbitWorker } from '../../sdk/worker.ts';
-import { countersVerify, formatDifference, tasksDisagreeingWithAttempts } from '../../server/store/quotas/verify.ts';
+import { formatDifference } from '../../server/cli/verify-report.ts';
+import { countersVerify, tasksDisagreeingWithAttempts } from '../../server/store/quotas/usage-recount.ts';
 import { sqlToMillis } from '../../server/time.ts';
 import type { Database } from '../../server/store/database/database.ts';
 import { cpuMeter, processIdOf } from './cpu.ts';

@@ -1,7 +1,8 @@
 /**
  * `orbit-admin verify [--repair] [--application-id ID]`: the usage counters of every
  * application, queue and keyed permit against a recount from the tasks and attempts
- * (server/store/quotas/verify.ts has the recount and the consistency argument).
+ * (server/store/quotas/usage-recount.ts has the recount and the consistency argument; the lines
+ * are built in verify-report.ts).
  *
  * stdout, one line per difference, then a summary:
  *
@@ -18,9 +19,10 @@
 import { DEFAULT_DATABASE_URL, databaseChecksFromEnv } from '../config.ts';
 import { hexToId, isHexId, newRequestId } from '../ids.ts';
 import { createDatabase } from '../store/database/database.ts';
-import { countersRepair, countersVerify, formatDifference } from '../store/quotas/verify.ts';
+import { countersRepair, countersVerify } from '../store/quotas/usage-recount.ts';
 import { UsageError, parseFlags, wantsHelp } from './args.ts';
 import { PROCESS_IO, type ProgramIo } from './io.ts';
+import { formatDifference, formatRepairSummary, formatRepaired, formatVerifySummary } from './verify-report.ts';
 
 export const VERIFY_USAGE = `usage: orbit-admin verify [--repair] [--application-id ID]
 
@@ -64,7 +66,7 @@ export async function verifyCommand(args: string[], url: () => string, io: Progr
     }
     for (const d of report.differences) out(formatDifference(d));
     const found = report.differences.length;
-    out(`verified ${report.applications} applications, ${report.queues} queues, ${report.permits} permits: ${found} differences`);
+    out(formatVerifySummary(report));
     if (!flags.boolean('repair')) return found === 0 ? 0 : 1;
 
     // Only the applications the snapshot found differing are locked; each is re-recounted
@@ -75,11 +77,11 @@ export async function verifyCommand(args: string[], url: () => string, io: Progr
     let repaired = 0;
     for (const id of applications) {
       const differences = await countersRepair(db, hexToId(id), { requestId, reason: REASON });
-      for (const d of differences) out(`repaired ${d.subject} ${d.counter}: ${d.stored} -> ${d.recount}${d.missingRow ? ' (permit row created)' : ''}`);
+      for (const d of differences) out(formatRepaired(d));
       changed += differences.length;
       if (differences.length > 0) repaired += 1;
     }
-    out(`repaired ${changed} differences in ${repaired} applications${changed > 0 ? ` (audit request_id ${requestId})` : ''}`);
+    out(formatRepairSummary(changed, repaired, requestId));
     return 0;
   } finally {
     await db.close();

@@ -4,7 +4,7 @@
  * time and in order from the usage read under the rows' locks, and the order of a submission's
  * decisions. One rule for every way a task becomes unfinished: a submission or bulk submit
  * (store/tasks/admission.ts), a schedule's trigger points (store/schedules/schedule-firing.ts)
- * and an operator's retry (store/tasks/task-decisions.ts). The one-round-trip path of
+ * and an operator's retry (store/tasks/operator-operations.ts). The one-round-trip path of
  * admission states the room as a guarded UPDATE (store/quotas/usage-writes.ts), held to this
  * one by test/store/usage-rules.test.ts.
  */

@@ -3,7 +3,7 @@ import type { Database } from '../store/database/database.ts';
 import type { Clock } from '../store/database/clock.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
-import type { KeyedBatcher } from '../domain/batcher.ts';
+import type { KeyedBatcher } from '../batcher.ts';
 import type { SubmitItem, SubmitOutcome } from '../store/tasks/admission.ts';
 import type { Context } from 'hono';
 import type { QueueIdCache } from '../store/quotas/queues.ts';

@@ -7,7 +7,7 @@ import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Database } from '../store/database/database.ts';
 import { expireDeadlines, recoverExpiredAttempts } from '../store/attempts/recovery.ts';
-import { sessionCloseStale } from '../store/attempts/sessions.ts';
+import { sessionCloseStale } from '../store/workers/worker-sessions.ts';
 import { PeriodicLoop } from './periodic-loop.ts';
 
 export interface RecoveryLoopOptions {

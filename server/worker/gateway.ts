@@ -10,7 +10,7 @@ import type { UpgradeWebSocket } from 'hono/ws';
 import { OrbitError, invalidArgument } from '../errors.ts';
 import { idToHex, type IdBytes } from '../ids.ts';
 import type { Principal } from '../domain/principal.ts';
-import { KeyedBatcher } from '../domain/batcher.ts';
+import { KeyedBatcher } from '../batcher.ts';
 import { withoutDeadline } from '../deadline.ts';
 import { withOperation } from '../operation.ts';
 import type { Logger } from '../log.ts';
@@ -22,9 +22,9 @@ import { sessionReleaseReservations } from '../store/attempts/attempt-results.ts
 import { attemptRenewBatch } from '../store/attempts/attempts.ts';
 import type { KnownAttempt } from '../store/attempts/fast-path-guards.ts';
 import { attemptTakeCancelNotices } from '../store/attempts/cancel-notices.ts';
-import { sessionHeartbeat, sessionMarkClosed, sessionsWithInvalidCredential } from '../store/attempts/sessions.ts';
+import { sessionHeartbeat, sessionMarkClosed, sessionsWithInvalidCredential } from '../store/workers/worker-sessions.ts';
 import { attemptClaimGroup, type ClaimOutcome, type ClaimRequest, type ClaimedAttemptInfo } from '../store/attempts/claims.ts';
-import type { SessionInfo } from '../store/attempts/sessions.ts';
+import type { SessionInfo } from '../store/workers/worker-sessions.ts';
 import { WorkerSession } from './session.ts';
 import type { UpgradeEnv } from './upgrade.ts';
 

@@ -11,7 +11,7 @@ import type { Principal } from '../domain/principal.ts';
 import { toCallerError, toOrbitError } from '../failures.ts';
 import type { AttemptRef } from '../store/attempts/attempts.ts';
 import { attemptReleaseBatch } from '../store/attempts/attempt-results.ts';
-import { sessionOpen, type SessionInfo } from '../store/attempts/sessions.ts';
+import { sessionOpen, type SessionInfo } from '../store/workers/worker-sessions.ts';
 import type { ClaimFrame, CompleteFrame, HelloFrame, ServerFrame, WorkerFrame } from '../generated/frames.ts';
 import { encodeFrame, errorFrame, MAX_FRAME_BYTES, parseWorkerFrame } from './frames.ts';
 import type { WorkerGateway } from './gateway.ts';

@@ -1,11 +1,12 @@
 /**
  * The check every integration test ends with: each usage counter on the application and queue
  * rows, and each keyed permit, equals a recount from the tasks and attempts tables. The recount
- * is the one `orbit-admin verify` runs (server/store/quotas/verify.ts), so every test also exercises it.
+ * is the one `orbit-admin verify` runs (server/store/quotas/usage-recount.ts), so every test also exercises it.
  */
 import assert from 'node:assert/strict';
 import type { Database } from '../../server/store/database/database.ts';
-import { countersVerify, formatDifference, schedulesDisagreeingWithTasks, tasksDisagreeingWithAttempts } from '../../server/store/quotas/verify.ts';
+import { formatDifference } from '../../server/cli/verify-report.ts';
+import { countersVerify, schedulesDisagreeingWithTasks, tasksDisagreeingWithAttempts } from '../../server/store/quotas/usage-recount.ts';
 
 export async function assertCountersMatchRecount(db: Database): Promise<void> {
   const report = await countersVerify(db);

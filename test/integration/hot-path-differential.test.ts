@@ -22,7 +22,7 @@ import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { testApp } from '../helpers/app.ts';
 import { credentialAuthenticate } from '../../server/store/tenancy/credentials.ts';
-import { sessionOpen, type SessionInfo } from '../../server/store/attempts/sessions.ts';
+import { sessionOpen, type SessionInfo } from '../../server/store/workers/worker-sessions.ts';
 import { attemptClaimGroup, type ClaimedAttemptInfo } from '../../server/store/attempts/claims.ts';
 import { startAttempts, type StartAnswer } from '../../server/store/attempts/attempt-start.ts';
 import { completeAttempts, type CompleteAnswer, type CompleteItem } from '../../server/store/attempts/attempt-complete.ts';

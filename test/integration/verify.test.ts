@@ -17,7 +17,8 @@ import { waitFor } from '../helpers/wait.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
 import { silentLogger } from '../../server/log.ts';
-import { countersVerify, formatDifference } from '../../server/store/quotas/verify.ts';
+import { formatDifference } from '../../server/cli/verify-report.ts';
+import { countersVerify } from '../../server/store/quotas/usage-recount.ts';
 import { OrbitWorker } from '../../sdk/worker.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/orbit-admin.mjs', import.meta.url));

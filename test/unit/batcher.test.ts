@@ -1,7 +1,7 @@
 import { mock, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { KeyedBatcher, mayBeOneItemsFault } from '../../server/domain/batcher.ts';
+import { KeyedBatcher, mayBeOneItemsFault } from '../../server/batcher.ts';
 import { OrbitError } from '../../server/errors.ts';
 import { currentDeadline, withDeadline } from '../../server/deadline.ts';
 

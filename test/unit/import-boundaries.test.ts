@@ -217,7 +217,7 @@ test('each rule fires on the edge it forbids, and not on the allowed ones', () =
     ['server/server.ts', './worker/gateway.ts'],
     ['server/deps.ts', './http/deps.ts'],
     ['server/store/database/database.ts', 'mysql2/promise'],
-    ['server/store/quotas/verify.ts', 'mysql2'],
+    ['server/store/quotas/usage-recount.ts', 'mysql2'],
     ['sdk/worker.ts', './generated/frames.ts'],
   ] as const) {
     assert.deepEqual(broken(from, specifier), [], `${from} → ${specifier} is allowed`);

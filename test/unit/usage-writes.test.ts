@@ -1,6 +1,6 @@
 /**
  * One writer of usage: the counters, start windows and permit holders are written by
- * server/store/quotas/usage-writes.ts only (verify's repair, which writes recounts, aside).
+ * server/store/quotas/usage-writes.ts only (the repair of usage-recount.ts, which writes recounts, aside).
  * A scan of every server source file's SQL text and `updateEachRow` column lists.
  */
 import { test } from 'node:test';
@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const WRITER = 'server/store/quotas/usage-writes.ts';
-const REPAIR = 'server/store/quotas/verify.ts';
+const REPAIR = 'server/store/quotas/usage-recount.ts';
 const USAGE_COLUMNS = ['unfinished_tasks', 'active_attempts', 'pending_starts', 'window_started_at', 'window_starts', 'holders'];
 
 function sourceFiles(dir: string): string[] {

@@ -15,7 +15,7 @@ import { validationError } from '../../input/validation-errors.ts';
 import { fieldPath } from '../../input/field-path.ts';
 import { errorObject } from '../envelope.ts';
 import { taskAttempts, taskGetVisible, taskList, taskListNewest, toTask } from '../../store/tasks/tasks.ts';
-import { taskCancel, taskResolve, taskRetry } from '../../store/tasks/task-decisions.ts';
+import { taskCancel, taskResolve, taskRetry } from '../../store/tasks/operator-operations.ts';
 import { queueIdsVisible } from '../../store/quotas/queues.ts';
 import { eventList } from '../../store/records/events.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';

@@ -40,7 +40,7 @@ import { updateEachRow } from '../database/set-based.ts';
 import { permitHoldersStatement, permitRowsLockStatement, usageStatements, type UsageChange } from '../quotas/usage-writes.ts';
 import { rowsStatement, valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
-import type { SessionInfo } from './sessions.ts';
+import type { SessionInfo } from '../workers/worker-sessions.ts';
 import { CREDENTIAL_JOINS, CREDENTIAL_VALID, noLongerValid } from '../tenancy/credentials.ts';
 import { byIdAscending, distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 import { countBy } from './fast-path-guards.ts';

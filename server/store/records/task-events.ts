@@ -2,7 +2,7 @@
  * Task lifecycle events (`task.submitted`, `task.started`, `task.retry_scheduled`,
  * `task.succeeded`, `task.failed`, `task.needs_review`, `task.cancelled`, `task.expired`; the
  * operator's `task.cancel_requested`, `task.cancelled` and `task.resolved` are written with their
- * audit records, in tasks/task-decisions.ts). Each is written by the store in
+ * audit records, in tasks/operator-operations.ts). Each is written by the store in
  * the transaction of the transition it describes, after that transaction took the application
  * row (events.ts: the feed's ordering rule), so a reader of the feed sees a task's events in the
  * order they happened and never one without its transition.

@@ -1,6 +1,6 @@
 /**
  * Task rows and their API shape; reads (get, list). Admission is in admission.ts, operator
- * decisions (cancel, resolve) in task-decisions.ts, the worker side in attempts.ts.
+ * operations (cancel, resolve, retry) in operator-operations.ts, the worker side in attempts.ts.
  */
 import { notFound } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';

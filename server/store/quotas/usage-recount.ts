@@ -1,7 +1,8 @@
 /**
  * The usage counters against a recount: every application row's and queue row's
  * unfinished_tasks, active_attempts and pending_starts, and every keyed permit's holders, compared
- * with counts over orbit_tasks and orbit_attempts. `orbit-admin verify [--repair]` and the test
+ * with counts over orbit_tasks and orbit_attempts, and the repair. `orbit-admin verify [--repair]`
+ * (server/cli/verify-command.ts; the lines it prints: server/cli/verify-report.ts) and the test
  * helper every integration test ends with (test/helpers/recount.ts) both use this module; the
  * recount is defined here and nowhere else:
  *
@@ -315,11 +316,6 @@ export function differencesOf(c: ApplicationCheck): CounterDifference[] {
     }
   }
   return out;
-}
-
-/** One greppable line: `queue <id>/<namespace>/<queue> active_attempts: stored 2, recount 1`. */
-export function formatDifference(d: CounterDifference): string {
-  return `${d.subject} ${d.counter}: stored ${d.stored}, recount ${d.recount}${d.missingRow ? ' (no permit row)' : ''}`;
 }
 
 /** A queryable inside one consistent snapshot on a dedicated connection, then COMMIT. */

@@ -1,8 +1,7 @@
 /**
- * Operator decisions on a task: cancel (tasks:cancel), resolve (tasks:review) and retry
- * (tasks:submit). Each is
- * idempotent mutations with an audit record and an event, in one transaction that locks the
- * application row, the queue row, then the task (and its attempt).
+ * Operator operations on a task: cancel (tasks:cancel), resolve (tasks:review) and retry
+ * (tasks:submit). Each is an idempotent mutation with an audit record and an event, in one
+ * transaction that locks the application row, the queue row, then the task (and its attempt).
  */
 import { OrbitError, notFound } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';

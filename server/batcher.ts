@@ -33,8 +33,8 @@
  * without it (its outcome is unknown to the caller, who retries with the same identity, which
  * every batch function here makes safe). A group runs with the latest deadline of its items.
  */
-import { OrbitError } from '../errors.ts';
-import { currentDeadline, withFreshDeadline, withoutDeadline } from '../deadline.ts';
+import { OrbitError } from './errors.ts';
+import { currentDeadline, withFreshDeadline, withoutDeadline } from './deadline.ts';
 
 interface Pending<I, O> {
   item: I;

@@ -114,6 +114,9 @@ function step(label, args) {
 if (!tier || tier.builds) {
   step('building the SDK package (sdk/dist)', [path.join(root, 'sdk', 'build.mjs')]);
   step('building the console (console/dist)', [path.join(root, 'console', 'build.mjs')]);
+  // The server processes of the tests run this bundle of the sources (test/helpers/server-process.ts).
+  step("bundling orbit-server for the tests' server processes (.local/orbit-server.mjs)", [path.join(root, 'scripts', 'bundle-server.mjs')]);
+  process.env.ORBIT_TEST_SERVER_BUNDLE = path.join(root, '.local', 'orbit-server.mjs');
 }
 if (!tier) {
   step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);

@@ -9,7 +9,6 @@
  * is per app (server/http/app.ts).
  */
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { ServerConfig } from './config.ts';
 import type { Logger } from './log.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
@@ -24,7 +23,8 @@ import type { AppDeps } from './http/deps.ts';
 import { loadPageAssets } from './http/pages.ts';
 import { EventWatcher } from './http/event-watcher.ts';
 
-export const OPENAPI_PATH = fileURLToPath(new URL('../openapi.yaml', import.meta.url));
+export { OPENAPI_PATH } from './paths.ts';
+import { OPENAPI_PATH } from './paths.ts';
 
 /** Submissions one admission transaction takes at most. */
 const ADMISSION_MAX_BATCH = 64;

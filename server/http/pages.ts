@@ -7,10 +7,10 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 
-export const ASYNCAPI_PATH = fileURLToPath(new URL('../../asyncapi.yaml', import.meta.url));
-const CONSOLE_DIR = fileURLToPath(new URL('../../console/', import.meta.url));
+import { ASYNCAPI_PATH, CONSOLE_DIR } from '../paths.ts';
+
+export { ASYNCAPI_PATH };
 
 export interface PageAssets {
   asyncApiDocument: string;

@@ -1,13 +1,19 @@
 /**
- * Real `orbit-server` processes (bin/orbit-server.mjs) on a test database, for tests that must
- * prove behaviour across processes. Each listens on a free port and reports its URL in its
- * "listening" log line.
+ * Real `orbit-server` processes on a test database, for tests that must prove behaviour across
+ * processes. Each listens on a free port and reports its URL in its "listening" log line.
+ *
+ * What runs is bin/orbit-server.mjs, or - when `npm test` has bundled the same sources into
+ * `.local/orbit-server.mjs` for this run (scripts/bundle-server.mjs, named by
+ * ORBIT_TEST_SERVER_BUNDLE) - that bundle, which starts without loading TypeScript through tsx.
+ * The real bin program is still run by test/integration/cli.test.ts and startup.test.ts.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 
-const BIN = fileURLToPath(new URL('../../bin/orbit-server.mjs', import.meta.url));
+const BUNDLE = process.env.ORBIT_TEST_SERVER_BUNDLE;
+const BIN = BUNDLE && existsSync(BUNDLE) ? BUNDLE : fileURLToPath(new URL('../../bin/orbit-server.mjs', import.meta.url));
 
 /** The database bound of the servers and apps tests start, unless a test sets its own (see server-process.ts). */
 export const TEST_DATABASE_TIMEOUT_MS = 30_000;

@@ -197,7 +197,7 @@ describe('schema drift: migrations vs server/store/database/schema.ts', () => {
   const drizzleTables = new Map(allTables.map((table) => [getTableConfig(table).name, table as MySqlTable]));
 
   before(async () => {
-    t = await freshDatabase('drift');
+    t = await freshDatabase('drift', { migrate: true });
     const tables = await t.db.rows<DbTable>(
       "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE'",
       [t.name],

@@ -5,12 +5,13 @@
  */
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import mysql from 'mysql2/promise';
 import { SQL_MODE } from './database.ts';
 import { checkDatabaseUrl } from '../../config.ts';
 
-export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations/', import.meta.url));
+import { MIGRATIONS_DIR } from '../../paths.ts';
+
+export { MIGRATIONS_DIR };
 
 export interface MigrationFile {
   version: number;

@@ -4,8 +4,8 @@
  * field, a changed code - the block fails here.
  *
  * - The README first (its tour makes the credentials, queues and tasks the pages build on), then
- *   each page in its own bash, after the README's setup block (marked `<!-- docs: setup -->`) -
- *   as a reader who landed on a page after the tour would.
+ *   each page in its own bash, with the variables the README's setup block (marked
+ *   `<!-- docs: setup -->`) exported - as a reader who landed on a page after the tour would.
  * - Blocks run with `bash -euo pipefail`, with `.local` and `http://127.0.0.1:8080` pointed at
  *   this test's own; `curl` answers a 4xx or 5xx with a failure (exit 22), except in a block
  *   marked `<!-- expect-error -->`, where only 5xx fails.
@@ -105,11 +105,13 @@ describe('every shell block of the README and docs/ runs as written', () => {
         ].join('\n'),
       ),
     ].join('\n');
-  function run(blocks: Block[]): Promise<{ stdout: string; stderr: string }> {
+  /** What the README's blocks exported (`export -p`, the ORBIT_* variables): where each page starts. */
+  let exported = '';
+  function run(blocks: Block[], options: { before?: string; after?: string } = {}): Promise<{ stdout: string; stderr: string }> {
     return new Promise((resolve, reject) => {
       execFile(
         'bash',
-        ['-euo', 'pipefail', '-c', script(blocks)],
+        ['-euo', 'pipefail', '-c', [options.before ?? '', script(blocks), options.after ?? ''].join('\n')],
         { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 180_000, maxBuffer: 64 * 1024 * 1024 },
         (error, stdout, stderr) =>
           error ? reject(new Error(`exit ${error.code}; the end of its stderr:\n${stderr.slice(-3000)}`)) : resolve({ stdout, stderr }),
@@ -124,12 +126,17 @@ describe('every shell block of the README and docs/ runs as written', () => {
     assert.equal(shellBlocks('README.md').filter(isSetup).length, 1);
   });
 
-  const setup = () => shellBlocks('README.md').filter(isSetup);
   for (const file of DOC_FILES) {
     const blocks = shellBlocks(file).filter((b) => !skipped(b));
     if (blocks.length === 0) continue;
     test(`${file}: ${blocks.length} block(s)`, async () => {
-      const { stdout, stderr } = await run(file === 'README.md' ? blocks : [...setup(), ...blocks]);
+      const readme = file === 'README.md';
+      const marker = '--- exported after the README ---';
+      const { stdout, stderr } = await run(blocks, readme ? { after: `echo ${JSON.stringify(marker)}; export -p | grep ' ORBIT_'` } : { before: exported });
+      if (readme) {
+        exported = stdout.slice(stdout.lastIndexOf(marker) + marker.length);
+        assert.match(exported, /declare -x ORBIT_TOKEN=/, 'the README setup exports the token the pages use');
+      } else assert.notEqual(exported, '', 'the README ran first');
       assert.doesNotMatch(stdout, /"code":"INTERNAL"/, stderr);
     });
   }

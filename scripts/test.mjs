@@ -8,14 +8,13 @@
 //                                              its directory, without the type-check and lint,
 //                                              and without a database for the unit tier
 //
-// What each tier proves: README.md#tests. Node built-ins only.
+// What each tier proves: README.md#tests and docs/contributing.md. Node built-ins only.
 
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { relay } from './relay.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -98,13 +97,9 @@ const rank = (f) => {
 };
 files = [...new Set(files)].sort((a, b) => rank(a) - rank(b));
 
-// (d) Type-check everything first; a type error fails fast. Use the project's own tsc
-// (not `npx tsc`, which offers to install an unrelated "tsc" package if it is missing).
-const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-if (!fs.existsSync(tsc)) fail('node_modules/typescript is missing; run `npm ci` first');
-// The builds the tests run against: the SDK package (sdk/dist; the examples import it by name,
-// as a client app does) and the console bundle (console/dist, served at /console), rebuilt from
-// the current sources before anything type-checks or runs against them.
+// (d) The builds the tests run against, first: the SDK package (sdk/dist; the examples import
+// it by name, as a client app does), the console bundle (console/dist, served at /console) and
+// the server bundle the tests' server processes run - from the current sources.
 function step(label, args) {
   console.error(`orbit: ${label}`);
   const result = spawnSync(process.execPath, args, { cwd: root, stdio: 'inherit' });
@@ -118,31 +113,66 @@ if (!tier || tier.builds) {
   step("bundling orbit-server for the tests' server processes (.local/orbit-server.mjs)", [path.join(root, 'scripts', 'bundle-server.mjs')]);
   process.env.ORBIT_TEST_SERVER_BUNDLE = path.join(root, '.local', 'orbit-server.mjs');
 }
-if (!tier) {
-  step('type-checking (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']);
-  step('type-checking the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]);
-  step('linting (npm run lint: Biome, openapi.yaml, asyncapi.yaml)', [path.join(root, 'scripts', 'lint.mjs')]);
-}
 
-// (e) Run them. The unit files go first, all in one process (scripts/run-in-one-process.mjs:
-// they are quick, and a process each would cost more than their tests); then every other file
-// in a process of its own, two at a time. The spec reporter unless a reporter is given.
+/** Runs a child to its end; its exit code. Output inherited, or collected when `quiet`. */
+function run(args, { quiet = false } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { cwd: root, stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
+    let output = '';
+    if (quiet) for (const stream of [child.stdout, child.stderr]) stream.on('data', (chunk) => (output += chunk));
+    children.add(child);
+    child.on('error', (err) => resolve({ code: 1, output: `${output}${err.message}\n` }));
+    child.on('close', (code, signal) => {
+      children.delete(child);
+      resolve({ code: signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1), output });
+    });
+  });
+}
+const children = new Set();
+for (const signal of ['SIGINT', 'SIGTERM'])
+  process.on(signal, () => {
+    for (const child of children) child.kill(signal);
+    process.exit(130);
+  });
+
+// (e) The checks of a whole run - type-check (the project's own tsc, not `npx tsc`, which
+// offers to install an unrelated "tsc" package) and lint - run one after another beside the
+// tests (they take ~30 s of one core that the tests leave idle); a failure is printed when it
+// happens and fails the run at the end.
+const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+if (!fs.existsSync(tsc)) fail('node_modules/typescript is missing; run `npm ci` first');
+const CHECKS = [
+  ['type-check (tsc --noEmit)', [tsc, '--noEmit', '-p', 'tsconfig.json']],
+  ['type-check of the console (tsc --noEmit -p console)', [tsc, '--noEmit', '-p', path.join('console', 'tsconfig.json')]],
+  ['lint (npm run lint: Biome, openapi.yaml, asyncapi.yaml)', [path.join(root, 'scripts', 'lint.mjs')]],
+];
+const checks = tier
+  ? Promise.resolve([])
+  : (async () => {
+      const failed = [];
+      for (const [label, args] of CHECKS) {
+        const { code, output } = await run(args, { quiet: true });
+        if (code === 0) console.error(`orbit: ${label}: passed`);
+        else {
+          console.error(`orbit: ${label} FAILED (exit ${code}):\n${output}`);
+          failed.push(label);
+        }
+      }
+      return failed;
+    })();
+
+// (f) The tests. The unit files first, all in one process (scripts/run-in-one-process.mjs: they
+// are quick, and a process each would cost more than their tests); then every other file in a
+// process of its own, two at a time. The spec reporter unless a reporter is given.
 const reporter = flags.some((f) => f.startsWith('--test-reporter')) ? [] : ['--test-reporter=spec'];
 const unitFiles = files.filter((f) => f.startsWith(`test${path.sep}unit${path.sep}`) || f.startsWith('test/unit/'));
 const otherFiles = files.filter((f) => !unitFiles.includes(f));
-let unitCode = 0;
+const codes = [];
 if (unitFiles.length > 0) {
-  const unit = spawnSync(process.execPath, ['--import', 'tsx', ...reporter, ...flags, path.join('scripts', 'run-in-one-process.mjs'), ...unitFiles], {
-    cwd: root,
-    stdio: 'inherit',
-  });
-  unitCode = exitCodeOf(unit);
-  if (otherFiles.length === 0) process.exit(unitCode);
-  if (unitCode !== 0) console.error(`orbit: unit tests failed (exit ${unitCode}); running the others too`);
+  codes.push((await run(['--import', 'tsx', ...reporter, ...flags, path.join('scripts', 'run-in-one-process.mjs'), ...unitFiles])).code);
+  if (codes[0] !== 0 && otherFiles.length > 0) console.error(`orbit: unit tests failed (exit ${codes[0]}); running the others too`);
 }
-const runner = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...reporter, ...flags, ...otherFiles], {
-  cwd: root,
-  stdio: 'inherit',
-});
-
-relay(runner, fail, 'run the tests', unitCode);
+if (otherFiles.length > 0) codes.push((await run(['--import', 'tsx', '--test', '--test-concurrency=2', ...reporter, ...flags, ...otherFiles])).code);
+const failedChecks = await checks;
+if (failedChecks.length > 0) console.error(`orbit: failed: ${failedChecks.join('; ')}`);
+process.exit(codes.find((c) => c !== 0) ?? (failedChecks.length > 0 ? 1 : 0));

@@ -1,9 +1,9 @@
 // Runs in the foreground on behalf of a child process: forwards SIGINT/SIGTERM to it (once:
 // npm and the terminal often deliver the same Ctrl-C twice within a few ms) and exits with its
-// exit code (or `failedBefore` when that is not 0: a step before it failed). Node built-ins only.
+// exit code. Node built-ins only.
 import os from 'node:os';
 
-export function relay(child, fail, what, failedBefore = 0) {
+export function relay(child, fail, what) {
   let lastForward = { signal: null, at: 0 };
   for (const signal of ['SIGINT', 'SIGTERM']) {
     process.on(signal, () => {
@@ -15,7 +15,6 @@ export function relay(child, fail, what, failedBefore = 0) {
   }
   child.on('error', (err) => fail(`could not ${what}: ${err.message}`));
   child.on('exit', (code, signal) => {
-    const own = signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1);
-    process.exit(failedBefore !== 0 ? failedBefore : own);
+    process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
   });
 }

@@ -101,6 +101,19 @@ export async function adminInProcess(args: string[], env?: Record<string, string
 }
 
 /**
+ * The environment of an orbit-admin command a test runs on its database: ORBIT_DATABASE_URL, and
+ * the lock-order and shard-routing checks as this process has them (`npm test` sets both), so that
+ * the command's statements are checked like the test's own. For `admin()` or `adminInProcess()`.
+ */
+export function adminEnv(databaseUrl: string): Record<string, string | undefined> {
+  return {
+    ORBIT_DATABASE_URL: databaseUrl,
+    ORBIT_CHECK_LOCK_ORDER: process.env.ORBIT_CHECK_LOCK_ORDER,
+    ORBIT_CHECK_SHARD_ROUTING: process.env.ORBIT_CHECK_SHARD_ROUTING,
+  };
+}
+
+/**
  * `orbit-server args` run in this process, only as far as it goes before starting anything:
  * `--help`, wrong arguments, a bad environment variable. Arguments and an environment it would
  * start with are an error here (spawn it with `server()`); and it is checked that nothing was

@@ -14,7 +14,7 @@ import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createCredential, createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
-import { admin, lines } from '../helpers/programs.ts';
+import { adminEnv, adminInProcess, lines } from '../helpers/programs.ts';
 import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
@@ -268,7 +268,8 @@ describe('pruning by the policy', () => {
     await age(t, tenant);
     const usageBefore = (await api.request('GET', '/v1/application/resources', { token: tenant.token })).body.data;
 
-    const dry = await admin(['prune', '--dry-run', '--application-id', tenant.applicationId], { ORBIT_DATABASE_URL: t.url });
+    // In process (the output and exit code the program would have): what it counts in the database is what is tested.
+    const dry = await adminInProcess(['prune', '--dry-run', '--application-id', tenant.applicationId], adminEnv(t.url));
     assert.equal(dry.code, 0, dry.stderr);
     const [perApp, summary] = lines(dry.stdout);
     assert.match(perApp ?? '', new RegExp(`^application ${tenant.applicationId}: orbit_tasks 4, orbit_attempts 0|orbit_tasks 4, `));

@@ -95,221 +95,238 @@ describe('schedules, two server processes', () => {
     return r.body.data.schedule;
   }
 
-  test('a full quota defers trigger points, never skips them; freed room fires from the first deferred point', async () => {
-    const tenant = await tenantWithLimit('full', 2);
-    const s = await create(tenant, { name: 'every-second', interval_seconds: 1 });
-    assert.equal(s.state, 'ACTIVE');
-    assert.equal(s.fired, '0');
-    const created = Date.parse(s.created_at);
-    assert.equal(Date.parse(s.next_fire_at), created + 1000, 'the first point is one interval after creation');
-    // Two points fire, then the quota is full: the next two wait (deferred_full counts them).
-    const full = await waitFor(async () => {
-      const now = await get(tenant, s.schedule_id);
-      return now.fired === '2' && Number(now.deferred_full) >= 2 ? now : null;
-    });
-    const tasks = await tasksOf(s.schedule_id);
-    assert.equal(tasks.length, 2, 'exactly as many tasks as the application admits');
-    assert.equal(full.skipped_misfire, '0', 'a full quota is never a misfire');
-    assert.deepEqual(
-      tasks.map((x) => x.scheduled_for - created),
-      [1000, 2000],
-    );
-    const firstDeferred = Date.parse(full.next_fire_at);
-    assert.equal(firstDeferred, created + 3000, 'the head stays at the first refused point');
-    assert.equal(Date.parse(full.last_fire_at), created + 2000);
-    // Each second one more point waits (seen through the other server).
-    const later = await waitFor(async () => {
-      const now = await get(tenant, s.schedule_id, 1);
-      return Number(now.deferred_full) > Number(full.deferred_full) ? now : null;
-    });
-    assert.equal(later.fired, '2', 'still full: nothing more fired');
-    assert.equal(Date.parse(later.next_fire_at), firstDeferred, 'the head stays at the first refused point');
-    // The task made for a point carries it, on both servers.
-    const task = (await call(url(1), 'GET', `/v1/tasks/${tasks[0]!.task_id}`, { token: tenant.token })).body.data;
-    assert.equal(task.schedule_id, s.schedule_id);
-    assert.equal(Date.parse(task.scheduled_for), created + 1000);
-    assert.deepEqual(task.payload, { from: 'schedule' });
-
-    await cancelAll(
-      tenant,
-      tasks.map((x) => x.task_id),
-    );
-    const resumed = await waitFor(async () => {
-      const now = await tasksOf(s.schedule_id);
-      return now.length >= 4 ? now : null;
-    });
-    assert.equal(resumed[2]!.scheduled_for, firstDeferred, 'firing resumes from the first deferred point');
-    assert.equal(resumed[3]!.scheduled_for, firstDeferred + 1000);
-    const after = await get(tenant, s.schedule_id);
-    assert.equal(after.skipped_misfire, '0');
-    await pause(tenant, s.schedule_id);
-  });
-
-  test('a full queue defers like a full application: nothing written for the point, a direct submit is QUEUE_FULL too', async () => {
-    const tenant = await tenantWithLimit('queue-full', 1_000);
-    await configureQueue(url(), tenant.token, 'sched', { max_unfinished_tasks: 1 });
-    const s = await create(tenant, { name: 'queue-full', interval_seconds: 1 });
-    // One point fires, then the queue is full and the next one waits.
-    const now = await waitFor(async () => {
-      const current = await get(tenant, s.schedule_id, 1);
-      return current.fired === '1' && Number(current.deferred_full) >= 1 ? current : null;
-    });
-    assert.equal((await tasksOf(s.schedule_id)).length, 1);
-    assert.equal(now.skipped_misfire, '0');
-    const direct = await call(url(), 'POST', '/v1/queues/sched/tasks', { token: tenant.token, key: key('direct'), body: { payload: {} } });
-    assert.equal(direct.status, 429);
-    assert.equal(direct.body.error.code, 'QUEUE_FULL');
-    const queue = (await call(url(), 'GET', '/v1/queues/sched', { token: tenant.token })).body.data;
-    assert.equal(queue.unfinished_tasks, '1');
-    await pause(tenant, s.schedule_id);
-  });
-
   /**
-   * Each policy with the quota full for longer than the window. A point older than the window
-   * when it is processed is overdue: `skip` fires none of them, `fire_once` exactly one per run,
-   * `fire_all` every one. The lag of a task (created_at - scheduled_for, both database time)
-   * says whether its point was overdue when it fired.
-   *
-   * The quota is kept full for 4 s - a period, the behaviour under test - and the check waits
-   * until the points that waited have been handled (the head is past the moment room came back,
-   * in database time). What a loop could do late on a loaded machine on its own (a point that
-   * fell due just then, handled more than the window late) is a run of its own: the run made by
-   * the full quota is the points after the first task and before that head.
+   * The behaviours that take whole seconds of trigger points (points falling due, a quota kept
+   * full, a pause, a disabled namespace) run side by side: each has its own application, queue and
+   * schedule and judges only its own, and none of them changes anything the others read - so the
+   * seconds each needs are spent once for all of them, not one after the other. The test that
+   * kills servers, and the one that counts every schedule row, run alone after them.
    */
-  for (const policy of ['skip', 'fire_once', 'fire_all'] as const) {
-    test(`misfire policy ${policy}: quota full for longer than the window`, async () => {
-      const tenant = await tenantWithLimit(`policy-${policy.replace('_', '-')}`, 1);
-      const windowMs = 1_000;
-      const s = await create(tenant, { name: `policy-${policy}`, interval_seconds: 1, misfire_policy: policy, misfire_window_seconds: 1 });
-      // The schedule's first point (one interval after its creation): every point is this plus whole seconds.
-      const anchor = Date.parse(s.next_fire_at);
-      await waitFor(async () => ((await tasksOf(s.schedule_id)).length === 1 ? true : null));
-      await sleep(4_000); // the behaviour under test: full, every point after the first waits, for longer than the window
-      await setApplicationLimit(tenant, 1_000);
-      const roomAt = await dbNow();
-      // Room again: the next rounds handle every waiting point by the policy, until the head is past `roomAt`.
-      const handledUpTo = await waitFor(async () => {
-        const head = Date.parse((await get(tenant, s.schedule_id)).next_fire_at);
-        return head > roomAt ? head : null;
+  describe('trigger points over time, side by side', { concurrency: true }, () => {
+    test('a full quota defers trigger points, never skips them; freed room fires from the first deferred point', async () => {
+      const tenant = await tenantWithLimit('full', 2);
+      const s = await create(tenant, { name: 'every-second', interval_seconds: 1 });
+      assert.equal(s.state, 'ACTIVE');
+      assert.equal(s.fired, '0');
+      const created = Date.parse(s.created_at);
+      assert.equal(Date.parse(s.next_fire_at), created + 1000, 'the first point is one interval after creation');
+      // Two points fire, then the quota is full: the next two wait (deferred_full counts them).
+      const full = await waitFor(async () => {
+        const now = await get(tenant, s.schedule_id);
+        return now.fired === '2' && Number(now.deferred_full) >= 2 ? now : null;
       });
-      await pause(tenant, s.schedule_id);
-      const final = await get(tenant, s.schedule_id);
       const tasks = await tasksOf(s.schedule_id);
-      const processed = Number(final.fired) + Number(final.skipped_misfire);
-      // No point lost, none twice: the head is the point after every fired or skipped one.
-      assert.equal(Date.parse(final.next_fire_at), anchor + processed * 1000, JSON.stringify(final));
-      assert.equal(tasks.length, Number(final.fired));
-      assert.equal(new Set(tasks.map((x) => x.scheduled_for)).size, tasks.length);
-      for (const x of tasks) assert.equal((x.scheduled_for - anchor) % 1000, 0);
-      assert.ok(Number(final.deferred_full) >= 1, 'the full quota deferred points');
-      const overdue = (x: { created_at: number; scheduled_for: number }) => x.created_at - x.scheduled_for > windowMs;
-      const overdueFired = tasks.filter(overdue);
-      // The points that waited for the full quota, and were handled once there was room.
-      const waited = tasks.filter((x) => x.scheduled_for > tasks[0]!.scheduled_for && x.scheduled_for < handledUpTo);
-      const skipped = Number(final.skipped_misfire);
-      if (policy === 'skip') {
-        assert.ok(skipped >= 1, 'overdue points were dropped');
-        assert.equal(overdueFired.length, 0, 'no task for an overdue point');
-      } else if (policy === 'fire_once') {
-        assert.ok(skipped >= 1, 'the other overdue points were dropped');
-        const once = waited.filter(overdue);
-        assert.equal(once.length, 1, `exactly one task for the run of overdue points: ${JSON.stringify(waited)}`);
-        // It is the latest of the run: the points skipped come before it, and every point after it fired.
-        const onceAt = once[0]!.scheduled_for;
-        assert.ok(waited.filter((x) => x.scheduled_for > onceAt).every((x, i) => x.scheduled_for === onceAt + (i + 1) * 1000));
-      } else {
-        assert.equal(skipped, 0, 'fire_all drops nothing');
-        assert.ok(overdueFired.length >= 2, 'every overdue point fired');
-        assert.deepEqual(
-          tasks.map((x) => (x.scheduled_for - anchor) / 1000),
-          tasks.map((_, i) => i),
-        );
-      }
-    });
-  }
+      assert.equal(tasks.length, 2, 'exactly as many tasks as the application admits');
+      assert.equal(full.skipped_misfire, '0', 'a full quota is never a misfire');
+      assert.deepEqual(
+        tasks.map((x) => x.scheduled_for - created),
+        [1000, 2000],
+      );
+      const firstDeferred = Date.parse(full.next_fire_at);
+      assert.equal(firstDeferred, created + 3000, 'the head stays at the first refused point');
+      assert.equal(Date.parse(full.last_fire_at), created + 2000);
+      // Each second one more point waits (seen through the other server).
+      const later = await waitFor(async () => {
+        const now = await get(tenant, s.schedule_id, 1);
+        return Number(now.deferred_full) > Number(full.deferred_full) ? now : null;
+      });
+      assert.equal(later.fired, '2', 'still full: nothing more fired');
+      assert.equal(Date.parse(later.next_fire_at), firstDeferred, 'the head stays at the first refused point');
+      // The task made for a point carries it, on both servers.
+      const task = (await call(url(1), 'GET', `/v1/tasks/${tasks[0]!.task_id}`, { token: tenant.token })).body.data;
+      assert.equal(task.schedule_id, s.schedule_id);
+      assert.equal(Date.parse(task.scheduled_for), created + 1000);
+      assert.deepEqual(task.payload, { from: 'schedule' });
 
-  test('pause fires nothing; resume handles the paused points by the policy; events and audit are written', async () => {
-    const tenant = await tenantWithLimit('pause', 1_000);
-    const s = await create(tenant, { name: 'paused', cron: '* * * * * *', timezone: 'Europe/Berlin', misfire_policy: 'fire_all', misfire_window_seconds: 60 });
-    assert.equal(s.cron, '* * * * * *');
-    assert.equal(s.interval_seconds, undefined);
-    await waitFor(async () => ((await tasksOf(s.schedule_id)).length >= 1 ? true : null));
-    const paused = await pause(tenant, s.schedule_id);
-    assert.equal(paused.state, 'PAUSED');
-    // The pause took the schedule's row lock: a round in flight has committed, and none fires after it.
-    const atPause = (await tasksOf(s.schedule_id)).length;
-    await sleep(2_500); // the behaviour under test: two points fall due while it is paused, and nothing fires
-    assert.equal((await tasksOf(s.schedule_id)).length, atPause, 'a paused schedule fires nothing');
-    const again = await call(url(), 'POST', `/v1/schedules/${s.schedule_id}:pause`, { token: tenant.token, key: key('pause'), body: { reason: 'twice' } });
-    assert.equal(again.status, 409);
-    assert.equal(again.body.error.code, 'STATE_CONFLICT');
-    await pause(tenant, s.schedule_id, 'resume');
-    // fire_all within the window: every point of the paused time fires, in order, none twice.
-    const tasks = await waitFor(async () => {
-      const now = await tasksOf(s.schedule_id);
-      return now.length >= atPause + 3 ? now : null;
+      await cancelAll(
+        tenant,
+        tasks.map((x) => x.task_id),
+      );
+      const resumed = await waitFor(async () => {
+        const now = await tasksOf(s.schedule_id);
+        return now.length >= 4 ? now : null;
+      });
+      assert.equal(resumed[2]!.scheduled_for, firstDeferred, 'firing resumes from the first deferred point');
+      assert.equal(resumed[3]!.scheduled_for, firstDeferred + 1000);
+      const after = await get(tenant, s.schedule_id);
+      assert.equal(after.skipped_misfire, '0');
+      await pause(tenant, s.schedule_id);
     });
-    const seconds = tasks.map((x) => x.scheduled_for / 1000);
-    assert.deepEqual(
-      seconds,
-      seconds.map((_, i) => (seconds[0] as number) + i),
-      'consecutive seconds, none missing',
-    );
-    await pause(tenant, s.schedule_id);
-    const events = (await call(url(), 'GET', '/v1/events?limit=100', { token: tenant.token })).body.data.events.filter((e: any) => e.subject === s.schedule_id);
-    assert.deepEqual(
-      events.map((e: any) => e.type),
-      ['schedule.created', 'schedule.paused', 'schedule.resumed', 'schedule.paused'],
-    );
-    const audit = (await call(url(), 'GET', '/v1/audit-events?limit=100', { token: tenant.token })).body.data.audit_events.filter(
-      (a: any) => a.resource === s.schedule_id,
-    );
-    assert.deepEqual(
-      audit.map((a: any) => [a.action, a.resource_type]),
-      [
-        ['schedule.create', 'schedule'],
-        ['schedule.pause', 'schedule'],
-        ['schedule.resume', 'schedule'],
-        ['schedule.pause', 'schedule'],
-      ],
-    );
-    // Counted by the process that fired: whichever of the two it was, together they fired.
-    let fired = 0;
-    for (const server of servers) {
-      const metrics = await (await fetch(`${server.url}/metrics`)).text();
-      fired += Number(/^orbit_schedule_trigger_points_total\{outcome="fired"\} (\d+)/m.exec(metrics)?.[1] ?? 0);
+
+    test('a full queue defers like a full application: nothing written for the point, a direct submit is QUEUE_FULL too', async () => {
+      const tenant = await tenantWithLimit('queue-full', 1_000);
+      await configureQueue(url(), tenant.token, 'sched', { max_unfinished_tasks: 1 });
+      const s = await create(tenant, { name: 'queue-full', interval_seconds: 1 });
+      // One point fires, then the queue is full and the next one waits.
+      const now = await waitFor(async () => {
+        const current = await get(tenant, s.schedule_id, 1);
+        return current.fired === '1' && Number(current.deferred_full) >= 1 ? current : null;
+      });
+      assert.equal((await tasksOf(s.schedule_id)).length, 1);
+      assert.equal(now.skipped_misfire, '0');
+      const direct = await call(url(), 'POST', '/v1/queues/sched/tasks', { token: tenant.token, key: key('direct'), body: { payload: {} } });
+      assert.equal(direct.status, 429);
+      assert.equal(direct.body.error.code, 'QUEUE_FULL');
+      const queue = (await call(url(), 'GET', '/v1/queues/sched', { token: tenant.token })).body.data;
+      assert.equal(queue.unfinished_tasks, '1');
+      await pause(tenant, s.schedule_id);
+    });
+
+    /**
+     * Each policy with the quota full for longer than the window. A point older than the window
+     * when it is processed is overdue: `skip` fires none of them, `fire_once` exactly one per run,
+     * `fire_all` every one. The lag of a task (created_at - scheduled_for, both database time)
+     * says whether its point was overdue when it fired.
+     *
+     * The quota is kept full for 4 s - a period, the behaviour under test - and the check waits
+     * until the points that waited have been handled (the head is past the moment room came back,
+     * in database time). What a loop could do late on a loaded machine on its own (a point that
+     * fell due just then, handled more than the window late) is a run of its own: the run made by
+     * the full quota is the points after the first task and before that head.
+     */
+    for (const policy of ['skip', 'fire_once', 'fire_all'] as const) {
+      test(`misfire policy ${policy}: quota full for longer than the window`, async () => {
+        const tenant = await tenantWithLimit(`policy-${policy.replace('_', '-')}`, 1);
+        const windowMs = 1_000;
+        const s = await create(tenant, { name: `policy-${policy}`, interval_seconds: 1, misfire_policy: policy, misfire_window_seconds: 1 });
+        // The schedule's first point (one interval after its creation): every point is this plus whole seconds.
+        const anchor = Date.parse(s.next_fire_at);
+        await waitFor(async () => ((await tasksOf(s.schedule_id)).length === 1 ? true : null));
+        await sleep(4_000); // the behaviour under test: full, every point after the first waits, for longer than the window
+        await setApplicationLimit(tenant, 1_000);
+        const roomAt = await dbNow();
+        // Room again: the next rounds handle every waiting point by the policy, until the head is past `roomAt`.
+        const handledUpTo = await waitFor(async () => {
+          const head = Date.parse((await get(tenant, s.schedule_id)).next_fire_at);
+          return head > roomAt ? head : null;
+        });
+        await pause(tenant, s.schedule_id);
+        const final = await get(tenant, s.schedule_id);
+        const tasks = await tasksOf(s.schedule_id);
+        const processed = Number(final.fired) + Number(final.skipped_misfire);
+        // No point lost, none twice: the head is the point after every fired or skipped one.
+        assert.equal(Date.parse(final.next_fire_at), anchor + processed * 1000, JSON.stringify(final));
+        assert.equal(tasks.length, Number(final.fired));
+        assert.equal(new Set(tasks.map((x) => x.scheduled_for)).size, tasks.length);
+        for (const x of tasks) assert.equal((x.scheduled_for - anchor) % 1000, 0);
+        assert.ok(Number(final.deferred_full) >= 1, 'the full quota deferred points');
+        const overdue = (x: { created_at: number; scheduled_for: number }) => x.created_at - x.scheduled_for > windowMs;
+        const overdueFired = tasks.filter(overdue);
+        // The points that waited for the full quota, and were handled once there was room.
+        const waited = tasks.filter((x) => x.scheduled_for > tasks[0]!.scheduled_for && x.scheduled_for < handledUpTo);
+        const skipped = Number(final.skipped_misfire);
+        if (policy === 'skip') {
+          assert.ok(skipped >= 1, 'overdue points were dropped');
+          assert.equal(overdueFired.length, 0, 'no task for an overdue point');
+        } else if (policy === 'fire_once') {
+          assert.ok(skipped >= 1, 'the other overdue points were dropped');
+          const once = waited.filter(overdue);
+          assert.equal(once.length, 1, `exactly one task for the run of overdue points: ${JSON.stringify(waited)}`);
+          // It is the latest of the run: the points skipped come before it, and every point after it fired.
+          const onceAt = once[0]!.scheduled_for;
+          assert.ok(waited.filter((x) => x.scheduled_for > onceAt).every((x, i) => x.scheduled_for === onceAt + (i + 1) * 1000));
+        } else {
+          assert.equal(skipped, 0, 'fire_all drops nothing');
+          assert.ok(overdueFired.length >= 2, 'every overdue point fired');
+          assert.deepEqual(
+            tasks.map((x) => (x.scheduled_for - anchor) / 1000),
+            tasks.map((_, i) => i),
+          );
+        }
+      });
     }
-    assert.ok(fired >= tasks.length, `orbit_schedule_trigger_points_total{outcome="fired"}: ${fired} on both servers, ${tasks.length} tasks made`);
-  });
 
-  test('a schedule on a disabled namespace fires nothing and is not lost', async () => {
-    const tenant = await tenantWithLimit('disabled', 1_000);
-    const s = await create(tenant, { name: 'off', interval_seconds: 1, misfire_policy: 'fire_all' });
-    await waitFor(async () => ((await tasksOf(s.schedule_id)).length >= 1 ? true : null));
-    await t.db.exec('UPDATE orbit_namespaces SET enabled = 0 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
-    const disabledAt = await dbNow();
-    await sleep(2_000); // the behaviour under test: two points fall due while it is disabled, and nothing fires
-    // A round that read the namespace as enabled before the UPDATE committed may still have fired
-    // (its tasks are created before it, in database time); nothing is created after it.
-    const whileDisabled = await tasksOf(s.schedule_id);
-    assert.deepEqual(
-      whileDisabled.filter((x) => x.created_at > disabledAt),
-      [],
-      'nothing fires while disabled',
-    );
-    const atDisable = whileDisabled.length;
-    await t.db.exec('UPDATE orbit_namespaces SET enabled = 1 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
-    // The points of the disabled time fire afterwards (the loop does not care about the credential cache).
-    const tasks = await waitFor(async () => {
-      const now = await tasksOf(s.schedule_id);
-      return now.length >= atDisable + 3 ? now : null;
+    test('pause fires nothing; resume handles the paused points by the policy; events and audit are written', async () => {
+      const tenant = await tenantWithLimit('pause', 1_000);
+      const s = await create(tenant, {
+        name: 'paused',
+        cron: '* * * * * *',
+        timezone: 'Europe/Berlin',
+        misfire_policy: 'fire_all',
+        misfire_window_seconds: 60,
+      });
+      assert.equal(s.cron, '* * * * * *');
+      assert.equal(s.interval_seconds, undefined);
+      await waitFor(async () => ((await tasksOf(s.schedule_id)).length >= 1 ? true : null));
+      const paused = await pause(tenant, s.schedule_id);
+      assert.equal(paused.state, 'PAUSED');
+      // The pause took the schedule's row lock: a round in flight has committed, and none fires after it.
+      const atPause = (await tasksOf(s.schedule_id)).length;
+      await sleep(2_500); // the behaviour under test: two points fall due while it is paused, and nothing fires
+      assert.equal((await tasksOf(s.schedule_id)).length, atPause, 'a paused schedule fires nothing');
+      const again = await call(url(), 'POST', `/v1/schedules/${s.schedule_id}:pause`, { token: tenant.token, key: key('pause'), body: { reason: 'twice' } });
+      assert.equal(again.status, 409);
+      assert.equal(again.body.error.code, 'STATE_CONFLICT');
+      await pause(tenant, s.schedule_id, 'resume');
+      // fire_all within the window: every point of the paused time fires, in order, none twice.
+      const tasks = await waitFor(async () => {
+        const now = await tasksOf(s.schedule_id);
+        return now.length >= atPause + 3 ? now : null;
+      });
+      const seconds = tasks.map((x) => x.scheduled_for / 1000);
+      assert.deepEqual(
+        seconds,
+        seconds.map((_, i) => (seconds[0] as number) + i),
+        'consecutive seconds, none missing',
+      );
+      await pause(tenant, s.schedule_id);
+      const events = (await call(url(), 'GET', '/v1/events?limit=100', { token: tenant.token })).body.data.events.filter(
+        (e: any) => e.subject === s.schedule_id,
+      );
+      assert.deepEqual(
+        events.map((e: any) => e.type),
+        ['schedule.created', 'schedule.paused', 'schedule.resumed', 'schedule.paused'],
+      );
+      const audit = (await call(url(), 'GET', '/v1/audit-events?limit=100', { token: tenant.token })).body.data.audit_events.filter(
+        (a: any) => a.resource === s.schedule_id,
+      );
+      assert.deepEqual(
+        audit.map((a: any) => [a.action, a.resource_type]),
+        [
+          ['schedule.create', 'schedule'],
+          ['schedule.pause', 'schedule'],
+          ['schedule.resume', 'schedule'],
+          ['schedule.pause', 'schedule'],
+        ],
+      );
+      // Counted by the process that fired: whichever of the two it was, together they fired.
+      let fired = 0;
+      for (const server of servers) {
+        const metrics = await (await fetch(`${server.url}/metrics`)).text();
+        fired += Number(/^orbit_schedule_trigger_points_total\{outcome="fired"\} (\d+)/m.exec(metrics)?.[1] ?? 0);
+      }
+      assert.ok(fired >= tasks.length, `orbit_schedule_trigger_points_total{outcome="fired"}: ${fired} on both servers, ${tasks.length} tasks made`);
     });
-    const seconds = tasks.map((x) => x.scheduled_for / 1000);
-    assert.deepEqual(
-      seconds,
-      seconds.map((_, i) => (seconds[0] as number) + i),
-    );
-    await pause(tenant, s.schedule_id);
+
+    test('a schedule on a disabled namespace fires nothing and is not lost', async () => {
+      const tenant = await tenantWithLimit('disabled', 1_000);
+      const s = await create(tenant, { name: 'off', interval_seconds: 1, misfire_policy: 'fire_all' });
+      await waitFor(async () => ((await tasksOf(s.schedule_id)).length >= 1 ? true : null));
+      await t.db.exec('UPDATE orbit_namespaces SET enabled = 0 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
+      const disabledAt = await dbNow();
+      await sleep(2_000); // the behaviour under test: two points fall due while it is disabled, and nothing fires
+      // A round that read the namespace as enabled before the UPDATE committed may still have fired
+      // (its tasks are created before it, in database time); nothing is created after it.
+      const whileDisabled = await tasksOf(s.schedule_id);
+      assert.deepEqual(
+        whileDisabled.filter((x) => x.created_at > disabledAt),
+        [],
+        'nothing fires while disabled',
+      );
+      const atDisable = whileDisabled.length;
+      await t.db.exec('UPDATE orbit_namespaces SET enabled = 1 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
+      // The points of the disabled time fire afterwards (the loop does not care about the credential cache).
+      const tasks = await waitFor(async () => {
+        const now = await tasksOf(s.schedule_id);
+        return now.length >= atDisable + 3 ? now : null;
+      });
+      const seconds = tasks.map((x) => x.scheduled_for / 1000);
+      assert.deepEqual(
+        seconds,
+        seconds.map((_, i) => (seconds[0] as number) + i),
+      );
+      await pause(tenant, s.schedule_id);
+    });
   });
 
   test('a server SIGKILLed while both loops fire: no trigger point fires twice, none is lost', async () => {

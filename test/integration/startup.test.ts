@@ -16,7 +16,7 @@ import { silentLogger } from '../../server/log.ts';
 import { StartupError, startServer } from '../../server/server.ts';
 import { freshDatabase, testServerUrl, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { startServerProcess } from '../helpers/server-process.ts';
-import { ROOT, admin, lines, occupiedPort, runProgram, server, unusedPort } from '../helpers/programs.ts';
+import { ROOT, admin, adminEnv, adminInProcess, lines, occupiedPort, runProgram, server, unusedPort } from '../helpers/programs.ts';
 
 const FUTURE = { version: 9003, name: 'from_the_future' };
 /** The migrations of this build, oldest first, and the newest (`0003_schedules`). */
@@ -280,6 +280,10 @@ describe('a database from a newer build', () => {
   });
 });
 
+/**
+ * What the command does to the database, so in process (`adminInProcess`, the output and exit
+ * code the program would have): the real program against a database is the cases above.
+ */
 describe('orbit-admin credential revoke', () => {
   let t: TestDatabase;
   let dir: string;
@@ -293,27 +297,27 @@ describe('orbit-admin credential revoke', () => {
   });
 
   test('revokes once; again says when it was revoked (exit 0); an unknown id is exit 1', async () => {
-    const env = { ORBIT_DATABASE_URL: t.url };
+    const env = adminEnv(t.url);
     const output = join(dir, 'creds.json');
-    const boot = await admin(
+    const boot = await adminInProcess(
       ['bootstrap', '--application', 'revoke-app', '--namespace', 'r', '--environment', 'staging', '--queue', 'q', '--output', output],
       env,
     );
     assert.equal(boot.code, 0, boot.stderr);
     const id = (JSON.parse(readFileSync(output, 'utf8')) as { credential_id: string }).credential_id;
 
-    const first = await admin(['credential', 'revoke', '--credential-id', id], env);
+    const first = await adminInProcess(['credential', 'revoke', '--credential-id', id], env);
     assert.equal(first.code, 0, first.stderr);
     const [, revoked] = lines(first.stderr);
     const match = new RegExp(`^revoked credential ${id} at (\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z)$`).exec(revoked ?? '');
     assert.ok(match, first.stderr);
 
-    const second = await admin(['credential', 'revoke', '--credential-id', id], env);
+    const second = await adminInProcess(['credential', 'revoke', '--credential-id', id], env);
     assert.equal(second.code, 0, second.stderr);
     assert.deepEqual(lines(second.stderr), [`using database ${t.url}`, `credential ${id} was already revoked at ${match[1]}`]);
 
     const unknown = randomBytes(16).toString('hex');
-    const third = await admin(['credential', 'revoke', '--credential-id', unknown], env);
+    const third = await adminInProcess(['credential', 'revoke', '--credential-id', unknown], env);
     assert.equal(third.code, 1);
     assert.deepEqual(lines(third.stderr), [`using database ${t.url}`, `orbit-admin: credential ${unknown} does not exist`]);
   });

@@ -1,18 +1,22 @@
 /**
- * `orbit-admin verify [--repair]` as users run it (bin/orbit-admin.mjs, a process of its own) on
- * a database filled through the HTTP app and a worker session: clean → exit 0; counters
- * corrupted by hand → exit 1 with one line per difference; --repair → fixed, audited, exit 0;
- * and no false differences (nor lost updates from a repair) while submissions, claims and
- * results run beside it.
+ * `orbit-admin verify [--repair]` on a database filled through the HTTP app and a worker session:
+ * clean → exit 0; counters corrupted by hand → exit 1 with one line per difference; --repair →
+ * fixed, audited, exit 0; and no false differences (nor lost updates from a repair) while
+ * submissions, claims and results run beside it.
+ *
+ * The command runs in this process (`adminInProcess`: orbit-admin's main with the environment,
+ * stdout, stderr and exit code the program would have, its own database pool, opened and closed
+ * as the program does): what is tested is what it finds in and does to the database. That the
+ * real bin/orbit-admin.mjs prints what the in-process run prints is test/integration/cli.test.ts's;
+ * the real program against a database, startup.test.ts's.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { freshDatabase, type TestDatabase, testConfig } from '../helpers/database.ts';
 import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { testApp } from '../helpers/app.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { adminEnv, adminInProcess, type InProcessResult } from '../helpers/programs.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { startServer, type RunningServer } from '../../server/server.ts';
@@ -20,23 +24,6 @@ import { silentLogger } from '../../server/log.ts';
 import { formatDifference } from '../../server/cli/verify-report.ts';
 import { countersVerify } from '../../server/store/quotas/usage-recount.ts';
 import { OrbitWorker } from '../../sdk/worker.ts';
-
-const BIN = fileURLToPath(new URL('../../bin/orbit-admin.mjs', import.meta.url));
-
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function orbitAdmin(args: string[], databaseUrl: string): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    execFile(process.execPath, [BIN, ...args], { env: { ...process.env, ORBIT_DATABASE_URL: databaseUrl }, timeout: 60_000 }, (error, stdout, stderr) => {
-      if (error && typeof error.code !== 'number') reject(Object.assign(error, { stdout, stderr }));
-      else resolve({ code: error ? (error.code as number) : 0, stdout, stderr });
-    });
-  });
-}
 
 describe('orbit-admin verify', () => {
   let t: TestDatabase;
@@ -52,7 +39,7 @@ describe('orbit-admin verify', () => {
     other = await createTenant(t.db, { namespace: 'other', queues: ['other'] });
     api = await testApp(t.db);
     // Leases of 10 minutes: the reservations a test holds open (and counts on) never run out
-    // under it, however slowly the CLI runs on a loaded machine.
+    // under it, however slowly the commands run on a loaded machine.
     server = await startServer({ ...testConfig(), databaseUrl: t.url, listenPort: 0, leaseSeconds: 600, recoveryIntervalMs: 100 }, { log: silentLogger() });
   });
   after(async () => {
@@ -61,7 +48,8 @@ describe('orbit-admin verify', () => {
     await t.drop();
   });
 
-  const verify = (...args: string[]) => orbitAdmin(['verify', ...args], t.url);
+  /** `orbit-admin verify args` on this database, with the lock-order and shard-routing checks the test runs with. */
+  const verify = (...args: string[]) => adminInProcess(['verify', ...args], adminEnv(t.url));
 
   async function submit(tenant: TestTenant, queue: string, body: Record<string, unknown> = {}) {
     const r = await api.request('POST', `/v1/queues/${queue}/tasks`, { token: tenant.token, key: `k-${++keys}`, body: { payload: { n: keys }, ...body } });
@@ -146,21 +134,21 @@ describe('orbit-admin verify', () => {
     const load = traffic();
     try {
       await waitFor(async () => load.submitted >= 20);
-      // The CLI a few times, and the same function in-process many more times, all mid-traffic.
-      const cli = (async () => {
-        const runs: CliResult[] = [];
+      // The command a few times, and its recount function alone many more times, all mid-traffic.
+      const commands = (async () => {
+        const runs: InProcessResult[] = [];
         for (let i = 0; i < 3; i++) runs.push(await verify());
         return runs;
       })();
-      let inProcess = 0;
+      let recounts = 0;
       const start = load.submitted;
-      while (inProcess < 30 || load.submitted - start < 100) {
+      while (recounts < 30 || load.submitted - start < 100) {
         const report = await countersVerify(t.db);
-        assert.deepEqual(report.differences.map(formatDifference), [], `in-process run ${inProcess}`);
-        inProcess++;
+        assert.deepEqual(report.differences.map(formatDifference), [], `recount run ${recounts}`);
+        recounts++;
       }
-      for (const [i, run] of (await cli).entries()) {
-        assert.equal(run.code, 0, `CLI run ${i}: ${run.stdout}${run.stderr}`);
+      for (const [i, run] of (await commands).entries()) {
+        assert.equal(run.code, 0, `command run ${i}: ${run.stdout}${run.stderr}`);
         assert.match(run.stdout, /^verified 2 applications, 3 queues, \d+ permits: 0 differences\n$/);
       }
     } finally {

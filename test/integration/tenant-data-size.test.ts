@@ -236,7 +236,12 @@ describe('batches bounded by bytes: tenant data at its limits', () => {
     assert.match(firstError.message, /could not be evaluated/);
     assert.ok(Date.parse(firstError.retry_at) > Date.parse(firstError.occurred_at), 'a retry is set for later');
 
-    // Not tried again before retry_at; then, once it has passed, again, with a longer pause.
+    // Not tried again before retry_at (an hour away here, so that a slow round cannot reach the
+    // 1 s pause); then, once it has passed, again, with a longer pause.
+    await t.db.exec('UPDATE orbit_schedules SET retry_at = NOW(6) + INTERVAL 1 HOUR WHERE application_id = UNHEX(?) AND schedule_id = UNHEX(?)', [
+      a.applicationId,
+      broken,
+    ]);
     await schedules.round();
     assert.equal((await shown()).last_error.consecutive_failures, 1, 'not retried before retry_at');
     await retryDue(t.db, a, broken);

@@ -144,7 +144,10 @@ function unquotedPositions(text: string, char: string): number[] {
 }
 
 /** The statements of a multi-statement text, split at semicolons outside quotes. */
-export function splitStatements(sql: string): string[] {
+export function splitStatements(sql: string): readonly string[] {
+  return memoized(splitSeen, sql, splitStatementsOf);
+}
+function splitStatementsOf(sql: string): string[] {
   const cuts = [-1, ...unquotedPositions(sql, ';'), sql.length];
   return cuts
     .slice(1)
@@ -154,8 +157,28 @@ export function splitStatements(sql: string): string[] {
 
 const TABLE = /\borbit_[a-z_]+\b/g;
 
+/**
+ * What is known of a text already seen (the same few hundred statement texts, with placeholders,
+ * are analysed again and again under the checks): bounded, emptied when full.
+ */
+function memoized<T>(seen: Map<string, T>, text: string, compute: (text: string) => T): T {
+  let value = seen.get(text);
+  if (value === undefined) {
+    if (seen.size >= 10_000) seen.clear();
+    value = compute(text);
+    seen.set(text, value);
+  }
+  return value;
+}
+const splitSeen = new Map<string, readonly string[]>();
+const lockedSeen = new Map<string, readonly string[]>();
+const placeholdersSeen = new Map<string, number>();
+
 /** The tables whose rows one statement locks (only Orbit's tables, only the locking kinds of statement). */
-export function lockedTables(statement: string): string[] {
+export function lockedTables(statement: string): readonly string[] {
+  return memoized(lockedSeen, statement, lockedTablesOf);
+}
+function lockedTablesOf(statement: string): string[] {
   const text = statement.replace(/\s+/g, ' ').trim();
   const verb = isSelect(text) ? 'SELECT' : /^(\w+)/.exec(text)?.[1]?.toUpperCase();
   let tables: string[] = [];
@@ -209,7 +232,7 @@ const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
 
 /** How many `?` placeholders a statement has (outside quotes). */
 function placeholderCount(statement: string): number {
-  return unquotedPositions(statement, '?').length;
+  return memoized(placeholdersSeen, statement, (text) => unquotedPositions(text, '?').length);
 }
 
 function keyText(value: unknown): string {
@@ -277,7 +300,7 @@ export class LockOrderCheck {
     for (const [index, statement] of splitStatements(sql).entries()) {
       const own = params.slice(offset);
       offset += placeholderCount(statement);
-      const tables = lockedTables(statement).sort(
+      const tables = [...lockedTables(statement)].sort(
         (a, b) => LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[a] as LockLevel) - LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[b] as LockLevel),
       );
       if (isLockingRead(statement)) {

@@ -217,10 +217,26 @@ function sender(): string {
   return '';
 }
 
+/**
+ * The routes of statements already seen, by their text (placeholders, not values: the same few
+ * hundred texts again and again). Bounded: emptied when it reaches its size.
+ */
+const seenRoutes = new Map<string, Route>();
+const SEEN_ROUTES_MAX = 10_000;
+function routeOfSeen(statement: string): Route {
+  let route = seenRoutes.get(statement);
+  if (route === undefined) {
+    if (seenRoutes.size >= SEEN_ROUTES_MAX) seenRoutes.clear();
+    route = routeOf(statement);
+    seenRoutes.set(statement, route);
+  }
+  return route;
+}
+
 /** Throws ShardRoutingViolation naming the first statement of `sql` that would not route to one shard. */
 export function assertRoutable(sql: string): void {
   for (const statement of splitStatements(sql)) {
-    const route = routeOf(statement);
+    const route = routeOfSeen(statement);
     if (route.routable) continue;
     if (/[/\\]test[/\\]/.test(sender())) continue; // TEST_INSPECTION_EXCEPTION
     throw new ShardRoutingViolation(`shard routing: ${route.problem}\n  statement: ${statement.replace(/\s+/g, ' ').slice(0, 300)}`);

@@ -90,7 +90,24 @@ if (files.length === 0) {
 }
 // The longest files first: with two at a time, a long one started last would run alone at
 // the end. (Directory order otherwise; the list is a hint, a file missing from it runs later.)
-const LONGEST_FIRST = [];
+const LONGEST_FIRST = [
+  'test/contract/fuzz-http-bodies.test.ts',
+  'test/contract/fuzz-http-requests.test.ts',
+  'test/integration/pages-browser.test.ts',
+  'test/integration/readme-scenario.test.ts',
+  'test/integration/database-freeze.test.ts',
+  'test/integration/sdk-package.test.ts',
+  'test/integration/startup.test.ts',
+  'test/integration/worker-load.test.ts',
+  'test/integration/docs-commands.test.ts',
+  'test/integration/tenant-data-size.test.ts',
+  'test/integration/hot-path-differential.test.ts',
+  'test/integration/subscription-crash.test.ts',
+  'test/integration/worker-sdk.test.ts',
+  'test/contract/fuzz-worker-frames.test.ts',
+  'test/integration/worker-protocol.test.ts',
+  'test/integration/schedules.test.ts',
+];
 const rank = (f) => {
   const i = LONGEST_FIRST.indexOf(f);
   return i === -1 ? LONGEST_FIRST.length : i;
@@ -163,7 +180,9 @@ const checks = tier
 
 // (f) The tests. The unit files first, all in one process (scripts/run-in-one-process.mjs: they
 // are quick, and a process each would cost more than their tests); then every other file in a
-// process of its own, two at a time. The spec reporter unless a reporter is given.
+// process of its own, three at a time: most files wait part of their time (for a server, a
+// lease, a long-poll), and two at a time left a third of the two cores idle. (`npm run
+// test:repeat` runs two whole suites at once, so the tests are proved under more load than this.) The spec reporter unless a reporter is given.
 const reporter = flags.some((f) => f.startsWith('--test-reporter')) ? [] : ['--test-reporter=spec'];
 const unitFiles = files.filter((f) => f.startsWith(`test${path.sep}unit${path.sep}`) || f.startsWith('test/unit/'));
 const otherFiles = files.filter((f) => !unitFiles.includes(f));
@@ -172,7 +191,7 @@ if (unitFiles.length > 0) {
   codes.push((await run(['--import', 'tsx', ...reporter, ...flags, path.join('scripts', 'run-in-one-process.mjs'), ...unitFiles])).code);
   if (codes[0] !== 0 && otherFiles.length > 0) console.error(`orbit: unit tests failed (exit ${codes[0]}); running the others too`);
 }
-if (otherFiles.length > 0) codes.push((await run(['--import', 'tsx', '--test', '--test-concurrency=2', ...reporter, ...flags, ...otherFiles])).code);
+if (otherFiles.length > 0) codes.push((await run(['--import', 'tsx', '--test', '--test-concurrency=3', ...reporter, ...flags, ...otherFiles])).code);
 const failedChecks = await checks;
 if (failedChecks.length > 0) console.error(`orbit: failed: ${failedChecks.join('; ')}`);
 process.exit(codes.find((c) => c !== 0) ?? (failedChecks.length > 0 ? 1 : 0));

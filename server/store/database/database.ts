@@ -9,7 +9,7 @@
  * lock-wait timeouts roll back and run the whole function again: it must not have effects
  * outside the database before it returns.
  */
-import { LockOrderCheck, LockOrderViolation, isLockingRead, splitStatements } from './lock-order.ts';
+import { LockOrderCheck, LockOrderViolation, isLockingRead, rememberedByText, splitStatements } from './lock-order.ts';
 import { assertRoutable, ShardRoutingViolation } from './shard-routing.ts';
 import { encodedBytesBound, mergeResults, PacketLimit, planRoundTrips, type BatchStatement } from './packets.ts';
 import { DeadlineExceeded, remainingMs } from '../../deadline.ts';
@@ -359,17 +359,8 @@ export interface DatabaseObserver {
 
 export { DEFAULT_DATABASE_TIMEOUT_MS } from '../../config.ts';
 
-/** Whether a text has a locking read, by text seen before (bounded like shard-routing's routes). */
-const lockingReadOf = new Map<string, boolean>();
-function hasLockingRead(sql: string): boolean {
-  let found = lockingReadOf.get(sql);
-  if (found === undefined) {
-    if (lockingReadOf.size >= 10_000) lockingReadOf.clear();
-    found = splitStatements(sql).some(isLockingRead);
-    lockingReadOf.set(sql, found);
-  }
-  return found;
-}
+/** Whether a text has a locking read, remembered per text. */
+const hasLockingRead = rememberedByText((sql) => splitStatements(sql).some(isLockingRead));
 
 /** The mysql2 pool settings every Orbit pool shares. */
 function poolOptions(url: string, connectTimeoutMs: number, connectionLimit: number): mysql.PoolOptions {

@@ -143,41 +143,36 @@ function unquotedPositions(text: string, char: string): number[] {
   return out;
 }
 
-/** The statements of a multi-statement text, split at semicolons outside quotes. */
-export function splitStatements(sql: string): readonly string[] {
-  return memoized(splitSeen, sql, splitStatementsOf);
+/**
+ * `compute`, remembering its answer per text: under the checks the same few hundred statement
+ * texts (placeholders, not values) are analysed again and again. Bounded: emptied when full.
+ */
+export function rememberedByText<T>(compute: (text: string) => T): (text: string) => T {
+  const seen = new Map<string, T>();
+  return (text) => {
+    let value = seen.get(text);
+    if (value === undefined) {
+      if (seen.size >= 10_000) seen.clear();
+      value = compute(text);
+      seen.set(text, value);
+    }
+    return value;
+  };
 }
-function splitStatementsOf(sql: string): string[] {
+
+/** The statements of a multi-statement text, split at semicolons outside quotes. */
+export const splitStatements: (sql: string) => readonly string[] = rememberedByText((sql) => {
   const cuts = [-1, ...unquotedPositions(sql, ';'), sql.length];
   return cuts
     .slice(1)
     .map((end, k) => sql.slice((cuts[k] as number) + 1, end).trim())
     .filter((s) => s !== '');
-}
+});
 
 const TABLE = /\borbit_[a-z_]+\b/g;
 
-/**
- * What is known of a text already seen (the same few hundred statement texts, with placeholders,
- * are analysed again and again under the checks): bounded, emptied when full.
- */
-function memoized<T>(seen: Map<string, T>, text: string, compute: (text: string) => T): T {
-  let value = seen.get(text);
-  if (value === undefined) {
-    if (seen.size >= 10_000) seen.clear();
-    value = compute(text);
-    seen.set(text, value);
-  }
-  return value;
-}
-const splitSeen = new Map<string, readonly string[]>();
-const lockedSeen = new Map<string, readonly string[]>();
-const placeholdersSeen = new Map<string, number>();
-
 /** The tables whose rows one statement locks (only Orbit's tables, only the locking kinds of statement). */
-export function lockedTables(statement: string): readonly string[] {
-  return memoized(lockedSeen, statement, lockedTablesOf);
-}
+export const lockedTables: (statement: string) => readonly string[] = rememberedByText(lockedTablesOf);
 function lockedTablesOf(statement: string): string[] {
   const text = statement.replace(/\s+/g, ' ').trim();
   const verb = isSelect(text) ? 'SELECT' : /^(\w+)/.exec(text)?.[1]?.toUpperCase();
@@ -231,9 +226,7 @@ const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
 };
 
 /** How many `?` placeholders a statement has (outside quotes). */
-function placeholderCount(statement: string): number {
-  return memoized(placeholdersSeen, statement, (text) => unquotedPositions(text, '?').length);
-}
+const placeholderCount = rememberedByText((statement) => unquotedPositions(statement, '?').length);
 
 function keyText(value: unknown): string {
   return Buffer.isBuffer(value) ? value.toString('hex') : String(value);

@@ -13,7 +13,7 @@
  * across applications on purpose carry a marker comment `/* scatter: <name> *\/` whose name is
  * one of `SCATTER_EXCEPTIONS` (on Vitess they run on every shard); an unknown name is a violation.
  */
-import { splitStatements } from './lock-order.ts';
+import { rememberedByText, splitStatements } from './lock-order.ts';
 
 /** The primary vindex column of every per-application table. */
 export const SHARDING_COLUMN = 'application_id';
@@ -217,21 +217,8 @@ function sender(): string {
   return '';
 }
 
-/**
- * The routes of statements already seen, by their text (placeholders, not values: the same few
- * hundred texts again and again). Bounded: emptied when it reaches its size.
- */
-const seenRoutes = new Map<string, Route>();
-const SEEN_ROUTES_MAX = 10_000;
-function routeOfSeen(statement: string): Route {
-  let route = seenRoutes.get(statement);
-  if (route === undefined) {
-    if (seenRoutes.size >= SEEN_ROUTES_MAX) seenRoutes.clear();
-    route = routeOf(statement);
-    seenRoutes.set(statement, route);
-  }
-  return route;
-}
+/** `routeOf`, remembered per statement text. */
+const routeOfSeen = rememberedByText(routeOf);
 
 /** Throws ShardRoutingViolation naming the first statement of `sql` that would not route to one shard. */
 export function assertRoutable(sql: string): void {

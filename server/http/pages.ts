@@ -10,8 +10,6 @@ import { createRequire } from 'node:module';
 
 import { ASYNCAPI_PATH, CONSOLE_DIR } from '../paths.ts';
 
-export { ASYNCAPI_PATH };
-
 export interface PageAssets {
   asyncApiDocument: string;
   docsHtml: string;

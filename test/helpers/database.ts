@@ -8,12 +8,10 @@
  * schema-drift test, which is about what they build).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { createDatabase, type Database } from '../../server/store/database/database.ts';
 import { loadConfig, type ServerConfig } from '../../server/config.ts';
-import { MIGRATIONS_DIR, migrate } from '../../server/store/database/migrate.ts';
+import { migrate, readMigrationFiles } from '../../server/store/database/migrate.ts';
 
 export function testServerUrl(): string {
   return (process.env.ORBIT_TEST_DATABASE_URL || 'mysql://root@127.0.0.1:3306').replace(/\/+$/, '');
@@ -43,15 +41,10 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** The template's name: one per set of migration files (their names and contents). */
+/** The template's name: one per set of migration files (their names and contents, as migrate reads them). */
 function templateName(): string {
   const hash = createHash('sha256');
-  for (const file of readdirSync(MIGRATIONS_DIR)
-    .filter((f) => f.endsWith('.sql'))
-    .sort()) {
-    hash.update(file);
-    hash.update(readFileSync(join(MIGRATIONS_DIR, file)));
-  }
+  for (const file of readMigrationFiles()) hash.update(`${file.version} ${file.name} ${file.checksum}\n`);
   return `orbit_template_${hash.digest('hex').slice(0, 16)}`;
 }
 
@@ -65,7 +58,7 @@ function ensureTemplate(): Promise<string> {
     try {
       await server.query("SELECT GET_LOCK('orbit_test_template', 300)");
       // Complete: the ledger lists every migration (a process killed while migrating leaves fewer).
-      const files = readdirSync(MIGRATIONS_DIR).filter((f) => f.endsWith('.sql')).length;
+      const files = readMigrationFiles().length;
       const [ledger] = (await server.query('SELECT COUNT(*) AS n FROM information_schema.TABLES WHERE table_schema = ? AND table_name = ?', [
         name,
         'orbit_schema_migrations',

@@ -11,8 +11,6 @@ import { checkDatabaseUrl } from '../../config.ts';
 
 import { MIGRATIONS_DIR } from '../../paths.ts';
 
-export { MIGRATIONS_DIR };
-
 export interface MigrationFile {
   version: number;
   name: string;

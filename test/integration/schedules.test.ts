@@ -70,6 +70,21 @@ describe('schedules, two server processes', () => {
     return r.body.data.schedule;
   }
   const get = async (tenant: TestTenant, id: string, n = 0) => (await call(url(n), 'GET', `/v1/schedules/${id}`, { token: tenant.token })).body.data;
+  /** Waits for at least `count` tasks of the schedule, asserts their trigger points are consecutive seconds (none missing or twice), returns them. */
+  async function firesEverySecond(scheduleId: string, count: number): Promise<Awaited<ReturnType<typeof tasksOf>>> {
+    const tasks = await waitFor(async () => {
+      const now = await tasksOf(scheduleId);
+      return now.length >= count ? now : null;
+    });
+    const seconds = tasks.map((x) => x.scheduled_for / 1000);
+    assert.deepEqual(
+      seconds,
+      seconds.map((_, i) => (seconds[0] as number) + i),
+      'consecutive seconds, none missing',
+    );
+    return tasks;
+  }
+
   async function tasksOf(scheduleId: string): Promise<Array<{ task_id: string; scheduled_for: number; created_at: number; state: string }>> {
     const rows = await t.db.rows<{ task_id: Buffer; scheduled_for: string; created_at: string; state: string }>(
       'SELECT task_id, scheduled_for, created_at, state FROM orbit_tasks WHERE schedule_id = ? ORDER BY scheduled_for',
@@ -259,16 +274,7 @@ describe('schedules, two server processes', () => {
       assert.equal(again.body.error.code, 'STATE_CONFLICT');
       await pause(tenant, s.schedule_id, 'resume');
       // fire_all within the window: every point of the paused time fires, in order, none twice.
-      const tasks = await waitFor(async () => {
-        const now = await tasksOf(s.schedule_id);
-        return now.length >= atPause + 3 ? now : null;
-      });
-      const seconds = tasks.map((x) => x.scheduled_for / 1000);
-      assert.deepEqual(
-        seconds,
-        seconds.map((_, i) => (seconds[0] as number) + i),
-        'consecutive seconds, none missing',
-      );
+      const tasks = await firesEverySecond(s.schedule_id, atPause + 3);
       await pause(tenant, s.schedule_id);
       const events = (await call(url(), 'GET', '/v1/events?limit=100', { token: tenant.token })).body.data.events.filter(
         (e: any) => e.subject === s.schedule_id,
@@ -316,15 +322,7 @@ describe('schedules, two server processes', () => {
       const atDisable = whileDisabled.length;
       await t.db.exec('UPDATE orbit_namespaces SET enabled = 1 WHERE namespace_id = ?', [Buffer.from(tenant.namespaceId, 'hex')]);
       // The points of the disabled time fire afterwards (the loop does not care about the credential cache).
-      const tasks = await waitFor(async () => {
-        const now = await tasksOf(s.schedule_id);
-        return now.length >= atDisable + 3 ? now : null;
-      });
-      const seconds = tasks.map((x) => x.scheduled_for / 1000);
-      assert.deepEqual(
-        seconds,
-        seconds.map((_, i) => (seconds[0] as number) + i),
-      );
+      await firesEverySecond(s.schedule_id, atDisable + 3);
       await pause(tenant, s.schedule_id);
     });
   });

@@ -181,10 +181,11 @@ const checks = tier
 // (f) The tests. The unit files first, all in one process (scripts/run-in-one-process.mjs: they
 // are quick, and a process each would cost more than their tests); then every other file in a
 // process of its own, three at a time: most files wait part of their time (for a server, a
-// lease, a long-poll), and two at a time left a third of the two cores idle. (`npm run
-// test:repeat` runs two whole suites at once, so the tests are proved under more load than this.) The spec reporter unless a reporter is given.
+// lease, a long-poll), and two at a time left part of the two cores idle (`npm run test:repeat`
+// runs two whole suites at once, so the tests are proved under more load than this). The spec
+// reporter unless a reporter is given.
 const reporter = flags.some((f) => f.startsWith('--test-reporter')) ? [] : ['--test-reporter=spec'];
-const unitFiles = files.filter((f) => f.startsWith(`test${path.sep}unit${path.sep}`) || f.startsWith('test/unit/'));
+const unitFiles = files.filter((f) => f.startsWith(path.join('test', 'unit') + path.sep));
 const otherFiles = files.filter((f) => !unitFiles.includes(f));
 const codes = [];
 if (unitFiles.length > 0) {

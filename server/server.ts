@@ -41,6 +41,8 @@ export interface RunningServer {
 /** Why this process cannot start, in one line (main prints it and exits 1). */
 export class StartupError extends Error {}
 
+const KEEP_ALIVE_MS = 65_000;
+
 /** `serve`, with listen errors (port in use, say) as a rejection instead of an uncaught 'error' event. */
 function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port: number): Promise<ServerType> {
   return new Promise((resolve, reject) => {
@@ -58,6 +60,14 @@ function listen(fetch: Parameters<typeof serve>[0]['fetch'], host: string, port:
       s.off('error', onError);
       resolve(s);
     });
+    // Node closes an idle keep-alive connection after 5 s; a client that sends its next request
+    // on that connection just as it closes gets ECONNRESET (seen under load). Keep idle
+    // connections longer than the usual proxies and clients do (60 s), so the client, which
+    // is told the timeout in the Keep-Alive header, always gives up first; headersTimeout must
+    // exceed it or Node would cut a connection that is merely idle.
+    const http = s as unknown as { keepAliveTimeout: number; headersTimeout: number };
+    http.keepAliveTimeout = KEEP_ALIVE_MS;
+    http.headersTimeout = KEEP_ALIVE_MS + 1_000;
     s.once('error', onError);
   });
 }

@@ -105,6 +105,14 @@ describe('refusals name what is wrong, and no more', () => {
     assert.equal(n, '0', 'no refused write left a task');
   });
 
+  test('an idle connection outlives the 60 s of usual clients and proxies, so they always close it first', async () => {
+    // With Node's 5 s, a client reusing a connection as the server closed it got ECONNRESET.
+    const response = await fetch(`${server.url}/healthz`);
+    await response.arrayBuffer();
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get('keep-alive') ?? '', /^timeout=65\b/);
+  });
+
   test('a refused worker upgrade is an HTTP response in the error envelope with its request id', async () => {
     const tenant = await createTenant(t.db, { namespace: 'upgrade', queues: ['q'] });
     const noConsume = await createCredential(

@@ -104,6 +104,9 @@ export type ConfigureRetentionResult = FromWire<Schemas['ConfigureRetentionResul
 export type Queue = FromWire<Schemas['Queue']>;
 export type QueuePage = FromWire<Schemas['QueuePage']>;
 export type QueueResult = FromWire<Schemas['QueueResult']>;
+export type ConfigureQueueResult = FromWire<Schemas['ConfigureQueueResult']>;
+/** One entry of a configure dry run's `effects` (`usage` a number); ignore an entry whose `limit` you do not know. */
+export type ConfigureEffect = FromWire<Schemas['ConfigureEffect']>;
 export type Task = FromWire<Schemas['Task']>;
 export type TaskPage = FromWire<Schemas['TaskPage']>;
 export type TaskResult = FromWire<Schemas['TaskResult']>;
@@ -465,7 +468,9 @@ export interface OrbitClient {
   /**
    * POST /v1/application/resources:configure: replaces the three limits (a full replacement),
    * compare-and-set on `expected_revision` (the `revision` read before; 409 STATE_CONFLICT when
-   * someone changed them meanwhile).
+   * someone changed them meanwhile). With `dry_run: true` nothing is written (no receipt
+   * either): the answer is what the change would make, with `dry_run: true` and `effects` -
+   * what each limit would mean for the usage of right now.
    */
   configureApplicationResources(input: ConfigureApplicationResourcesInput): Promise<ConfigureApplicationResourcesResult>;
   /** GET /v1/application/retention: how long finished history is kept (an absent duration: forever). */
@@ -479,8 +484,12 @@ export interface OrbitClient {
   getQueue(input: GetQueueInput): Promise<Queue>;
   /** POST /v1/queues: creates a queue named `name`; limits left out take their defaults. */
   createQueue(input: CreateQueueInput): Promise<QueueResult>;
-  /** POST /v1/queues/{queue}:configure: replaces a queue's limits and pause flag (compare-and-set on `expected_revision`). */
-  configureQueue(input: ConfigureQueueInput): Promise<QueueResult>;
+  /**
+   * POST /v1/queues/{queue}:configure: replaces a queue's limits and pause flag (compare-and-set
+   * on `expected_revision`). With `dry_run: true` nothing is written (no receipt either): the
+   * answer is what the change would make, with `dry_run: true` and `effects`.
+   */
+  configureQueue(input: ConfigureQueueInput): Promise<ConfigureQueueResult>;
 
   /**
    * POST /v1/queues/{queue}/tasks: submits a task; `idempotency_key` is the submission's

@@ -287,6 +287,18 @@ export interface paths {
          *     A limit may be set below current usage: nothing is cancelled, new work waits until usage is
          *     below it.
          *
+         *     **Dry run.** With `dry_run: true` the change is checked as a real one is - the body (400),
+         *     the credential's action (403), `expected_revision` (409 STATE_CONFLICT) - and answered as
+         *     it would be answered: `resources` with the new limits, live usage and the revision the
+         *     change would get (the current one + 1), plus `dry_run: true` and `effects`, one entry per
+         *     limit saying what it would mean with the usage of right now (see ConfigureEffect).
+         *     Nothing at all is written: no limits, no revision, no audit record, no event, no
+         *     idempotency receipt. The `Idempotency-Key` header is still required (and validated), but
+         *     a dry run never looks up or keeps a receipt: a key already used by a real configure is not
+         *     replayed - the dry run answers what the change would do now (usually 409 STATE_CONFLICT,
+         *     the revision having moved on) - and the same key can be used for the real change after
+         *     it. `deduplicated` is always false in a dry run.
+         *
          *     Credential action: `application:resources:manage`.
          */
         post: operations["configureApplicationResources"];
@@ -420,6 +432,20 @@ export interface paths {
          * @description Replaces a queue's limits and pause flag, compare-and-set on the revision: send the
          *     `revision` you read as `expected_revision` (409 STATE_CONFLICT when it is stale). Set
          *     `paused: true` to stop claims from the queue; submissions are still accepted.
+         *
+         *     **Dry run.** With `dry_run: true` the change is checked as a real one is - the body (400),
+         *     the credential's action (403), the queue within the credential's scope (404),
+         *     `expected_revision` (409 STATE_CONFLICT) - and answered as it would be answered: `queue`
+         *     with the new limits and pause flag, live usage, the revision the change would get (the
+         *     current one + 1) and `updated_at` now, plus `dry_run: true` and `effects`, one entry per
+         *     limit (`max_unfinished_tasks`, `max_concurrency`, `rate_per_second`) saying what it would
+         *     mean with the queue's usage of right now (see ConfigureEffect). Nothing at all is written:
+         *     no limits, no revision, no audit record, no event, no idempotency receipt. The
+         *     `Idempotency-Key` header is still required (and validated), but a dry run never looks up
+         *     or keeps a receipt: a key already used by a real configure is not replayed - the dry run
+         *     answers what the change would do now (usually 409 STATE_CONFLICT, the revision having
+         *     moved on) - and the same key can be used for the real change after it. `deduplicated` is
+         *     always false in a dry run.
          *
          *     Credential action: `queues:manage`.
          */
@@ -1094,10 +1120,49 @@ export interface components {
             max_unfinished_tasks: number;
             max_concurrency: number;
             rate_per_second: number;
+            /** @description Check the change and answer what it would set and what it would mean now (`effects`); nothing is written and no receipt is looked up or kept. */
+            dry_run?: boolean;
         };
         ConfigureApplicationResourcesResult: {
             resources: components["schemas"]["ApplicationResources"];
             deduplicated: boolean;
+            /** @description Present and true when nothing was written (a dry run); `resources` is then what the change would make, with the revision it would get. */
+            dry_run?: boolean;
+            /** @description Only in a dry run - what the change would mean with the usage of right now, one entry per limit. */
+            effects?: components["schemas"]["ConfigureEffect"][];
+        };
+        /**
+         * @description What one limit of a configure would mean right now, in a dry run's `effects`. Today there
+         *     is one entry per limit of the object configured - `limit` is `max_unfinished_tasks`,
+         *     `max_concurrency` or `rate_per_second` - but entries of other kinds may be added later
+         *     (for example reservations that would no longer fit): a client must ignore an entry whose
+         *     `limit` it does not know.
+         *
+         *     `usage` is what the limit is held against now (a snapshot, like a GET): for
+         *     `max_unfinished_tasks` the unfinished tasks, for `max_concurrency` the active attempts, and
+         *     for `rate_per_second` the Starts granted in the current one-second window plus the
+         *     reservations not yet started (`pending_starts`) - what a claim counts against the rate.
+         *     `effect` is one line for a human and may be reworded: "unchanged", "room for N more …", or
+         *     what would be refused now and until when, e.g. `unfinished tasks 120 > new
+         *     max_unfinished_tasks 100: submissions refused (APPLICATION_FULL) until 21 finish` (work
+         *     is refused until usage is below the limit: a limit equal to usage leaves no room).
+         */
+        ConfigureEffect: {
+            /**
+             * @description The limit this entry is about (`max_unfinished_tasks`, `max_concurrency`, `rate_per_second`; ignore others).
+             * @example max_unfinished_tasks
+             */
+            limit: string;
+            /** @description Its value now. */
+            current: number;
+            /** @description Its value after the change. */
+            proposed: number;
+            usage: components["schemas"]["Counter"];
+            /**
+             * @description One line for a human; not meant to be parsed.
+             * @example unfinished tasks 120 > new max_unfinished_tasks 100: submissions refused (APPLICATION_FULL) until 21 finish
+             */
+            effect: string;
         };
         /**
          * @description Seconds, from one minute to ten years.
@@ -1176,10 +1241,20 @@ export interface components {
             rate_per_second: number;
             key_concurrency: number;
             paused: boolean;
+            /** @description Check the change and answer what it would set and what it would mean now (`effects`); nothing is written and no receipt is looked up or kept. */
+            dry_run?: boolean;
         };
         QueueResult: {
             queue: components["schemas"]["Queue"];
             deduplicated: boolean;
+        };
+        ConfigureQueueResult: {
+            queue: components["schemas"]["Queue"];
+            deduplicated: boolean;
+            /** @description Present and true when nothing was written (a dry run); `queue` is then what the change would make, with the revision it would get. */
+            dry_run?: boolean;
+            /** @description Only in a dry run - what the change would mean with the queue's usage of right now, one entry per limit. */
+            effects?: components["schemas"]["ConfigureEffect"][];
         };
         QueuePage: {
             queues: components["schemas"]["Queue"][];
@@ -2010,30 +2085,12 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The configuration after the change (or, for a replay, the original snapshot). */
+            /** @description The configuration after the change (or, for a replay, the original snapshot; for a dry run, the configuration the change would make, with its effects). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
-                     *       "data": {
-                     *         "resources": {
-                     *           "application_id": "019c186e2e804e6a8c0b1d3f5a7c9e2b",
-                     *           "revision": "5",
-                     *           "max_unfinished_tasks": 200000,
-                     *           "unfinished_tasks": "1250",
-                     *           "max_concurrency": 400,
-                     *           "active_attempts": "37",
-                     *           "pending_starts": "3",
-                     *           "rate_per_second": 1000
-                     *         },
-                     *         "deduplicated": false
-                     *       }
-                     *     }
-                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ConfigureApplicationResourcesResult"];
@@ -2348,38 +2405,15 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The queue after the change (or, for a replay, the original snapshot). */
+            /** @description The queue after the change (or, for a replay, the original snapshot; for a dry run, the queue the change would make, with its effects). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
-                     *       "data": {
-                     *         "queue": {
-                     *           "queue": "emails",
-                     *           "namespace": "shop",
-                     *           "revision": "3",
-                     *           "max_unfinished_tasks": 50000,
-                     *           "unfinished_tasks": "312",
-                     *           "max_concurrency": 150,
-                     *           "active_attempts": "12",
-                     *           "pending_starts": "1",
-                     *           "rate_per_second": 300,
-                     *           "key_concurrency": 1,
-                     *           "paused": false,
-                     *           "created_at": "2026-02-10T12:00:00.000Z",
-                     *           "updated_at": "2026-03-02T10:00:00.000Z"
-                     *         },
-                     *         "deduplicated": false
-                     *       }
-                     *     }
-                     */
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
-                        data: components["schemas"]["QueueResult"];
+                        data: components["schemas"]["ConfigureQueueResult"];
                     };
                 };
             };

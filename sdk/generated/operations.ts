@@ -89,7 +89,7 @@ export const OPERATIONS: { readonly [K in SdkOperationId]: SdkOperation } = {
 };
 
 /** Every property that is a usage count (`$ref: '#/components/schemas/Counter'`) in some response: the SDK returns these as numbers. */
-export const COUNT_FIELDS = ["active_attempts", "deferred_full", "fired", "pending_starts", "skipped_misfire", "unfinished_tasks"] as const;
+export const COUNT_FIELDS = ["active_attempts", "deferred_full", "fired", "pending_starts", "skipped_misfire", "unfinished_tasks", "usage"] as const;
 export type CountField = (typeof COUNT_FIELDS)[number];
 
 /**
@@ -100,10 +100,12 @@ export type CountField = (typeof COUNT_FIELDS)[number];
 export type Counts = 'count' | 'count?' | readonly [Counts] | { readonly [property: string]: Counts };
 
 const ApplicationResourcesCounts: Counts = { unfinished_tasks: 'count', active_attempts: 'count', pending_starts: 'count' };
-const ConfigureApplicationResourcesResultCounts: Counts = { resources: ApplicationResourcesCounts };
+const ConfigureEffectCounts: Counts = { usage: 'count' };
+const ConfigureApplicationResourcesResultCounts: Counts = { resources: ApplicationResourcesCounts, effects: [ConfigureEffectCounts] };
 const QueueCounts: Counts = { unfinished_tasks: 'count', active_attempts: 'count', pending_starts: 'count' };
 const QueuePageCounts: Counts = { queues: [QueueCounts] };
 const QueueResultCounts: Counts = { queue: QueueCounts };
+const ConfigureQueueResultCounts: Counts = { queue: QueueCounts, effects: [ConfigureEffectCounts] };
 const ScheduleCounts: Counts = { fired: 'count', skipped_misfire: 'count', deferred_full: 'count' };
 const SchedulePageCounts: Counts = { schedules: [ScheduleCounts] };
 const ScheduleResultCounts: Counts = { schedule: ScheduleCounts };
@@ -115,7 +117,7 @@ export const RESPONSE_COUNTS: { readonly [K in SdkOperationId]?: Counts } = {
   listQueues: QueuePageCounts,
   createQueue: QueueResultCounts,
   getQueue: QueueCounts,
-  configureQueue: QueueResultCounts,
+  configureQueue: ConfigureQueueResultCounts,
   listSchedules: SchedulePageCounts,
   createSchedule: ScheduleResultCounts,
   getSchedule: ScheduleCounts,

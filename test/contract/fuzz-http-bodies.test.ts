@@ -108,6 +108,7 @@ const VALID: Record<string, JsonObject> = {
     max_unfinished_tasks: 1000000,
     max_concurrency: 10000,
     rate_per_second: 100000,
+    dry_run: false,
   },
   configureRetention: {
     expected_revision: STALE_REVISION,
@@ -136,6 +137,7 @@ const VALID: Record<string, JsonObject> = {
     rate_per_second: 10000,
     key_concurrency: 1,
     paused: false,
+    dry_run: false,
   },
   submitTask: {
     payload: { order: 1, lines: [{ sku: 'A-1', qty: 2 }], note: null },

@@ -70,6 +70,9 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?
   configureApplicationResources: {
     path: '/v1/application/resources:configure',
     body: { expected_revision: '1', reason: '负例测试基线', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000 },
+    variants: [
+      { expected_revision: '1', reason: '负例测试试运行', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000, dry_run: true },
+    ],
   },
   configureRetention: {
     path: '/v1/application/retention:configure',
@@ -107,6 +110,18 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?
       key_concurrency: 1,
       paused: false,
     },
+    variants: [
+      {
+        expected_revision: '1',
+        reason: '负例测试试运行',
+        max_unfinished_tasks: 100000,
+        max_concurrency: 1000,
+        rate_per_second: 10000,
+        key_concurrency: 1,
+        paused: false,
+        dry_run: true,
+      },
+    ],
   },
   submitTask: {
     path: `/v1/queues/{queue}/tasks`,

@@ -286,7 +286,7 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     }
   });
 
-  test('application resources: get, configure, replay, conflicts, bad input', async () => {
+  test('application resources: get, configure, dry run, replay, conflicts, bad input', async () => {
     const before = await resources();
     assert.equal(before.application_id, owner.applicationId);
     const body = {
@@ -296,6 +296,17 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       max_concurrency: 5000,
       rate_per_second: 50000,
     };
+    // A dry run under the key the change then uses: nothing is written, no receipt is kept.
+    const dry = await post('/v1/application/resources:configure', { ...body, dry_run: true }, 200, { key: 'app-config-1' });
+    assert.equal(dry.body.data.dry_run, true);
+    assert.deepEqual(
+      dry.body.data.effects.map((e: { limit: string }) => e.limit),
+      ['max_unfinished_tasks', 'max_concurrency', 'rate_per_second'],
+    );
+    assert.deepEqual(await resources(), before, 'a dry run writes nothing');
+    await post('/v1/application/resources:configure', { ...body, expected_revision: String(BigInt(before.revision) + 7n), dry_run: true }, 409, {
+      code: 'STATE_CONFLICT',
+    });
     const changed = await post('/v1/application/resources:configure', body, 200, { key: 'app-config-1' });
     assert.equal(changed.body.data.deduplicated, false);
     assert.equal(changed.body.data.resources.revision, String(BigInt(before.revision) + 1n));
@@ -390,6 +401,12 @@ describe('contract: every operation answers what openapi.yaml says', () => {
       key_concurrency: q.key_concurrency,
       paused: true,
     };
+    const dry = await post('/v1/queues/q-b:configure', { ...configure, dry_run: true }, 200);
+    assert.equal(dry.body.data.dry_run, true);
+    assert.equal(dry.body.data.queue.revision, '2');
+    assert.equal(dry.body.data.effects.length, 3);
+    assert.deepEqual(await queue('q-b'), q, 'a dry run writes nothing');
+    await post('/v1/queues/no-such-queue:configure', { ...configure, dry_run: true }, 404, { code: 'NOT_FOUND' });
     const configured = await post('/v1/queues/q-b:configure', configure, 200);
     assert.equal(configured.body.data.queue.revision, '2');
     assert.equal(configured.body.data.queue.paused, true);

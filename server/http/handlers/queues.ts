@@ -2,7 +2,7 @@ import type { Handlers } from '../../generated/routes.ts';
 import type { RequestContext } from '../operations.ts';
 import type { AppDeps } from '../deps.ts';
 import { QUEUE_DEFAULTS } from '../../domain/limits.ts';
-import { queueConfigure, queueCreate, queueGetVisible, queueList, toQueue } from '../../store/quotas/queues.ts';
+import { queueConfigure, queueConfigureDryRun, queueCreate, queueGetVisible, queueList, toQueue } from '../../store/quotas/queues.ts';
 import { DEFAULT_PAGE_SIZE, decodeCursor, encodeCursor } from '../cursor.ts';
 import { receiptIdentity } from './receipt-identity.ts';
 
@@ -35,7 +35,12 @@ export function queueHandlers(deps: AppDeps): QueueHandlers {
     },
     async configureQueue(input, ctx) {
       const principal = ctx.principal();
-      const { expected_revision, reason, ...limits } = input.body;
+      const { expected_revision, reason, dry_run, ...limits } = input.body;
+      if (dry_run === true) {
+        // No receipt: a dry run neither replays a key nor keeps one (openapi.yaml).
+        const { queue, effects } = await queueConfigureDryRun(deps.db, { principal, name: input.path.queue, expectedRevision: expected_revision, limits });
+        return { queue, deduplicated: false, dry_run: true, effects };
+      }
       return queueConfigure(deps.db, {
         principal,
         requestId: ctx.requestId,

@@ -9,6 +9,10 @@ import type { components } from '../../generated/openapi.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
+import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
+import { configureEffects, type ConfigureEffect } from '../../domain/configure-effects.ts';
+import { startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';
+import { sqlToMillis } from '../../time.ts';
 import { sql } from '../database/sql.ts';
 import type { Database, Queryable, Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow } from '../database/schema.ts';
@@ -128,4 +132,40 @@ export async function applicationResourcesConfigure(
     return { response: after, resourceId: principal.applicationId };
   });
   return { resources: response, deduplicated };
+}
+
+/** What a dry run reads beside ResourcesRow: the start window, and the database's time to judge it by. */
+type DryRunRow = ResourcesRow & Pick<ApplicationResourcesRow, 'window_started_at' | 'window_starts'> & { now: string };
+
+/**
+ * `dry_run: true` of configureApplicationResources: the same checks as applicationResourcesConfigure
+ * - the credential may still act (re-checked as a write does), the row exists, `expected_revision`
+ * is current - and the answer it would give (the new limits, the revision + 1), with what each
+ * limit would mean for the usage of right now. Nothing is written and no lock is taken on the
+ * application row: a plain read, like GET. No receipt is looked up or kept (a dry run never
+ * replays a key; the key may be used afterwards for the real change).
+ */
+export async function applicationResourcesConfigureDryRun(
+  db: Database,
+  params: Pick<ApplicationResourcesConfigureParams, 'principal' | 'expectedRevision' | 'limits'>,
+): Promise<{ resources: ApplicationResources; effects: ConfigureEffect[] }> {
+  const { principal } = params;
+  const row = await db.transaction(async (tx) => {
+    if ((await credentialsStillValid(tx, [principal.credentialId])).size === 0) throw noLongerValid();
+    const [found] = await tx.rows<DryRunRow>(
+      sql`SELECT ${COLUMNS}, window_started_at, window_starts, NOW(6) AS now FROM orbit_application_resources WHERE application_id = ${principal.applicationId}`,
+    );
+    return found;
+  });
+  if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
+  if (row.revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, row.revision);
+  const before = toResources(row);
+  const resources: ApplicationResources = { ...before, ...params.limits, revision: (BigInt(row.revision) + 1n).toString() };
+  const effects = configureEffects('application', before, params.limits, {
+    unfinishedTasks: BigInt(row.unfinished_tasks),
+    activeAttempts: BigInt(row.active_attempts),
+    startsInWindow: BigInt(startsInCurrentWindow(windowOfRow(row), sqlToMillis(row.now))),
+    pendingStarts: BigInt(row.pending_starts),
+  });
+  return { resources, effects };
 }

@@ -17,6 +17,10 @@ import { isDuplicateKeyError, valueList, type Database, type Queryable, type Tra
 import type { QueueRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { applicationRowLock } from './application-resources.ts';
+import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
+import { configureEffects, type ConfigureEffect } from '../../domain/configure-effects.ts';
+import { startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';
+import { sqlToMillis } from '../../time.ts';
 
 export type Queue = components['schemas']['Queue'];
 export interface QueueLimits {
@@ -211,6 +215,60 @@ export async function queueConfigure(
     return { response: after, resourceId: row.queue_id };
   });
   return { queue: response, deduplicated };
+}
+
+export interface QueueConfigureDryRunParams {
+  principal: Principal;
+  name: string;
+  expectedRevision: string;
+  limits: QueueLimits;
+}
+
+/** What a dry run reads beside StoredQueue: the start window, and the database's time to judge it by. */
+type DryRunRow = StoredQueue & Pick<QueueRow, 'window_started_at' | 'window_starts'> & { now: string };
+
+/**
+ * `dry_run: true` of configureQueue: the same checks as queueConfigure - the queue within the
+ * credential's scope (404), the credential may still act (re-checked as a write does),
+ * `expected_revision` is current - and the answer it would give (the new limits and pause flag,
+ * the revision + 1, `updated_at` now), with what each limit would mean for the queue's usage
+ * of right now. Nothing is written and no row is locked (plain reads, like GET); no receipt is
+ * looked up or kept.
+ */
+export async function queueConfigureDryRun(db: Database, params: QueueConfigureDryRunParams): Promise<{ queue: Queue; effects: ConfigureEffect[] }> {
+  const { principal } = params;
+  if (!canAccessQueue(principal, params.name)) throw notFound(`queue "${params.name}"`);
+  const row = await db.transaction(async (tx) => {
+    if ((await credentialsStillValid(tx, [principal.credentialId])).size === 0) throw noLongerValid();
+    const [found] = await tx.rows<DryRunRow>(
+      sql`SELECT ${QUEUE_COLUMNS}, window_started_at, window_starts, NOW(6) AS now FROM orbit_queues WHERE namespace_id = ${principal.namespaceId} AND name = ${params.name}`,
+    );
+    return found;
+  });
+  if (!row) throw notFound(`queue "${params.name}"`);
+  if (row.revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, row.revision);
+  const limits = params.limits;
+  const before = toQueue(row, principal.namespace);
+  const queue = toQueue(
+    {
+      ...row,
+      max_unfinished_tasks: limits.max_unfinished_tasks,
+      max_concurrency: limits.max_concurrency,
+      rate_per_second: limits.rate_per_second,
+      key_concurrency: limits.key_concurrency,
+      paused: limits.paused ? 1 : 0,
+      revision: (BigInt(row.revision) + 1n).toString(),
+      updated_at: row.now,
+    },
+    principal.namespace,
+  );
+  const effects = configureEffects('queue', before, limits, {
+    unfinishedTasks: BigInt(row.unfinished_tasks),
+    activeAttempts: BigInt(row.active_attempts),
+    startsInWindow: BigInt(startsInCurrentWindow(windowOfRow(row), sqlToMillis(row.now))),
+    pendingStarts: BigInt(row.pending_starts),
+  });
+  return { queue, effects };
 }
 
 /** Queues by name within the credential's scope; `after` is the last name of the previous page. */

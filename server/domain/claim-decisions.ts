@@ -16,7 +16,8 @@
  *                         and while their payloads stay within MAX_CLAIMED_PAYLOAD_BYTES (the
  *                         first attempt of a claim always goes, whatever its size)
  */
-import { claimRoomUnderRate, type WindowState } from './start-window.ts';
+import { claimRoomUnderRate, startsInCurrentWindow, windowIsOpen, type WindowState } from './start-window.ts';
+import { FloorLedger } from './floors.ts';
 import type { PermitTally, PermitRef } from './permits.ts';
 
 /** One quota level (the application's row or a queue's row), as read in the claim transaction. */
@@ -208,4 +209,64 @@ export function pickCandidates<C extends ClaimCandidate>(
     picked.push(c);
   }
   return { picked, queues, holders, fullKeys, stoppedBySize };
+}
+
+/** The application row as a claim reads it, with the idle part of its namespaces' floors. */
+export interface ApplicationQuota extends QuotaLevel {
+  idleReservedConcurrency: bigint;
+  /** The sum of the namespaces' rate reservations. */
+  reservedRate: bigint;
+  /** The used part of them in the application's window (0 once it has ended). */
+  windowReservedStarts: bigint;
+}
+
+/** A namespace row as a claim reads it. */
+export interface NamespaceQuota {
+  reservedConcurrency: bigint;
+  activeAttempts: bigint;
+  reservedRate: bigint;
+  /** Its starts in the application's current window (0 when that window has ended or is not its). */
+  windowStarts: bigint;
+}
+
+/**
+ * The application level's room for claims, namespace by namespace, under the floors
+ * (domain/floors.ts): concurrency - a namespace's idle reservation is its own, every other
+ * namespace's is off limits - and the rate, where what is idle of each namespace's rate
+ * reservation in the current window is kept the same way (reservations not yet started count
+ * as the rate's usage, as they do without floors). Without floors it is `levelRoom`.
+ */
+export class ApplicationClaimRoom {
+  private readonly concurrency: FloorLedger;
+  private readonly rate: FloorLedger;
+
+  constructor(app: ApplicationQuota, namespaces: Iterable<readonly [string, NamespaceQuota]>, nowMs: number) {
+    const list = [...namespaces];
+    const windowOpen = windowIsOpen(app.window, nowMs);
+    this.concurrency = new FloorLedger(
+      { limit: BigInt(app.maxConcurrency), usage: BigInt(app.activeAttempts), idleReserved: app.idleReservedConcurrency },
+      list.map(([k, n]) => [k, { reserved: n.reservedConcurrency, usage: n.activeAttempts }] as const),
+    );
+    this.rate = new FloorLedger(
+      {
+        limit: BigInt(app.ratePerSecond),
+        usage: BigInt(startsInCurrentWindow(app.window, nowMs)) + BigInt(app.pendingStarts),
+        idleReserved: app.reservedRate - (windowOpen ? app.windowReservedStarts : 0n),
+      },
+      list.map(([k, n]) => [k, { reserved: n.reservedRate, usage: windowOpen ? n.windowStarts : 0n }] as const),
+    );
+  }
+
+  /** What a claim in `namespace` may still reserve at the application level (never negative). */
+  room(namespace: string): number {
+    const room = Math.min(Number(this.concurrency.room(namespace)), Number(this.rate.room(namespace)));
+    return Math.max(0, room);
+  }
+
+  /** `n` attempts reserved in `namespace`: active at once; the rate's floor is used only when they start. */
+  take(namespace: string, n: number): void {
+    if (n === 0) return;
+    this.concurrency.take(namespace, BigInt(n));
+    this.rate.takeShared(BigInt(n));
+  }
 }

@@ -6,6 +6,7 @@
  * functions, and writes the result back.
  */
 import { sqlToMillis } from '../time.ts';
+import { FloorLedger } from './floors.ts';
 
 export const WINDOW_MS = 1000;
 
@@ -55,4 +56,41 @@ export function tryStart(window: WindowState, ratePerSecond: number, nowMs: numb
 export function windowAfterStarts(window: WindowState, n: number, nowMs: number): WindowState {
   if (n === 0) return window;
   return windowIsOpen(window, nowMs) ? { startedAt: window.startedAt, starts: window.starts + n } : { startedAt: nowMs, starts: n };
+}
+
+/** The application row's rate floors as a Start reads them (domain/floors.ts). */
+export interface RateFloors {
+  ratePerSecond: number;
+  window: WindowState;
+  /** The sum of the namespaces' rate reservations. */
+  reservedRate: bigint;
+  /** The used part of them in `window` (meaningless once it has ended). */
+  windowReservedStarts: bigint;
+}
+
+/**
+ * The application's room for Starts namespace by namespace under the rate floors: a
+ * namespace's starts in the current window use its own reservation first; what is idle of the
+ * others' is not its to take. `namespaces`: each one's reservation and its starts in the window
+ * `floors.window` names (the store gives 0 for a namespace whose last starts were in another).
+ */
+export function startFloorLedger(
+  floors: RateFloors,
+  namespaces: Iterable<readonly [string, { reserved: bigint; windowStarts: bigint }]>,
+  nowMs: number,
+): FloorLedger {
+  const open = windowIsOpen(floors.window, nowMs);
+  return new FloorLedger(
+    {
+      limit: BigInt(floors.ratePerSecond),
+      usage: BigInt(open ? floors.window.starts : 0),
+      idleReserved: floors.reservedRate - (open ? floors.windowReservedStarts : 0n),
+    },
+    [...namespaces].map(([k, n]) => [k, { reserved: n.reserved, usage: open ? n.windowStarts : 0n }] as const),
+  );
+}
+
+/** When a Start refused by the floors may try again: the current window's end (a new window may have room), at least 1 ms. */
+export function floorRetryAfterMs(window: WindowState, nowMs: number): number {
+  return windowIsOpen(window, nowMs) ? Math.max(1, (window.startedAt as number) + WINDOW_MS - nowMs) : WINDOW_MS;
 }

@@ -171,6 +171,7 @@ export class WorkerSession {
         attemptId: c.attemptId,
         taskId: c.taskId,
         queueId: c.queueId,
+        namespaceId: info.principal.namespaceId,
         claimedAtMs: now,
         resourceKey: c.resourceKey,
         deadlineAtMs: c.deadlineAtMs,

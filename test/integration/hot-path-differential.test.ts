@@ -147,6 +147,7 @@ async function run(side: Side, s: Scenario) {
     attemptId: c.attemptId,
     taskId: c.taskId,
     queueId: c.queueId,
+    namespaceId: session.principal.namespaceId,
     sessionId: session.sessionId,
     resourceKey: c.resourceKey,
     deadlineAtMs: c.deadlineAtMs,

@@ -102,8 +102,8 @@ describe("a task's error says why it is in its current state", () => {
   }
   /** What a store call needs to know of an attempt (what the worker session keeps). */
   async function known(attemptId: string) {
-    const [row] = await t.db.rows<{ task_id: Buffer; queue_id: Buffer; resource_key: string | null; deadline_at: string }>(
-      'SELECT task_id, queue_id, resource_key, deadline_at FROM orbit_attempts WHERE attempt_id = UNHEX(?)',
+    const [row] = await t.db.rows<{ task_id: Buffer; queue_id: Buffer; namespace_id: Buffer; resource_key: string | null; deadline_at: string }>(
+      'SELECT task_id, queue_id, namespace_id, resource_key, deadline_at FROM orbit_attempts WHERE attempt_id = UNHEX(?)',
       [attemptId],
     );
     assert.ok(row, `attempt ${attemptId}`);
@@ -111,6 +111,7 @@ describe("a task's error says why it is in its current state", () => {
       attemptId: Buffer.from(attemptId, 'hex'),
       taskId: row.task_id,
       queueId: row.queue_id,
+      namespaceId: row.namespace_id,
       sessionId: Buffer.from(sessionId, 'hex'),
       resourceKey: row.resource_key,
       deadlineAtMs: sqlToMillis(row.deadline_at),

@@ -23,13 +23,17 @@ const SEED = 20261203;
 let t: TestDatabase;
 let applicationId: Buffer;
 let queueId: Buffer;
+let namespaceId: Buffer;
 
 before(async () => {
   t = await freshDatabase('usage_rules');
   const tenant = await createTenant(t.db, { queues: ['q'] });
   applicationId = Buffer.from(tenant.applicationId, 'hex');
-  const [row] = await t.db.rows<{ queue_id: Buffer }>(sql`SELECT queue_id FROM orbit_queues WHERE application_id = ${applicationId}`);
+  const [row] = await t.db.rows<{ queue_id: Buffer; namespace_id: Buffer }>(
+    sql`SELECT queue_id, namespace_id FROM orbit_queues WHERE application_id = ${applicationId}`,
+  );
   queueId = (row as { queue_id: Buffer }).queue_id;
+  namespaceId = (row as { namespace_id: Buffer }).namespace_id;
 });
 after(async () => {
   await assertCountersMatchRecount(t.db);
@@ -88,6 +92,9 @@ async function setWindows(tx: Transaction, level: Level, window: WindowState, ra
       sql`UPDATE ${sql.raw(row)} SET rate_per_second = ${w.rate}, window_starts = ${w.starts}, window_started_at = ${w.startedAt}, pending_starts = ${n}, active_attempts = ${n}
         WHERE ${keyOf(row)}`,
     );
+    // The namespace row (between the two in lock order) holds the same pending starts.
+    if (row === 'orbit_application_resources')
+      await tx.exec(sql`UPDATE orbit_namespace_resources SET pending_starts = ${n}, active_attempts = ${n} WHERE namespace_id = ${namespaceId}`);
   }
 }
 
@@ -112,7 +119,7 @@ test('the guarded start-window advance (one-round-trip Start) decides as domain/
     const actual = await rolledBack(async (tx) => {
       await setWindows(tx, c.level, window, c.rate, c.n);
       try {
-        for (const statement of startWindowsGuardedStatements(applicationId, [{ queueId, count: c.n }], now)) await tx.exec(statement);
+        for (const statement of startWindowsGuardedStatements(applicationId, [{ queueId, namespaceId, count: c.n }], now)) await tx.exec(statement);
       } catch (error) {
         if (isGuard(error)) return null;
         throw error;
@@ -141,7 +148,8 @@ test('the exact window write (claims, the careful Start) leaves the row as the g
     const written = await rolledBack(async (tx) => {
       await setWindows(tx, c.level, window, c.rate, c.n);
       const change = { pending: -c.n, window: windowAfterStarts(window, c.n, c.nowMs) };
-      const statements = c.level === 'orbit_queues' ? usageStatements(applicationId, {}, [{ queueId, change }]) : usageStatements(applicationId, change, []);
+      const statements =
+        c.level === 'orbit_queues' ? usageStatements(applicationId, {}, [{ queueId, namespaceId, change }]) : usageStatements(applicationId, change, []);
       for (const statement of statements) await tx.exec(statement);
       const [row] = await tx.rows<{ window_started_at: string | null; window_starts: number; pending_starts: string }>(
         sql`SELECT window_started_at, window_starts, pending_starts FROM ${sql.raw(c.level)} WHERE ${keyOf(c.level)}`,
@@ -172,9 +180,11 @@ test('the guarded admission (one-round-trip submit) decides as domain/admission.
   let accepted = 0;
   for (const c of cases) {
     // The domain rule, one task at a time, as the careful path decides.
-    const room = new UnfinishedRoom({ unfinished_tasks: c.appUsed, max_unfinished_tasks: c.appMax }, [
-      ['q', { unfinished_tasks: c.queueUsed, max_unfinished_tasks: c.queueMax }],
-    ]);
+    const room = new UnfinishedRoom(
+      { unfinished_tasks: c.appUsed, max_unfinished_tasks: c.appMax, idle_reserved_unfinished_tasks: 0 },
+      [['n', { reserved_unfinished_tasks: 0, unfinished_tasks: 0 }]],
+      [['q', { unfinished_tasks: c.queueUsed, max_unfinished_tasks: c.queueMax }, 'n']],
+    );
     let fits = 0;
     while (fits < c.n && room.full('q') === null) {
       room.take('q');
@@ -185,9 +195,11 @@ test('the guarded admission (one-round-trip submit) decides as domain/admission.
       await tx.exec(
         sql`UPDATE orbit_application_resources SET max_unfinished_tasks = ${c.appMax}, unfinished_tasks = ${c.appUsed} WHERE application_id = ${applicationId}`,
       );
+      // The namespace row, between the two in lock order: no floor.
+      await tx.exec(sql`UPDATE orbit_namespace_resources SET unfinished_tasks = 0 WHERE namespace_id = ${namespaceId}`);
       await tx.exec(sql`UPDATE orbit_queues SET max_unfinished_tasks = ${c.queueMax}, unfinished_tasks = ${c.queueUsed} WHERE queue_id = ${queueId}`);
       try {
-        for (const statement of unfinishedGuardedStatements(applicationId, c.n, [{ queueId, count: c.n }])) await tx.exec(statement);
+        for (const statement of unfinishedGuardedStatements(applicationId, c.n, [{ queueId, namespaceId, count: c.n }])) await tx.exec(statement);
       } catch (error) {
         if (isGuard(error)) return null;
         throw error;

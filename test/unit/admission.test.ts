@@ -9,6 +9,9 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { decideAdmissions, UnfinishedRoom } from '../../server/domain/admission.ts';
 
+/** One namespace without a floor. */
+const NO_FLOORS = [['n', { reserved_unfinished_tasks: 0, unfinished_tasks: 0 }]] as const;
+
 test('admits in order exactly what both limits allow, the application named first', () => {
   fc.assert(
     fc.property(
@@ -17,8 +20,9 @@ test('admits in order exactly what both limits allow, the application named firs
       fc.array(fc.nat(2), { maxLength: 40 }),
       (app, queues, requests) => {
         const room = new UnfinishedRoom(
-          { unfinished_tasks: String(app.used), max_unfinished_tasks: app.max },
-          queues.map((q, i) => [`q${i}`, { unfinished_tasks: String(q.used), max_unfinished_tasks: q.max }] as const),
+          { unfinished_tasks: String(app.used), max_unfinished_tasks: app.max, idle_reserved_unfinished_tasks: '0' },
+          NO_FLOORS,
+          queues.map((q, i) => [`q${i}`, { unfinished_tasks: String(q.used), max_unfinished_tasks: q.max }, 'n'] as const),
         );
         let appUsed = app.used;
         const queueUsed = queues.map((q) => q.used);
@@ -39,14 +43,14 @@ test('admits in order exactly what both limits allow, the application named firs
 });
 
 test('a queue not read under its lock is a mistake of the caller, never room', () => {
-  const room = new UnfinishedRoom({ unfinished_tasks: '0', max_unfinished_tasks: 5 }, []);
+  const room = new UnfinishedRoom({ unfinished_tasks: '0', max_unfinished_tasks: 5, idle_reserved_unfinished_tasks: 0 }, NO_FLOORS, []);
   assert.throws(() => room.full('missing'), /was not read under its lock/);
 });
 
 test('decisions in order: credential, replay, twin, application full, queue full, accept', () => {
-  const room = new UnfinishedRoom({ unfinished_tasks: '0', max_unfinished_tasks: 3 }, [
-    ['a', { unfinished_tasks: '0', max_unfinished_tasks: 1 }],
-    ['b', { unfinished_tasks: '0', max_unfinished_tasks: 5 }],
+  const room = new UnfinishedRoom({ unfinished_tasks: '0', max_unfinished_tasks: 3, idle_reserved_unfinished_tasks: 0 }, NO_FLOORS, [
+    ['a', { unfinished_tasks: '0', max_unfinished_tasks: 1 }, 'n'],
+    ['b', { unfinished_tasks: '0', max_unfinished_tasks: 5 }, 'n'],
   ]);
   const receipts = new Map([['old', 'receipt of old']]);
   const decisions = decideAdmissions(
@@ -69,11 +73,11 @@ test('decisions in order: credential, replay, twin, application full, queue full
     { kind: 'replay', receipt: 'receipt of old' },
     { kind: 'accept' },
     { kind: 'twin', of: 2 },
-    { kind: 'full', level: 'queue' },
+    { kind: 'full', level: 'queue', byOthersFloors: false },
     { kind: 'accept' },
     { kind: 'accept' },
-    { kind: 'full', level: 'application' },
-    { kind: 'full', level: 'application' },
+    { kind: 'full', level: 'application', byOthersFloors: false },
+    { kind: 'full', level: 'application', byOthersFloors: false },
   ]);
 });
 
@@ -86,9 +90,9 @@ test('property: only accepts take room; a twin always points back to an accept o
       }),
       fc.subarray(['a', 'b', 'c', 'd', 'e']),
       (max, requests, replayed) => {
-        const room = new UnfinishedRoom({ unfinished_tasks: '0', max_unfinished_tasks: max }, [
-          ['q0', { unfinished_tasks: '0', max_unfinished_tasks: max }],
-          ['q1', { unfinished_tasks: '0', max_unfinished_tasks: max }],
+        const room = new UnfinishedRoom({ unfinished_tasks: '0', max_unfinished_tasks: max, idle_reserved_unfinished_tasks: 0 }, NO_FLOORS, [
+          ['q0', { unfinished_tasks: '0', max_unfinished_tasks: max }, 'n'],
+          ['q1', { unfinished_tasks: '0', max_unfinished_tasks: max }, 'n'],
         ]);
         const decisions = decideAdmissions(requests, (key) => (replayed.includes(key) ? key : undefined), room);
         const accepts = decisions.filter((d) => d.kind === 'accept').length;

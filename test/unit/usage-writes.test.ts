@@ -12,7 +12,17 @@ import { fileURLToPath } from 'node:url';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const WRITER = 'server/store/quotas/usage-writes.ts';
 const REPAIR = 'server/store/quotas/usage-recount.ts';
-const USAGE_COLUMNS = ['unfinished_tasks', 'active_attempts', 'pending_starts', 'window_started_at', 'window_starts', 'holders'];
+const USAGE_COLUMNS = [
+  'unfinished_tasks',
+  'active_attempts',
+  'pending_starts',
+  'window_started_at',
+  'window_starts',
+  'holders',
+  'idle_reserved_unfinished_tasks',
+  'idle_reserved_concurrency',
+  'window_reserved_starts',
+];
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {

@@ -16,7 +16,7 @@ import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { afterResult, ATTEMPT_STATE_OF_OUTCOME, resultStateWithoutFacts, type AttemptOutcome, type TaskState } from '../../domain/task-transitions.ts';
 import { errorAfterResult } from '../../domain/task-errors.ts';
 import { sql, type SQL } from '../database/sql.ts';
-import { permitHoldersStatement, rowCountGuard, usageDeltaStatements } from '../quotas/usage-writes.ts';
+import { countByQueue, permitHoldersStatement, rowCountGuard, usageDeltaStatements } from '../quotas/usage-writes.ts';
 import { PermitTally } from '../../domain/permits.ts';
 import type { Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
@@ -129,7 +129,7 @@ export async function finishFast(db: Database, params: { applicationId: IdBytes;
     // A counter that would go below zero fails its unsigned column: the careful path decides.
     ...usageDeltaStatements(
       applicationId,
-      [...countBy(items, (i) => hex(i.queueId))].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n, active: -n } })),
+      countByQueue(items).map((q) => ({ ...q, delta: { unfinished: -q.count, active: -q.count } })),
     ),
   ];
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));

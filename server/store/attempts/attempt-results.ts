@@ -51,13 +51,13 @@ export async function attemptReleaseBatch(db: Database, params: { applicationId:
 
 /** A closing session's reservations that were never started go back at once; running ones keep their lease until it runs out. */
 export async function sessionReleaseReservations(db: Database, params: { applicationId: IdBytes; sessionId: IdBytes }): Promise<number> {
-  const rows = await db.rows<Pick<AttemptRow, 'attempt_id' | 'task_id' | 'queue_id'>>(
-    sql`SELECT attempt_id, task_id, queue_id FROM orbit_attempts WHERE session_id = ${params.sessionId} AND state = 'RESERVED'`,
+  const rows = await db.rows<Pick<AttemptRow, 'attempt_id' | 'task_id' | 'queue_id' | 'namespace_id'>>(
+    sql`SELECT attempt_id, task_id, queue_id, namespace_id FROM orbit_attempts WHERE session_id = ${params.sessionId} AND state = 'RESERVED'`,
   );
   if (rows.length === 0) return 0;
   const { answers } = await attemptReleaseBatch(db, {
     applicationId: params.applicationId,
-    items: rows.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id, sessionId: params.sessionId })),
+    items: rows.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id, namespaceId: r.namespace_id, sessionId: params.sessionId })),
     ignoreLease: true,
   });
   return answers.filter((a) => a.kind === 'released').length;

@@ -17,13 +17,13 @@
  * process in the fast path.
  */
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
-import { tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { floorRetryAfterMs, startFloorLedger, tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import { leaseEndMs } from '../../domain/leases.ts';
 import { leaseEndSql } from './lease-end.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import { updateEachRow } from '../database/set-based.ts';
-import { rowCountGuard, startWindowsGuardedStatements, usageStatements } from '../quotas/usage-writes.ts';
+import { countByQueue, rowCountGuard, startWindowsGuardedStatements, usageStatements } from '../quotas/usage-writes.ts';
 import { valueList, type Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, lockForAttempts, type AttemptRef, type LockedAttempt, type Locked } from './attempts.ts';
@@ -48,8 +48,28 @@ export async function startCareful(db: Database, params: { applicationId: IdByte
     const locked = (await lockForAttempts(tx, params.applicationId, params.items)) as Locked;
     const { nowMs, nowSql } = locked;
     let appWindow = windowOfRow(locked.app);
+    // The rate floors (domain/floors.ts): each namespace's starts use its own reservation first.
+    const floors = startFloorLedger(
+      {
+        ratePerSecond: locked.app.rate_per_second,
+        window: appWindow,
+        reservedRate: BigInt(locked.app.reserved_rate_per_second),
+        windowReservedStarts: BigInt(locked.app.window_reserved_starts),
+      },
+      [...locked.namespaces].map(
+        ([k, n]) =>
+          [
+            k,
+            {
+              reserved: BigInt(n.reserved_rate_per_second),
+              windowStarts: n.window_started_at !== null && n.window_started_at === locked.app.window_started_at ? BigInt(n.window_starts) : 0n,
+            },
+          ] as const,
+      ),
+      nowMs,
+    );
     const queueWindows = new Map([...locked.queues].map(([k, q]) => [k, windowOfRow(q)]));
-    const granted: Array<{ attempt: LockedAttempt; leaseExpiresAtMs: number }> = [];
+    const granted: Array<{ attempt: LockedAttempt; item: StartItem; leaseExpiresAtMs: number }> = [];
     const answers: StartAnswer[] = params.items.map((item) => {
       const attempt = locked.attempts.get(hex(item.attemptId));
       if (!heldBySession(attempt, item.sessionId, nowMs)) return { kind: 'lease_lost' };
@@ -58,29 +78,36 @@ export async function startCareful(db: Database, params: { applicationId: IdByte
       const queueKey = hex(attempt.queue_id);
       const queueRow = locked.queues.get(queueKey);
       if (!queueRow) return { kind: 'lease_lost' };
+      const namespaceKey = hex(item.namespaceId);
       const app = tryStart(appWindow, locked.app.rate_per_second, nowMs);
       const queue = tryStart(queueWindows.get(queueKey) as WindowState, queueRow.rate_per_second, nowMs);
-      if (!app.granted || !queue.granted) {
-        const retryAfterMs = Math.max(app.granted ? 0 : app.retryAfterMs, queue.granted ? 0 : queue.retryAfterMs);
+      const floorRoom = floors.room(namespaceKey) >= 1n;
+      if (!app.granted || !queue.granted || !floorRoom) {
+        const retryAfterMs = Math.max(
+          app.granted ? 0 : app.retryAfterMs,
+          queue.granted ? 0 : queue.retryAfterMs,
+          floorRoom ? 0 : floorRetryAfterMs(appWindow, nowMs),
+        );
         return { kind: 'rate_limited', retryAfterMs };
       }
+      floors.take(namespaceKey);
       appWindow = app.window;
       queueWindows.set(queueKey, queue.window);
       const leaseExpiresAtMs = leaseEndMs(nowMs, params.leaseSeconds, sqlToMillis(attempt.deadline_at));
       attempt.state = 'RUNNING';
       attempt.lease_expires_at = millisToSql(leaseExpiresAtMs);
-      granted.push({ attempt, leaseExpiresAtMs });
+      granted.push({ attempt, item, leaseExpiresAtMs });
       return { kind: 'started', leaseExpiresAtMs, duplicate: false };
     });
     if (granted.length === 0) return answers;
     // The windows as decided above (rows locked), and the granted starts' pending starts given back.
-    const perQueue = countBy(granted, (g) => hex(g.attempt.queue_id));
     const statements: SQL[] = usageStatements(
       params.applicationId,
       { pending: -granted.length, window: appWindow },
-      [...perQueue].map(([queueKey, n]) => ({
-        queueId: Buffer.from(queueKey, 'hex'),
-        change: { pending: -n, window: queueWindows.get(queueKey) as WindowState },
+      countByQueue(granted.map((g) => g.item)).map((q) => ({
+        ...q,
+        change: { pending: -q.count, window: queueWindows.get(hex(q.queueId)) as WindowState },
+        starts: q.count,
       })),
     );
     statements.push(
@@ -141,13 +168,7 @@ export async function startFast(db: Database, params: { applicationId: IdBytes; 
   // One timestamp for the whole transaction: windows, started_at and leases agree exactly.
   const s: SQL[] = [sql`SET @now = NOW(6)`, sql`SELECT @now AS now`];
   // Both windows advanced in SQL as domain/start-window.ts decides, guarded (usage-writes.ts).
-  s.push(
-    ...startWindowsGuardedStatements(
-      applicationId,
-      [...countBy(items, (i) => hex(i.queueId))].map(([queueHex, count]) => ({ queueId: Buffer.from(queueHex, 'hex'), count })),
-      sql.raw('@now'),
-    ),
-  );
+  s.push(...startWindowsGuardedStatements(applicationId, countByQueue(items), sql.raw('@now')));
   const byTask = [...items].sort((a, b) => Buffer.compare(a.taskId, b.taskId));
   s.push(
     sql`UPDATE orbit_tasks SET state = 'RUNNING', attempts = attempts + 1, updated_at = @now

@@ -14,11 +14,12 @@
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
 import { isTerminal, type TaskFacts, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis, sqlToRfc3339 } from '../../time.ts';
-import { sql } from '../database/sql.ts';
+import { sql, type SQL } from '../database/sql.ts';
 import { leaseEndSql } from './lease-end.ts';
 import { valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, QueueRow, TaskRow } from '../database/schema.ts';
 import { permitHoldersStatement, usageDeltaStatements } from '../quotas/usage-writes.ts';
+import { namespaceRowsByHex, namespaceRowsLockStatement, type NamespaceUsageRow } from '../quotas/namespace-resources.ts';
 import { PermitTally } from '../../domain/permits.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { rowsAsExpected } from './fast-path-guards.ts';
@@ -30,6 +31,8 @@ export interface AttemptRef {
   attemptId: IdBytes;
   taskId: IdBytes;
   queueId: IdBytes;
+  /** The queue's namespace (its usage counts there too; a queue never moves). */
+  namespaceId: IdBytes;
 }
 
 export type AttemptState = 'RESERVED' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'RELEASED' | 'EXPIRED';
@@ -66,13 +69,18 @@ export type LockedTaskRow = Pick<
 > & { state: TaskState; on_unknown_outcome: TaskFacts['onUnknownOutcome'] };
 
 /** The start-window columns of the application row (the queue rows have the same). */
-type WindowRow = Pick<ApplicationResourcesRow, 'rate_per_second' | 'window_started_at' | 'window_starts'>;
+type WindowRow = Pick<
+  ApplicationResourcesRow,
+  'rate_per_second' | 'window_started_at' | 'window_starts' | 'reserved_rate_per_second' | 'window_reserved_starts'
+>;
 type QueueWindowRow = Pick<QueueRow, 'queue_id' | 'rate_per_second' | 'window_started_at' | 'window_starts'>;
 
 export interface Locked {
   nowSql: string;
   nowMs: number;
   app: WindowRow;
+  /** The namespace rows (floors and usage), by namespace id in hex. */
+  namespaces: Map<string, NamespaceUsageRow>;
   queues: Map<string, QueueWindowRow>;
   tasks: Map<string, LockedTaskRow>;
   attempts: Map<string, LockedAttempt>;
@@ -91,11 +99,13 @@ export async function lockForAttempts(
   options: { skipLockedApplication?: boolean } = {},
 ): Promise<Locked | null> {
   const queueIds = ascending(refs.map((r) => r.queueId));
+  const namespaceIds = ascending(refs.map((r) => r.namespaceId));
   const taskIds = ascending(refs.map((r) => r.taskId));
   const attemptIds = ascending(refs.map((r) => r.attemptId));
-  const appSql = sql`SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts
+  const appSql = sql`SELECT NOW(6) AS now, rate_per_second, window_started_at, window_starts, reserved_rate_per_second, window_reserved_starts
        FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`;
   const restSql = [
+    namespaceRowsLockStatement(namespaceIds) as SQL,
     sql`SELECT queue_id, rate_per_second, window_started_at, window_starts
        FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
     sql`SELECT task_id, state, attempts, max_attempts, on_unknown_outcome, cancel_requested, cancel_reason, deadline_at, current_attempt_id,
@@ -105,6 +115,7 @@ export async function lockForAttempts(
        FROM orbit_attempts WHERE attempt_id IN (${valueList(attemptIds)}) ORDER BY attempt_id ${lockRows('attempt')}`,
   ];
   let appRows: Array<WindowRow & { now: string }>;
+  let namespaceRows: NamespaceUsageRow[];
   let queueRows: QueueWindowRow[];
   let taskRows: LockedTaskRow[];
   let attemptRows: LockedAttempt[];
@@ -112,10 +123,11 @@ export async function lockForAttempts(
     // Alone first: when the application row is busy, nothing else gets locked (or waited for).
     appRows = await tx.rows(sql`${appSql} SKIP LOCKED`);
     if (!appRows[0]) return null;
-    [queueRows, taskRows, attemptRows] = (await tx.batch(restSql)) as [QueueWindowRow[], LockedTaskRow[], LockedAttempt[]];
+    [namespaceRows, queueRows, taskRows, attemptRows] = (await tx.batch(restSql)) as [NamespaceUsageRow[], QueueWindowRow[], LockedTaskRow[], LockedAttempt[]];
   } else {
-    [appRows, queueRows, taskRows, attemptRows] = (await tx.batch([appSql, ...restSql])) as [
+    [appRows, namespaceRows, queueRows, taskRows, attemptRows] = (await tx.batch([appSql, ...restSql])) as [
       typeof appRows,
+      NamespaceUsageRow[],
       QueueWindowRow[],
       LockedTaskRow[],
       LockedAttempt[],
@@ -127,6 +139,7 @@ export async function lockForAttempts(
     nowSql: app.now,
     nowMs: sqlToMillis(app.now),
     app,
+    namespaces: namespaceRowsByHex(namespaceRows, namespaceIds.length),
     queues: new Map(queueRows.map((q) => [hex(q.queue_id), q])),
     tasks: new Map(taskRows.map((t) => [hex(t.task_id), t])),
     attempts: new Map(attemptRows.map((a) => [hex(a.attempt_id), a])),
@@ -208,7 +221,7 @@ interface TaskWrite {
 class SettlementWrites {
   private attemptsTo: Array<{ attemptId: IdBytes; state: Settlement['attemptState'] }> = [];
   private tasksTo: TaskWrite[] = [];
-  private queues = new Map<string, { unfinished: number; active: number; pending: number }>();
+  private queues = new Map<string, { namespaceId: IdBytes; delta: { unfinished: number; active: number; pending: number } }>();
   private permits = new PermitTally();
   /** The lifecycle events of the settlements, in order; their queue names are filled in at flush. */
   private events: Array<{ type: string; task: LockedTaskRow; more: Record<string, unknown> }> = [];
@@ -232,11 +245,12 @@ class SettlementWrites {
       // Absent: the task keeps the error it has; null clears it.
       error: s.error === undefined ? undefined : s.error === null ? null : JSON.stringify(s.error),
     });
-    const q = this.queues.get(hex(attempt.queue_id)) ?? { unfinished: 0, active: 0, pending: 0 };
+    const entry = this.queues.get(hex(attempt.queue_id)) ?? { namespaceId: task.namespace_id, delta: { unfinished: 0, active: 0, pending: 0 } };
+    const q = entry.delta;
     q.active -= 1;
     if (attempt.state === 'RESERVED') q.pending -= 1;
     if (terminal) q.unfinished -= 1;
-    this.queues.set(hex(attempt.queue_id), q);
+    this.queues.set(hex(attempt.queue_id), entry);
     if (attempt.resource_key !== null) this.permits.add({ queue: hex(attempt.queue_id), resourceKey: attempt.resource_key }, 1);
     const type = taskEventsEnabled() ? settlementEventType(attempt.state === 'RUNNING', s.taskState) : null;
     if (type !== null) {
@@ -288,7 +302,7 @@ class SettlementWrites {
     s.push(
       ...usageDeltaStatements(
         this.applicationId,
-        [...this.queues].map(([queueHex, delta]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta })),
+        [...this.queues].map(([queueHex, { namespaceId, delta }]) => ({ queueId: Buffer.from(queueHex, 'hex'), namespaceId, delta })),
       ),
     );
     const permits = permitHoldersStatement(this.permits.negated(), sql`${this.nowSql}`);

@@ -25,8 +25,10 @@ import { PermitTally, type PermitRef } from '../../domain/permits.ts';
 import { leaseEndMs } from '../../domain/leases.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import {
-  levelRoom,
+  ApplicationClaimRoom,
   MAX_CLAIMED_PAYLOAD_BYTES,
+  type ApplicationQuota,
+  type NamespaceQuota,
   pickCandidates,
   planClaim,
   queueRoom,
@@ -38,6 +40,7 @@ import { millisToSql, sqlToMillis } from '../../time.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import { updateEachRow } from '../database/set-based.ts';
 import { permitHoldersStatement, permitRowsLockStatement, usageStatements, type UsageChange } from '../quotas/usage-writes.ts';
+import { namespaceRowsByHex, namespaceRowsLockStatement, type NamespaceUsageRow } from '../quotas/namespace-resources.ts';
 import { rowsStatement, valueList, type BatchStatement, type Database, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, CredentialRow, KeyPermitRow, QueueRow, TaskRow, WorkerSessionRow } from '../database/schema.ts';
 import type { SessionInfo } from '../workers/worker-sessions.ts';
@@ -64,6 +67,29 @@ export interface ClaimedAttemptInfo {
 type QuotaColumns = 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second' | 'window_started_at' | 'window_starts';
 type QuotaRow = Pick<ApplicationResourcesRow, QuotaColumns>;
 type QueueQuotaRow = Pick<QueueRow, QuotaColumns | 'queue_id' | 'key_concurrency' | 'paused'>;
+type ApplicationQuotaRow = QuotaRow & Pick<ApplicationResourcesRow, 'idle_reserved_concurrency' | 'reserved_rate_per_second' | 'window_reserved_starts'>;
+
+function applicationQuotaOf(row: ApplicationQuotaRow): ApplicationQuota {
+  return {
+    ...levelOf(row),
+    idleReservedConcurrency: BigInt(row.idle_reserved_concurrency),
+    reservedRate: BigInt(row.reserved_rate_per_second),
+    windowReservedStarts: BigInt(row.window_reserved_starts),
+  };
+}
+
+/** The namespace rows as the claim's room reads them: starts count only in the application's own window. */
+function namespaceQuotas(app: ApplicationQuotaRow, rows: Map<string, NamespaceUsageRow>): Array<[string, NamespaceQuota]> {
+  return [...rows].map(([key, n]) => [
+    key,
+    {
+      reservedConcurrency: BigInt(n.reserved_concurrency),
+      activeAttempts: BigInt(n.active_attempts),
+      reservedRate: BigInt(n.reserved_rate_per_second),
+      windowStarts: n.window_started_at !== null && n.window_started_at === app.window_started_at ? BigInt(n.window_starts) : 0n,
+    },
+  ]);
+}
 /**
  * A candidate as the first round trip reads it: its payload's size, not the payload - candidates
  * are read before the room is known, and most may not be granted; the payloads of the granted
@@ -135,6 +161,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
 
   const credentialIds = distinctIdsAscending(requests.map((r) => r.session.principal.credentialId));
   const sessionIds = distinctIdsAscending(requests.map((r) => r.session.sessionId));
+  const namespaceIds = distinctIdsAscending(requests.map((r) => r.session.principal.namespaceId));
   const nodeIds = [...new Set(requests.map((r) => r.session.nodeId))];
   // Candidates are read in the first round trip, before the room is known: per queue, at most
   // what the claims on it could take, locked with SKIP LOCKED (others pass over them until this
@@ -158,8 +185,10 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
           sql`SELECT COUNT(DISTINCT node_id) AS nodes FROM orbit_worker_sessions
         WHERE application_id = ${applicationId} AND state = 'OPEN' AND waiting_since IS NOT NULL
           AND last_seen_at > NOW(6) - INTERVAL ${sql.raw(String(WAITING_WINDOW_SECONDS))} SECOND AND node_id NOT IN (${valueList(nodeIds)})`,
-          sql`SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts
+          sql`SELECT NOW(6) AS now, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts,
+                idle_reserved_concurrency, reserved_rate_per_second, window_reserved_starts
          FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
+          namespaceRowsLockStatement(namespaceIds) as SQL,
           sql`SELECT queue_id, max_concurrency, active_attempts, pending_starts, rate_per_second, window_started_at, window_starts, key_concurrency, paused
          FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
           candidatesSql(queueIds.map((queueId) => ({ queueId, excludedKeys: [], excludedTasks: [], limit: candidateLimit(queueId) }))),
@@ -167,15 +196,16 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
         sql`;\n`,
       ),
     );
-    const [identityRows, sessionRows, heldRows, waitingNodes, appRows, queueRows] = results as [
+    const [identityRows, sessionRows, heldRows, waitingNodes, appRows, namespaceRows, queueRows] = results as [
       Array<Pick<CredentialRow, 'credential_id'> & { valid: number }>,
       Array<Pick<WorkerSessionRow, 'session_id' | 'capacity' | 'state'>>,
       Array<Pick<AttemptRow, 'session_id'> & { held: string }>,
       Array<{ nodes: string }>,
-      Array<QuotaRow & { now: string }>,
+      Array<ApplicationQuotaRow & { now: string }>,
+      NamespaceUsageRow[],
       QueueQuotaRow[],
     ];
-    const pool = [...(results[6] as CandidateRow[])];
+    const pool = [...(results[7] as CandidateRow[])];
     const app = appRows[0];
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
     const nowMs = sqlToMillis(app.now);
@@ -186,9 +216,10 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
     // The room of the application level, shared by the group: each claim's budget comes out of
     // what the claims before it left, and while it is scarce each takes at most its fair share
     // among every node waiting for it - the group's own nodes included.
-    const applicationRoom = levelRoom(levelOf(app), nowMs);
+    // Under the floors (domain/floors.ts) that room is each namespace's own.
+    const roomAtStart = new ApplicationClaimRoom(applicationQuotaOf(app), namespaceQuotas(app, namespaceRowsByHex(namespaceRows, namespaceIds.length)), nowMs);
+    const room = new ApplicationClaimRoom(applicationQuotaOf(app), namespaceQuotas(app, namespaceRowsByHex(namespaceRows, namespaceIds.length)), nowMs);
     const otherWaitingNodes = Number(waitingNodes[0]?.nodes ?? 0) + nodeIds.length - 1;
-    let granted = 0;
     const shared: PickState = {
       queues: new Map(
         queueRows.map((q) => [hex(q.queue_id), { room: queueRoom({ ...levelOf(q), paused: Boolean(q.paused) }, nowMs), keyConcurrency: q.key_concurrency }]),
@@ -204,6 +235,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
       const row = sessionOf.get(hex(session.sessionId));
       const held = heldOf.get(hex(session.sessionId)) ?? 0;
       const own = new Set(session.queues.map((q) => hex(q.queueId)));
+      const namespaceOf = hex(session.principal.namespaceId);
       // Credential, session, budget and fair share: claim-decisions.ts.
       const plan = planClaim({
         credentialValid: valid.has(hex(session.principal.credentialId)),
@@ -211,8 +243,8 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
         capacity: row?.capacity ?? 0,
         held,
         max: request.max,
-        applicationRoom,
-        grantedInGroup: granted,
+        applicationRoom: roomAtStart.room(namespaceOf),
+        grantedInGroup: roomAtStart.room(namespaceOf) - room.room(namespaceOf),
         ownQueueRoom: [...own].reduce((n, q) => n + (initialQueueRoom.get(q) ?? 0), 0),
         otherWaitingNodes,
       });
@@ -227,7 +259,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
       const chosen: CandidateRow[] = [];
       if (plan.budget > 0)
         await pick(tx, { budget: plan.budget, own, applicationId, chosen, pool, state: shared, payloadBytesLeft: MAX_CLAIMED_PAYLOAD_BYTES });
-      granted += chosen.length;
+      room.take(namespaceOf, chosen.length);
       // The same session twice in one group (a second claim frame before the first answer):
       // the second sees what the first took.
       heldOf.set(hex(session.sessionId), held + chosen.length);
@@ -462,6 +494,7 @@ async function writeClaims(
       ...(startedHere === 0 ? {} : { window: windowAfterStarts(window, startedHere, params.nowMs) }),
     });
     const perQueue = countBy(all, ({ c }) => hex(c.queueId));
+    const namespaceOfQueue = new Map(all.map(({ session, c }) => [hex(c.queueId), session.principal.namespaceId]));
     const startedPerQueue = countBy(all, ({ c }) => (c.started ? hex(c.queueId) : null));
     statements.push(
       ...usageStatements(
@@ -469,7 +502,9 @@ async function writeClaims(
         change(all.length, all.filter(({ c }) => c.started).length, params.windows.application),
         [...perQueue].map(([queueHex, n]) => ({
           queueId: Buffer.from(queueHex, 'hex'),
+          namespaceId: namespaceOfQueue.get(queueHex) as IdBytes,
           change: change(n, startedPerQueue.get(queueHex) ?? 0, params.windows.queues.get(queueHex) ?? { startedAt: null, starts: 0 }),
+          starts: startedPerQueue.get(queueHex) ?? 0,
         })),
       ),
     );

@@ -9,10 +9,11 @@
 import { idToHex, type IdBytes } from '../../ids.ts';
 import { attemptExpireBatch, type ExpiryKind } from './attempt-results.ts';
 import type { AttemptRef } from './attempts.ts';
-import { sql } from '../database/sql.ts';
+import { sql, type SQL } from '../database/sql.ts';
 import { valueList, type Database } from '../database/database.ts';
 import type { AttemptRow, TaskRow } from '../database/schema.ts';
-import { usageDeltaStatements } from '../quotas/usage-writes.ts';
+import { usageDeltaStatements, type QueueOwner } from '../quotas/usage-writes.ts';
+import { namespaceRowsLockStatement } from '../quotas/namespace-resources.ts';
 import { lockRows } from '../database/lock-order.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { deadlineExceededError } from '../../domain/task-errors.ts';
@@ -44,14 +45,14 @@ export interface RecoveryCounts {
  */
 export async function recoverExpiredAttempts(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
   const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [], candidates: 0 };
-  const rows = await db.rows<Pick<AttemptRow, 'application_id' | 'attempt_id' | 'task_id' | 'queue_id'>>(
-    sql`SELECT /* scatter: recovery-expired-leases */ application_id, attempt_id, task_id, queue_id FROM orbit_attempts
+  const rows = await db.rows<Pick<AttemptRow, 'application_id' | 'attempt_id' | 'task_id' | 'queue_id' | 'namespace_id'>>(
+    sql`SELECT /* scatter: recovery-expired-leases */ application_id, attempt_id, task_id, queue_id, namespace_id FROM orbit_attempts
       WHERE state IN ('RESERVED', 'RUNNING') AND lease_expires_at <= NOW(6)
       ORDER BY lease_expires_at LIMIT ${params.limit}`,
   );
   counts.candidates = rows.length;
   for (const [applicationHex, group] of groupByApplication(rows)) {
-    const refs: AttemptRef[] = group.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id }));
+    const refs: AttemptRef[] = group.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, queueId: r.queue_id, namespaceId: r.namespace_id }));
     const result = await attemptExpireBatch(db, {
       applicationId: Buffer.from(applicationHex, 'hex'),
       refs,
@@ -69,8 +70,8 @@ export async function recoverExpiredAttempts(db: Database, params: { limit: numb
 /** WAITING tasks past their deadline → EXPIRED (one unfinished slot back at both levels). */
 export async function expireDeadlines(db: Database, params: { limit: number; waitFor: ReadonlySet<string> }): Promise<RecoveryCounts> {
   const counts: RecoveryCounts = { expired_reservation: 0, expired_lease: 0, deadline: 0, busy: [], candidates: 0 };
-  const rows = await db.rows<Pick<TaskRow, 'application_id' | 'queue_id' | 'task_id'>>(
-    sql`SELECT /* scatter: recovery-deadlines */ application_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ${params.limit}`,
+  const rows = await db.rows<Pick<TaskRow, 'application_id' | 'namespace_id' | 'queue_id' | 'task_id'>>(
+    sql`SELECT /* scatter: recovery-deadlines */ application_id, namespace_id, queue_id, task_id FROM orbit_tasks WHERE state = 'WAITING' AND deadline_at <= NOW(6) LIMIT ${params.limit}`,
   );
   for (const [applicationHex, group] of groupByApplication(rows)) {
     const applicationId: IdBytes = Buffer.from(applicationHex, 'hex');
@@ -84,29 +85,32 @@ export async function expireDeadlines(db: Database, params: { limit: number; wai
       );
       if (!app[0]) return null;
       const now = app[0].now;
-      const [, tasks] = (await tx.batch(
+      // A task's queue and namespace never change: the plain read above names the rows to lock.
+      const [, , tasks] = (await tx.batch(
         sql.join(
           [
+            namespaceRowsLockStatement(group.map((r) => r.namespace_id)) as SQL,
             sql`SELECT queue_id FROM orbit_queues WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`,
-            sql`SELECT task_id, queue_id FROM orbit_tasks
+            sql`SELECT task_id, namespace_id, queue_id FROM orbit_tasks
           WHERE task_id IN (${valueList(taskIds)}) AND state = 'WAITING' AND deadline_at <= NOW(6)
           ORDER BY task_id ${lockRows('task')}`,
           ],
           sql`;\n`,
         ),
-      )) as [unknown, Array<Pick<TaskRow, 'task_id' | 'queue_id'>>];
+      )) as [unknown, unknown, Array<Pick<TaskRow, 'task_id' | 'namespace_id' | 'queue_id'>>];
       if (tasks.length === 0) return 0;
       // Why it is EXPIRED, replacing what a failed attempt before said (task-errors.ts).
       const error = JSON.stringify(deadlineExceededError());
-      const perQueue = new Map<string, number>();
-      for (const t of tasks) perQueue.set(idToHex(t.queue_id), (perQueue.get(idToHex(t.queue_id)) ?? 0) + 1);
+      const perQueue = new Map<string, QueueOwner & { delta: { unfinished: number } }>();
+      for (const t of tasks) {
+        const entry = perQueue.get(idToHex(t.queue_id)) ?? { queueId: t.queue_id, namespaceId: t.namespace_id, delta: { unfinished: 0 } };
+        entry.delta.unfinished -= 1;
+        perQueue.set(idToHex(t.queue_id), entry);
+      }
       const statements = [
         sql`UPDATE orbit_tasks SET state = 'EXPIRED', finished_at = ${now}, updated_at = ${now}, error = ${error}
           WHERE task_id IN (${valueList(tasks.map((t) => t.task_id))})`,
-        ...usageDeltaStatements(
-          applicationId,
-          [...perQueue].map(([queueHex, n]) => ({ queueId: Buffer.from(queueHex, 'hex'), delta: { unfinished: -n } })),
-        ),
+        ...usageDeltaStatements(applicationId, [...perQueue.values()]),
       ];
       if (taskEventsEnabled())
         statements.push(

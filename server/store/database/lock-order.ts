@@ -12,6 +12,8 @@
  *                application row they then lock; subscription rows (orbit_subscriptions) are at
  *                the same level (DESIGN: "schedule or subscription row"), one at a time by id
  *   application  the application resources row           (orbit_application_resources)
+ *   namespace    namespace resources rows, ascending id   (orbit_namespace_resources): the floors
+ *                and the namespace's usage, written with the application's and the queues' usage
  *   retention    the application's retention policy row   (orbit_retention_policies): configure
  *                takes it after the application row (its event orders the feed); the pruning
  *                loop takes policy rows alone (SKIP LOCKED) to choose whose history to prune
@@ -64,7 +66,19 @@ export function distinctIdsAscending(ids: readonly Buffer[]): Buffer[] {
   return [...new Map(ids.map((id) => [id.toString('hex'), id])).values()].sort(byIdAscending);
 }
 
-export const LOCK_LEVELS = ['identity', 'session', 'schedule', 'application', 'retention', 'queue', 'task', 'attempt', 'permit', 'records'] as const;
+export const LOCK_LEVELS = [
+  'identity',
+  'session',
+  'schedule',
+  'application',
+  'namespace',
+  'retention',
+  'queue',
+  'task',
+  'attempt',
+  'permit',
+  'records',
+] as const;
 export type LockLevel = (typeof LOCK_LEVELS)[number];
 
 export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
@@ -75,6 +89,7 @@ export const LOCK_LEVEL_OF_TABLE: Readonly<Record<string, LockLevel>> = {
   orbit_schedules: 'schedule',
   orbit_subscriptions: 'schedule',
   orbit_application_resources: 'application',
+  orbit_namespace_resources: 'namespace',
   orbit_retention_policies: 'retention',
   orbit_queues: 'queue',
   orbit_tasks: 'task',
@@ -205,6 +220,8 @@ function lockedTablesOf(statement: string): string[] {
  * same trigger point at once, so a task INSERT still never waits for another transaction.
  */
 export const NEW_ROWS_ONLY_ON_INSERT: ReadonlySet<string> = new Set([
+  // Made with its namespace, keyed by that namespace's fresh id alone.
+  'orbit_namespace_resources',
   'orbit_tasks',
   'orbit_attempts',
   'orbit_worker_sessions',
@@ -218,6 +235,7 @@ const PRIMARY_KEY: Readonly<Record<string, readonly string[]>> = {
   orbit_schedules: ['schedule_id'],
   orbit_subscriptions: ['subscription_id'],
   orbit_application_resources: ['application_id'],
+  orbit_namespace_resources: ['namespace_id'],
   orbit_retention_policies: ['application_id'],
   orbit_queues: ['queue_id'],
   orbit_tasks: ['task_id'],

@@ -141,7 +141,34 @@ export const applicationResources = mysqlTable('orbit_application_resources', {
   window_started_at: time('window_started_at'),
   window_starts: uint32('window_starts').notNull().default(0),
   updated_at: time('updated_at').notNull(),
+  // 0010_namespace_floors.sql: the sums of the namespaces' reservations and their idle part.
+  reserved_unfinished_tasks: uint64('reserved_unfinished_tasks').notNull().default('0'),
+  reserved_concurrency: uint64('reserved_concurrency').notNull().default('0'),
+  reserved_rate_per_second: uint64('reserved_rate_per_second').notNull().default('0'),
+  idle_reserved_unfinished_tasks: uint64('idle_reserved_unfinished_tasks').notNull().default('0'),
+  idle_reserved_concurrency: uint64('idle_reserved_concurrency').notNull().default('0'),
+  window_reserved_starts: uint64('window_reserved_starts').notNull().default('0'),
 });
+
+/** 0010_namespace_floors.sql: a namespace's reservations inside its application's limits, and its usage. */
+export const namespaceResources = mysqlTable(
+  'orbit_namespace_resources',
+  {
+    namespace_id: id('namespace_id').primaryKey(),
+    application_id: id('application_id').notNull(),
+    revision: uint64('revision').notNull().default('1'),
+    reserved_unfinished_tasks: uint32('reserved_unfinished_tasks').notNull().default(0),
+    reserved_concurrency: uint32('reserved_concurrency').notNull().default(0),
+    reserved_rate_per_second: uint32('reserved_rate_per_second').notNull().default(0),
+    unfinished_tasks: uint64('unfinished_tasks').notNull().default('0'),
+    active_attempts: uint64('active_attempts').notNull().default('0'),
+    pending_starts: uint64('pending_starts').notNull().default('0'),
+    window_started_at: time('window_started_at'),
+    window_starts: uint32('window_starts').notNull().default(0),
+    updated_at: time('updated_at').notNull(),
+  },
+  (t) => [index('ix_orbit_namespace_resources_application').on(t.application_id, t.namespace_id)],
+);
 
 export const queues = mysqlTable(
   'orbit_queues',
@@ -442,6 +469,7 @@ export const allTables = [
   namespaces,
   credentials,
   applicationResources,
+  namespaceResources,
   queues,
   idempotencyReceipts,
   auditEvents,
@@ -463,6 +491,7 @@ export type ApplicationRow = typeof applications.$inferSelect;
 export type NamespaceRow = typeof namespaces.$inferSelect;
 export type CredentialRow = typeof credentials.$inferSelect;
 export type ApplicationResourcesRow = typeof applicationResources.$inferSelect;
+export type NamespaceResourcesRow = typeof namespaceResources.$inferSelect;
 export type QueueRow = typeof queues.$inferSelect;
 export type IdempotencyReceiptRow = typeof idempotencyReceipts.$inferSelect;
 export type AuditEventRow = typeof auditEvents.$inferSelect;

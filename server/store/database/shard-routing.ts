@@ -41,6 +41,7 @@ export const ROUTING_COLUMNS: Readonly<Record<string, readonly string[]>> = {
   orbit_namespaces: ['application_id', 'namespace_id'],
   orbit_credentials: ['application_id', 'credential_id', 'namespace_id'],
   orbit_application_resources: ['application_id'],
+  orbit_namespace_resources: ['application_id', 'namespace_id'],
   orbit_queues: ['application_id', 'queue_id', 'namespace_id'],
   orbit_idempotency_receipts: ['application_id', 'namespace_id'],
   orbit_audit_events: ['application_id', 'namespace_id'],

@@ -28,9 +28,9 @@ export type ApplicationResources = components['schemas']['ApplicationResources']
 export async function applicationRowLock(
   tx: Transaction,
   applicationId: IdBytes,
-): Promise<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>> {
-  const [row] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
-    sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
+): Promise<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks' | 'idle_reserved_unfinished_tasks'>> {
+  const [row] = await tx.rows<Pick<ApplicationResourcesRow, 'unfinished_tasks' | 'max_unfinished_tasks' | 'idle_reserved_unfinished_tasks'>>(
+    sql`SELECT unfinished_tasks, max_unfinished_tasks, idle_reserved_unfinished_tasks FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
   );
   if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
   return row;

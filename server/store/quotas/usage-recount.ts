@@ -50,7 +50,7 @@ import { ACTIVE_ATTEMPT_STATES, UNFINISHED_TASK_STATES } from '../../domain/task
 import { auditInsert } from '../records/audit.ts';
 import { byIdAscending, lockRows, type LockLevel } from '../database/lock-order.ts';
 import { statementText, valueList, type Database, type Queryable, type Row, type Statement, type Transaction } from '../database/database.ts';
-import type { ApplicationResourcesRow, AttemptRow, KeyPermitRow, NamespaceRow, QueueRow } from '../database/schema.ts';
+import type { ApplicationResourcesRow, AttemptRow, KeyPermitRow, NamespaceResourcesRow, NamespaceRow, QueueRow } from '../database/schema.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import type { ResultSetHeader } from 'mysql2/promise';
 
@@ -80,25 +80,49 @@ export interface PermitCheck {
   recount: string;
 }
 
+export interface NamespaceCheck {
+  namespaceId: IdBytes;
+  /** The namespace's name (`?` when the namespace row is missing). */
+  label: string;
+  stored: Counters;
+  recount: Counters;
+}
+
+/** The application row's figures of its namespaces' floors (domain/floors.ts). */
+export const FLOOR_FIGURES = [
+  'reserved_unfinished_tasks',
+  'reserved_concurrency',
+  'reserved_rate_per_second',
+  'idle_reserved_unfinished_tasks',
+  'idle_reserved_concurrency',
+  'window_reserved_starts',
+] as const;
+export type FloorFigure = (typeof FLOOR_FIGURES)[number];
+export type FloorFigures = Record<FloorFigure, string>;
+
 export interface ApplicationCheck {
   applicationId: IdBytes;
   stored: Counters;
   recount: Counters;
+  /** Stored on the application row, and what its namespace rows (with their usage recounted) make them. */
+  floors: { stored: FloorFigures; recount: FloorFigures };
+  namespaces: NamespaceCheck[];
   queues: QueueCheck[];
   permits: PermitCheck[];
 }
 
 export interface CounterDifference {
-  level: 'application' | 'queue' | 'permit';
+  level: 'application' | 'namespace' | 'queue' | 'permit';
   applicationId: string;
   /** `application <id>`, `queue <id>/<namespace>/<queue>` or `permit <id>/<namespace>/<queue> key "<key>"`. */
   subject: string;
-  counter: CounterName | 'holders';
+  counter: CounterName | FloorFigure | 'holders';
   stored: string;
   recount: string;
   /** A permit difference where the permit row does not exist (stored reads 0). */
   missingRow: boolean;
   /** For the repair: which row. */
+  namespaceId?: IdBytes;
   queueId?: IdBytes;
   resourceKey?: string;
 }
@@ -118,8 +142,26 @@ function count(value: unknown): string {
   return value === null || value === undefined ? '0' : BigInt(String(value)).toString();
 }
 
-function countersOf(row: Pick<ApplicationResourcesRow | QueueRow, CounterName>): Counters {
+function countersOf(row: Pick<ApplicationResourcesRow | QueueRow | NamespaceResourcesRow, CounterName>): Counters {
   return { unfinished_tasks: count(row.unfinished_tasks), active_attempts: count(row.active_attempts), pending_starts: count(row.pending_starts) };
+}
+
+type NamespaceCheckRow = Pick<
+  NamespaceResourcesRow,
+  | 'namespace_id'
+  | 'application_id'
+  | CounterName
+  | 'reserved_unfinished_tasks'
+  | 'reserved_concurrency'
+  | 'reserved_rate_per_second'
+  | 'window_started_at'
+  | 'window_starts'
+>;
+
+const NO_FLOORS: FloorFigures = Object.fromEntries(FLOOR_FIGURES.map((f) => [f, '0'])) as FloorFigures;
+
+function floorFiguresOf(row: Pick<ApplicationResourcesRow, FloorFigure>): FloorFigures {
+  return Object.fromEntries(FLOOR_FIGURES.map((f) => [f, count(row[f])])) as FloorFigures;
 }
 
 const hex = idToHex;
@@ -146,11 +188,27 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   const scatter = applicationId === null ? sql` /* scatter: verify-recount */` : sql``;
 
   // 1. Application rows.
-  const applications = await q.rows<Pick<ApplicationResourcesRow, 'application_id' | CounterName>>(
-    sql`SELECT${scatter} application_id, unfinished_tasks, active_attempts, pending_starts FROM orbit_application_resources
+  const applications = await q.rows<Pick<ApplicationResourcesRow, 'application_id' | 'window_started_at' | CounterName | FloorFigure>>(
+    sql`SELECT${scatter} application_id, unfinished_tasks, active_attempts, pending_starts, window_started_at, ${sql.raw(FLOOR_FIGURES.join(', '))}
+      FROM orbit_application_resources
       ${applicationId === null ? sql`` : sql`WHERE application_id = ${applicationId}`} ORDER BY application_id${forUpdate('application')}`,
   );
   if (applications.length === 0) return [];
+
+  // 1b. Namespace rows (their usage and floors), with their names by a plain read.
+  const namespaceRows = await q.rows<NamespaceCheckRow>(
+    sql`SELECT${scatter} namespace_id, application_id, unfinished_tasks, active_attempts, pending_starts,
+              reserved_unfinished_tasks, reserved_concurrency, reserved_rate_per_second, window_started_at, window_starts
+         FROM orbit_namespace_resources
+      ${applicationId === null ? sql`` : sql`WHERE application_id = ${applicationId}`} ORDER BY namespace_id${forUpdate('namespace')}`,
+  );
+  const namespaceNames = new Map(
+    (
+      await q.rows<Pick<NamespaceRow, 'namespace_id' | 'name'>>(
+        sql`SELECT${scatter} namespace_id, name FROM orbit_namespaces ${applicationId === null ? sql`` : sql`WHERE application_id = ${applicationId}`}`,
+      )
+    ).map((n) => [hex(n.namespace_id), n.name]),
+  );
 
   // 2. Queue rows: which ones and their names by a plain read, then their counters, locked by
   //    primary key in ascending order when locking (namespace rows are never locked).
@@ -191,6 +249,11 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
     sql`SELECT${scatter} application_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
       WHERE state IN (${ACTIVE})${byApplication} GROUP BY application_id`,
   ];
+  statements.push(
+    sql`SELECT${scatter} namespace_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${byApplication} GROUP BY namespace_id`,
+    sql`SELECT${scatter} namespace_id AS owner, COUNT(*) AS active, SUM(state = 'RESERVED') AS pending FROM orbit_attempts
+      WHERE state IN (${ACTIVE})${byApplication} GROUP BY namespace_id`,
+  );
   if (!noQueues) {
     statements.push(
       sql`SELECT${scatter} queue_id AS owner, COUNT(*) AS n FROM orbit_tasks WHERE state IN (${UNFINISHED})${inQueues} GROUP BY queue_id`,
@@ -200,8 +263,16 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
         WHERE state IN (${ACTIVE}) AND resource_key IS NOT NULL${inQueues} GROUP BY queue_id, resource_key`,
     );
   }
-  const results = (await q.batch(sql.join(statements, sql`;\n`))) as [TaskCount[], AttemptCount[], TaskCount[]?, AttemptCount[]?, KeyCount[]?];
-  const [appTasks, appAttempts, queueTasks = [], queueAttempts = [], keyAttempts = []] = results;
+  const results = (await q.batch(sql.join(statements, sql`;\n`))) as [
+    TaskCount[],
+    AttemptCount[],
+    TaskCount[],
+    AttemptCount[],
+    TaskCount[]?,
+    AttemptCount[]?,
+    KeyCount[]?,
+  ];
+  const [appTasks, appAttempts, namespaceTasks, namespaceAttempts, queueTasks = [], queueAttempts = [], keyAttempts = []] = results;
 
   const recounts = (tasks: TaskCount[], attempts: AttemptCount[]) => {
     const map = new Map<string, Counters>();
@@ -216,6 +287,7 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
     return map;
   };
   const appRecount = recounts(appTasks, appAttempts);
+  const namespaceRecount = recounts(namespaceTasks, namespaceAttempts);
   const queueRecount = recounts(queueTasks, queueAttempts);
   const keyRecount = new Map<string, { queueId: Buffer; resourceKey: string; n: string }>();
   for (const r of keyAttempts) {
@@ -227,7 +299,40 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   const checks = new Map<string, ApplicationCheck>();
   for (const row of applications) {
     const id = row.application_id;
-    checks.set(hex(id), { applicationId: id, stored: countersOf(row), recount: appRecount.get(hex(id)) ?? { ...ZERO }, queues: [], permits: [] });
+    checks.set(hex(id), {
+      applicationId: id,
+      stored: countersOf(row),
+      recount: appRecount.get(hex(id)) ?? { ...ZERO },
+      floors: { stored: floorFiguresOf(row), recount: { ...NO_FLOORS } },
+      namespaces: [],
+      queues: [],
+      permits: [],
+    });
+  }
+  const floorSums = new Map<string, Record<FloorFigure, bigint>>();
+  for (const row of namespaceRows) {
+    const owner = checks.get(hex(row.application_id));
+    if (!owner) continue;
+    const recount = namespaceRecount.get(hex(row.namespace_id)) ?? { ...ZERO };
+    owner.namespaces.push({ namespaceId: row.namespace_id, label: namespaceNames.get(hex(row.namespace_id)) ?? '?', stored: countersOf(row), recount });
+    // What the floors' figures are with this namespace's usage recounted (usage-writes.ts keeps them).
+    const app = applications.find((a) => a.application_id.equals(row.application_id));
+    const sums = floorSums.get(hex(row.application_id)) ?? Object.fromEntries(FLOOR_FIGURES.map((f) => [f, 0n]));
+    const r = (n: string | number) => BigInt(n);
+    const max0 = (n: bigint) => (n > 0n ? n : 0n);
+    const min = (a: bigint, b: bigint) => (a < b ? a : b);
+    sums.reserved_unfinished_tasks += r(row.reserved_unfinished_tasks);
+    sums.reserved_concurrency += r(row.reserved_concurrency);
+    sums.reserved_rate_per_second += r(row.reserved_rate_per_second);
+    sums.idle_reserved_unfinished_tasks += max0(r(row.reserved_unfinished_tasks) - r(recount.unfinished_tasks));
+    sums.idle_reserved_concurrency += max0(r(row.reserved_concurrency) - r(recount.active_attempts));
+    const inWindow = row.window_started_at !== null && row.window_started_at === app?.window_started_at;
+    sums.window_reserved_starts += min(inWindow ? r(row.window_starts) : 0n, r(row.reserved_rate_per_second));
+    floorSums.set(hex(row.application_id), sums as Record<FloorFigure, bigint>);
+  }
+  for (const [key, sums] of floorSums) {
+    const c = checks.get(key) as ApplicationCheck;
+    c.floors.recount = Object.fromEntries(FLOOR_FIGURES.map((f) => [f, sums[f].toString()])) as FloorFigures;
   }
   const labelOf = (info: QueueLabel) => `${info.namespace ?? '?'}/${info.name}`;
   for (const row of queueRows) {
@@ -261,6 +366,7 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
     found.owner.permits.push({ queueId: held.queueId, queue: labelOf(found.info), resourceKey: held.resourceKey, stored: null, recount: held.n });
   }
   for (const c of checks.values()) {
+    c.namespaces.sort((a, b) => byIdAscending(a.namespaceId, b.namespaceId));
     c.queues.sort((a, b) => byIdAscending(a.queueId, b.queueId));
     c.permits.sort((a, b) => byIdAscending(a.queueId, b.queueId) || (a.resourceKey < b.resourceKey ? -1 : a.resourceKey > b.resourceKey ? 1 : 0));
   }
@@ -282,6 +388,35 @@ export function differencesOf(c: ApplicationCheck): CounterDifference[] {
         recount: c.recount[counter],
         missingRow: false,
       });
+    }
+  }
+  for (const figure of FLOOR_FIGURES) {
+    if (c.floors.stored[figure] !== c.floors.recount[figure]) {
+      out.push({
+        level: 'application',
+        applicationId: app,
+        subject: `application ${app}`,
+        counter: figure,
+        stored: c.floors.stored[figure],
+        recount: c.floors.recount[figure],
+        missingRow: false,
+      });
+    }
+  }
+  for (const n of c.namespaces) {
+    for (const counter of COUNTER_NAMES) {
+      if (n.stored[counter] !== n.recount[counter]) {
+        out.push({
+          level: 'namespace',
+          applicationId: app,
+          subject: `namespace ${app}/${n.label}`,
+          counter,
+          stored: n.stored[counter],
+          recount: n.recount[counter],
+          missingRow: false,
+          namespaceId: n.namespaceId,
+        });
+      }
     }
   }
   for (const q of c.queues) {
@@ -403,8 +538,15 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
     const set = (r: Counters) =>
       sql`SET unfinished_tasks = ${r.unfinished_tasks}, active_attempts = ${r.active_attempts}, pending_starts = ${r.pending_starts}`;
     if (differences.some((d) => d.level === 'application')) {
-      statements.push(sql`UPDATE orbit_application_resources ${set(c.recount)} WHERE application_id = ${applicationId}`);
+      statements.push(
+        sql`UPDATE orbit_application_resources ${set(c.recount)}, ${sql.join(
+          FLOOR_FIGURES.map((f) => sql`${sql.raw(f)} = ${c.floors.recount[f]}`),
+          sql`, `,
+        )} WHERE application_id = ${applicationId}`,
+      );
     }
+    const namespaces = c.namespaces.filter((n) => COUNTER_NAMES.some((k) => n.stored[k] !== n.recount[k]));
+    for (const n of namespaces) statements.push(sql`UPDATE orbit_namespace_resources ${set(n.recount)} WHERE namespace_id = ${n.namespaceId}`);
     const queues = c.queues.filter((q) => COUNTER_NAMES.some((n) => q.stored[n] !== q.recount[n]));
     for (const q of queues) statements.push(sql`UPDATE orbit_queues ${set(q.recount)} WHERE queue_id = ${q.queueId}`);
     const permits = c.permits.filter((p) => p.stored !== p.recount);
@@ -430,6 +572,8 @@ export async function countersRepair(db: Database, applicationId: IdBytes, run: 
     };
     const side = (pick: 'stored' | 'recount') => ({
       ...(pick === 'stored' ? c.stored : c.recount),
+      ...(differences.some((d) => d.level === 'application') ? c.floors[pick] : {}),
+      namespaces: namespaces.map((n) => ({ namespace_id: hex(n.namespaceId), namespace: n.label, ...n[pick] })),
       queues: queues.map((q) => ({ queue_id: hex(q.queueId), queue: q.label, ...q[pick] })),
       permits: permits.map((p) => ({
         queue_id: hex(p.queueId),

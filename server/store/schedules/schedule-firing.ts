@@ -43,6 +43,7 @@ import { rowsStatement, valueList, type BatchStatement, type Database, type Quer
 import { valueBytesBound } from '../database/packets.ts';
 import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 import type { QueueRow, ScheduleRow } from '../database/schema.ts';
+import { namespaceRowsLock } from '../quotas/namespace-resources.ts';
 import { applicationRowLock } from '../quotas/application-resources.ts';
 import { usageDeltaStatements } from '../quotas/usage-writes.ts';
 import { queueNamesOf } from '../quotas/queues.ts';
@@ -189,15 +190,20 @@ export async function scheduleFireApplication(
     if (due.length === 0) return counts;
 
     const app = await applicationRowLock(tx, applicationId);
+    const namespaces = await namespaceRowsLock(
+      tx,
+      due.map((r) => r.namespace_id),
+    );
     const queueIds = distinctIdsAscending(due.map((r) => r.queue_id));
-    const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
-      SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
+    const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'namespace_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
+      SELECT queue_id, namespace_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
        WHERE queue_id IN (${valueList(queueIds)}) ORDER BY queue_id ${lockRows('queue')}`);
     const room = new UnfinishedRoom(
       app,
-      queueRows.map((q) => [idToHex(q.queue_id), q] as const),
+      namespaces,
+      queueRows.map((q) => [idToHex(q.queue_id), q, idToHex(q.namespace_id)] as const),
     );
-    const perQueue = new Map<string, { queueId: IdBytes; count: number }>();
+    const perQueue = new Map<string, { queueId: IdBytes; namespaceId: IdBytes; count: number }>();
     const taskValues: SQL[] = [];
     const events: EventRecord[] = [];
     const names = taskEventsEnabled() ? await queueNamesOf(tx, queueIds) : new Map<string, string>();
@@ -253,7 +259,7 @@ export async function scheduleFireApplication(
         }
         taskBytes += fireBytes;
         room.take(queueKey);
-        const entry = perQueue.get(queueKey) ?? { queueId: row.queue_id, count: 0 };
+        const entry = perQueue.get(queueKey) ?? { queueId: row.queue_id, namespaceId: row.namespace_id, count: 0 };
         entry.count += 1;
         perQueue.set(queueKey, entry);
         const taskId = newId(nowMs);
@@ -303,7 +309,7 @@ export async function scheduleFireApplication(
       statements.push(
         ...usageDeltaStatements(
           applicationId,
-          [...perQueue.values()].map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
+          [...perQueue.values()].map((q) => ({ queueId: q.queueId, namespaceId: q.namespaceId, delta: { unfinished: q.count } })),
         ),
       );
       statements.push(

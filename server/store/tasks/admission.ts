@@ -30,7 +30,8 @@ import type { Principal } from '../../domain/principal.ts';
 import { millisToSql } from '../../time.ts';
 import type { Clock } from '../database/clock.ts';
 import { sql, type SQL } from '../database/sql.ts';
-import { unfinishedGuardedStatements, usageDeltaStatements } from '../quotas/usage-writes.ts';
+import { unfinishedGuardedStatements, usageDeltaStatements, type QueueOwner } from '../quotas/usage-writes.ts';
+import { namespaceRowsLock } from '../quotas/namespace-resources.ts';
 import { isDuplicateKeyError, isGuardError, rowsStatement, type BatchStatement, type Database, type Queryable } from '../database/database.ts';
 import { byIdAscending, lockRows } from '../database/lock-order.ts';
 import type { IdempotencyReceiptRow, QueueRow, TaskRow } from '../database/schema.ts';
@@ -187,11 +188,11 @@ function insertStatements(prepared: Prepared[]): BatchStatement[] {
 }
 
 /** Tasks per queue, in lock order. */
-function countByQueue(prepared: Prepared[]): Array<{ queueId: IdBytes; count: number }> {
-  const counts = new Map<string, { queueId: IdBytes; count: number }>();
+function countByQueue(prepared: Prepared[]): QueueCount[] {
+  const counts = new Map<string, QueueCount>();
   for (const p of prepared) {
     const key = p.item.queueId.toString('hex');
-    const entry = counts.get(key) ?? { queueId: p.item.queueId, count: 0 };
+    const entry = counts.get(key) ?? { queueId: p.item.queueId, namespaceId: p.item.principal.namespaceId, count: 0 };
     entry.count += 1;
     counts.set(key, entry);
   }
@@ -200,10 +201,18 @@ function countByQueue(prepared: Prepared[]): Array<{ queueId: IdBytes; count: nu
 
 // The details name the level and the limit, never usage: the application's figures belong to
 // every namespace of it, and this caller may not hold application:resources:read.
-export const applicationFull = () =>
-  new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same idempotency key", {
-    details: { level: 'application', limit: 'max_unfinished_tasks' },
-  });
+// Room kept by other namespaces' floors is said so (`reserved_by_other_namespaces`), without
+// naming them.
+export const applicationFull = (byOthersFloors = false) =>
+  byOthersFloors
+    ? new OrbitError(
+        'APPLICATION_FULL',
+        "the application's max_unfinished_tasks is reached for this namespace: the room left is reserved by other namespaces' floors; retry later with the same idempotency key",
+        { details: { level: 'application', limit: 'max_unfinished_tasks', reserved_by_other_namespaces: true } },
+      )
+    : new OrbitError('APPLICATION_FULL', "the application's max_unfinished_tasks is reached; retry later with the same idempotency key", {
+        details: { level: 'application', limit: 'max_unfinished_tasks' },
+      });
 export const queueFull = (queue: string) =>
   new OrbitError('QUEUE_FULL', `queue "${queue}" has reached its max_unfinished_tasks; retry later with the same idempotency key`, {
     details: { level: 'queue', queue, limit: 'max_unfinished_tasks' },
@@ -220,6 +229,8 @@ const SUBMISSION_ROW_BYTES = 4096;
 export function submissionBytes(item: SubmitItem): number {
   return valueBytesBound(item.request.payloadJson) + SUBMISSION_ROW_BYTES;
 }
+
+type QueueCount = QueueOwner & { count: number };
 
 /** All items belong to one application (the batcher groups them so). */
 export async function taskSubmitBatch(
@@ -267,12 +278,7 @@ export async function taskSubmitBatch(
 /** A receipt found by the careful path: what a replay needs, and which request and task it is for. */
 type FoundReceipt = ReceiptRow & Pick<IdempotencyReceiptRow, 'namespace_id' | 'idempotency_key' | 'resource_id'>;
 
-async function careful(
-  db: Database,
-  applicationId: IdBytes,
-  prepared: Prepared[],
-  perQueue: Array<{ queueId: IdBytes; count: number }>,
-): Promise<SubmitOutcome[]> {
+async function careful(db: Database, applicationId: IdBytes, prepared: Prepared[], perQueue: QueueCount[]): Promise<SubmitOutcome[]> {
   const replayedTaskIds: IdBytes[] = [];
   const outcomes = await db.transaction(async (tx) => {
     // Lock order: identity rows (shared), application row, then queue rows by ascending id.
@@ -281,8 +287,12 @@ async function careful(
       prepared.map((p) => p.item.receipt.credentialId),
     );
     const app = await applicationRowLock(tx, applicationId);
-    const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
-      SELECT queue_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
+    const namespaces = await namespaceRowsLock(
+      tx,
+      perQueue.map((q) => q.namespaceId),
+    );
+    const queueRows = await tx.rows<Pick<QueueRow, 'queue_id' | 'namespace_id' | 'unfinished_tasks' | 'max_unfinished_tasks'>>(sql`
+      SELECT queue_id, namespace_id, unfinished_tasks, max_unfinished_tasks FROM orbit_queues
         WHERE queue_id IN (${sql.join(
           perQueue.map((q) => sql`${q.queueId}`),
           sql`, `,
@@ -297,7 +307,8 @@ async function careful(
     const receiptOf = new Map(receipts.map((r) => [keyOf(r.namespace_id, r.idempotency_key), r]));
     const room = new UnfinishedRoom(
       app,
-      queueRows.map((q) => [idToHex(q.queue_id), q] as const),
+      namespaces,
+      queueRows.map((q) => [idToHex(q.queue_id), q, idToHex(q.namespace_id)] as const),
     );
     // The decisions, in order (domain/admission.ts); the store answers and writes them.
     const decisions = decideAdmissions(
@@ -328,7 +339,7 @@ async function careful(
             return { ok: true, task: withPayload(twin.snapshot, twin.item.request.payload), deduplicated: true };
           }
           case 'full':
-            return { ok: false, error: decision.level === 'application' ? applicationFull() : queueFull(p.item.queueName) };
+            return { ok: false, error: decision.level === 'application' ? applicationFull(decision.byOthersFloors) : queueFull(p.item.queueName) };
           case 'accept':
             break;
         }
@@ -343,7 +354,7 @@ async function careful(
       const statements: BatchStatement[] = [
         ...usageDeltaStatements(
           applicationId,
-          countByQueue(accepted).map((q) => ({ queueId: q.queueId, delta: { unfinished: q.count } })),
+          countByQueue(accepted).map((q) => ({ queueId: q.queueId, namespaceId: q.namespaceId, delta: { unfinished: q.count } })),
         ),
         ...insertStatements(accepted),
       ];

@@ -19,6 +19,7 @@ import { applicationRowLock } from '../quotas/application-resources.ts';
 import { OPERATOR_RETRYABLE_STATES, afterOperatorRetry, afterResolve, type ResolveOutcome, type TaskState } from '../../domain/task-transitions.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
 import { applicationFull, queueFull } from './admission.ts';
+import { namespaceRowsLock } from '../quotas/namespace-resources.ts';
 import { UnfinishedRoom } from '../../domain/admission.ts';
 import type { QueueRow } from '../database/schema.ts';
 import { cancelledError, errorAfterResolve } from '../../domain/task-errors.ts';
@@ -42,12 +43,13 @@ type LockedTask = Pick<
 >;
 
 /**
- * Lock order: application row → queue row → task row. The task's queue never changes, so the
+ * Lock order: application row → namespace row → queue row → task row. The task's queue never changes, so the
  * plain read that found it is good for choosing which queue row to lock. Answers the task row
  * and the room for unfinished tasks the two locked rows leave (what a retry is admitted by).
  */
 async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<{ locked: LockedTask; room: UnfinishedRoom }> {
   const app = await applicationRowLock(tx, task.application_id);
+  const namespaces = await namespaceRowsLock(tx, [task.namespace_id]);
   const [queue] = await tx.rows<Pick<QueueRow, 'unfinished_tasks' | 'max_unfinished_tasks'>>(
     sql`SELECT unfinished_tasks, max_unfinished_tasks FROM orbit_queues WHERE queue_id = ${task.queue_id} ${lockRows('queue')}`,
   );
@@ -55,7 +57,7 @@ async function lockTask(tx: Transaction, task: TaskWithQueue): Promise<{ locked:
     SELECT state, current_attempt_id, resource_key, cancel_requested, error, attempts, max_attempts, deadline_seconds, created_at, deadline_at
       FROM orbit_tasks WHERE task_id = ${task.task_id} ${lockRows('task')}`);
   if (!locked || !queue) throw notFound(`task ${idToHex(task.task_id)}`);
-  return { locked, room: new UnfinishedRoom(app, [[idToHex(task.queue_id), queue]]) };
+  return { locked, room: new UnfinishedRoom(app, namespaces, [[idToHex(task.queue_id), queue, idToHex(task.namespace_id)]]) };
 }
 
 async function snapshot(tx: Queryable, principal: Principal, taskId: IdBytes): Promise<Task> {
@@ -133,7 +135,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       case 'WAITING':
       // Writes in the lock order (lock-order.ts): counters (application, queue), task, attempt, permit.
       case 'NEEDS_REVIEW':
-        await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
+        await usageAdjust(tx, found.application_id, { queueId: found.queue_id, namespaceId: found.namespace_id }, { unfinished: -1 });
         await tx.exec(
           sql`UPDATE orbit_tasks SET state = 'CANCELLED', finished_at = NOW(6), error = ${error}, updated_at = NOW(6) WHERE task_id = ${found.task_id}`,
         );
@@ -141,7 +143,7 @@ export async function taskCancel(db: Database, params: TaskDecisionParams): Prom
       case 'LEASED': {
         const attemptId = locked.current_attempt_id;
         if (attemptId === null) throw new OrbitError('INTERNAL', 'a LEASED task without an attempt');
-        await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: -1, active: -1, pending: -1 });
+        await usageAdjust(tx, found.application_id, { queueId: found.queue_id, namespaceId: found.namespace_id }, { unfinished: -1, active: -1, pending: -1 });
         await tx.exec(sql`
           UPDATE orbit_tasks SET state = 'CANCELLED', current_attempt_id = NULL, finished_at = NOW(6), error = ${error}, updated_at = NOW(6)
            WHERE task_id = ${found.task_id}`);
@@ -206,7 +208,7 @@ export async function taskResolve(db: Database, params: TaskResolveParams): Prom
                max_attempts = GREATEST(max_attempts, attempts + 1), updated_at = NOW(6)
          WHERE task_id = ${found.task_id}`);
     } else {
-      await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: -1 });
+      await usageAdjust(tx, found.application_id, { queueId: found.queue_id, namespaceId: found.namespace_id }, { unfinished: -1 });
       await tx.exec(sql`
         UPDATE orbit_tasks SET state = ${state}, result = COALESCE(${json(params.result)}, result), error = ${error},
                finished_at = NOW(6), updated_at = NOW(6)
@@ -246,7 +248,7 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
       });
     }
     const full = room.full(idToHex(found.queue_id));
-    if (full === 'application') throw applicationFull();
+    if (full === 'application') throw applicationFull(room.heldByOthersFloors(idToHex(found.queue_id)));
     if (full === 'queue') throw queueFull(found.queue_name);
     const next = afterOperatorRetry(
       {
@@ -259,7 +261,7 @@ export async function taskRetry(db: Database, params: TaskRetryParams): Promise<
       params.nowMs,
     );
     // Writes in the lock order: counters (application, queue), then the task.
-    await usageAdjust(tx, found.application_id, found.queue_id, { unfinished: 1 });
+    await usageAdjust(tx, found.application_id, { queueId: found.queue_id, namespaceId: found.namespace_id }, { unfinished: 1 });
     await tx.exec(sql`
       UPDATE orbit_tasks SET state = ${next.state}, available_at = ${millisToSql(next.availableAtMs)}, deadline_at = ${millisToSql(next.deadlineAtMs)},
              deadline_seconds = ${next.deadlineSeconds}, max_attempts = ${next.maxAttempts}, finished_at = NULL, result = NULL, error = NULL, cancel_requested = 0, cancel_reason = NULL,

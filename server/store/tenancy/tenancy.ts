@@ -57,9 +57,11 @@ export async function namespaceFindById(db: Queryable, namespaceId: IdBytes): Pr
 
 export async function namespaceCreate(tx: Queryable, params: { applicationId: IdBytes; name: string; environment: Environment }): Promise<Namespace> {
   const namespaceId = newId();
-  await tx.exec(sql`
+  // With its resources row: no floors, no usage (written with every usage change of its tasks).
+  await tx.batch(sql`
     INSERT INTO orbit_namespaces (namespace_id, application_id, name, environment, enabled, created_at, updated_at)
-    VALUES (${namespaceId}, ${params.applicationId}, ${params.name}, ${params.environment}, 1, NOW(6), NOW(6))`);
+    VALUES (${namespaceId}, ${params.applicationId}, ${params.name}, ${params.environment}, 1, NOW(6), NOW(6));
+    INSERT INTO orbit_namespace_resources (namespace_id, application_id, updated_at) VALUES (${namespaceId}, ${params.applicationId}, NOW(6))`);
   return { namespace_id: namespaceId, application_id: params.applicationId, name: params.name, environment: params.environment, enabled: 1 };
 }
 

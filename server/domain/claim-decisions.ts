@@ -70,10 +70,18 @@ export interface ClaimBudget {
  * The claim's budget at the application level: what it wants within the application's room,
  * and only its fair share when that room is smaller than what it wants.
  */
-export function claimBudget(input: { max: number; sessionRoom: number; applicationRoom: number; otherWaitingNodes: number }): ClaimBudget {
+export function claimBudget(input: {
+  max: number;
+  sessionRoom: number;
+  applicationRoom: number;
+  otherWaitingNodes: number;
+  /** The part of the room only this claim's namespace may take (its idle floor, domain/floors.ts): not shared out. */
+  ownRoom?: number;
+}): ClaimBudget {
   const wanted = Math.min(input.max, input.sessionRoom);
+  const own = Math.min(input.ownRoom ?? 0, input.applicationRoom);
   let budget = Math.min(wanted, input.applicationRoom);
-  if (input.applicationRoom < wanted) budget = Math.min(budget, fairShare(input.applicationRoom, input.otherWaitingNodes));
+  if (input.applicationRoom < wanted) budget = Math.min(budget, own + fairShare(input.applicationRoom - own, input.otherWaitingNodes));
   return { wanted, budget };
 }
 
@@ -101,6 +109,8 @@ export function planClaim(input: {
   grantedInGroup: number;
   ownQueueRoom: number;
   otherWaitingNodes: number;
+  /** The part of applicationRoom that is the namespace's own floor (not shared with the waiting nodes). */
+  ownRoom?: number;
 }): ClaimPlan {
   if (!input.credentialValid) return { kind: 'credential-no-longer-valid' };
   if (!input.sessionOpen) return { kind: 'session-closed' };
@@ -109,6 +119,7 @@ export function planClaim(input: {
     sessionRoom: sessionRoom(input.capacity, input.held),
     applicationRoom: Math.min(input.applicationRoom, input.ownQueueRoom),
     otherWaitingNodes: input.otherWaitingNodes,
+    ownRoom: input.ownRoom ?? 0,
   });
   return { kind: 'pick', budget: Math.max(0, Math.min(fair.budget, input.applicationRoom - input.grantedInGroup)), wanted: fair.wanted };
 }
@@ -261,6 +272,17 @@ export class ApplicationClaimRoom {
   room(namespace: string): number {
     const room = Math.min(Number(this.concurrency.room(namespace)), Number(this.rate.room(namespace)));
     return Math.max(0, room);
+  }
+
+  /**
+   * The part of `room(namespace)` that is the namespace's own idle floor of the limit that binds
+   * (the smaller room): no other namespace could take it, so fairness does not share it out.
+   */
+  ownRoom(namespace: string): number {
+    const concurrency = this.concurrency.room(namespace);
+    const rate = this.rate.room(namespace);
+    const binding = concurrency <= rate ? this.concurrency : this.rate;
+    return Math.max(0, Math.min(this.room(namespace), Number(binding.idle(namespace))));
   }
 
   /** `n` attempts reserved in `namespace`: active at once; the rate's floor is used only when they start. */

@@ -88,6 +88,11 @@ export class FloorLedger {
     return floor;
   }
 
+  /** What of `namespace`'s reservation it does not use now. */
+  idle(namespace: string): bigint {
+    return idleOf(this.floorOf(namespace));
+  }
+
   /** room(n) now. */
   room(namespace: string): bigint {
     return roomFor({ limit: this.level.limit, usage: this.usage, idleReserved: this.idleReserved }, this.floorOf(namespace));

@@ -63,13 +63,21 @@ async function rolledBack<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
 
 type NamespaceRow = Pick<
   NamespaceResourcesRow,
-  'namespace_id' | 'reserved_unfinished_tasks' | 'reserved_concurrency' | 'reserved_rate_per_second' | 'unfinished_tasks' | 'active_attempts' | 'pending_starts' | 'window_started_at' | 'window_starts'
+  | 'namespace_id'
+  | 'reserved_unfinished_tasks'
+  | 'reserved_concurrency'
+  | 'reserved_rate_per_second'
+  | 'unfinished_tasks'
+  | 'active_attempts'
+  | 'pending_starts'
+  | 'window_started_at'
+  | 'window_starts'
 >;
 
 /** The rows; `lock` at a case's start (in lock order), plain reads of the rows it holds after that. */
 async function rows(tx: Transaction, lock = false) {
   const forUpdate = (level: string) => (lock ? sql.raw(`FOR UPDATE /* lock: ${level} */`) : sql``);
-  const [app] = await tx.rows<Record<string, string | null>>(
+  const [app] = await tx.rows<Record<string, string | null> & { window_started_at: string | null }>(
     sql`SELECT window_started_at, reserved_unfinished_tasks, reserved_concurrency, reserved_rate_per_second,
                idle_reserved_unfinished_tasks, idle_reserved_concurrency, window_reserved_starts
           FROM orbit_application_resources WHERE application_id = ${applicationId} ${forUpdate('application')}`,
@@ -79,7 +87,7 @@ async function rows(tx: Transaction, lock = false) {
                pending_starts, window_started_at, window_starts
           FROM orbit_namespace_resources WHERE application_id = ${applicationId} ORDER BY namespace_id ${forUpdate('namespace')}`,
   );
-  return { app: app as Record<string, string | null>, namespaces };
+  return { app: app as Record<string, string | null> & { window_started_at: string | null }, namespaces };
 }
 
 /** What the domain's definitions make of the namespace rows. */
@@ -93,7 +101,9 @@ function expectedFigures(appWindow: string | null, namespaces: NamespaceRow[]) {
     reserved_rate_per_second: sum((n) => b(n.reserved_rate_per_second)),
     idle_reserved_unfinished_tasks: sum((n) => idleOf({ reserved: b(n.reserved_unfinished_tasks), usage: b(n.unfinished_tasks) })),
     idle_reserved_concurrency: sum((n) => idleOf({ reserved: b(n.reserved_concurrency), usage: b(n.active_attempts) })),
-    window_reserved_starts: sum((n) => min(n.window_started_at !== null && n.window_started_at === appWindow ? b(n.window_starts) : 0n, b(n.reserved_rate_per_second))),
+    window_reserved_starts: sum((n) =>
+      min(n.window_started_at !== null && n.window_started_at === appWindow ? b(n.window_starts) : 0n, b(n.reserved_rate_per_second)),
+    ),
   };
 }
 
@@ -131,9 +141,14 @@ test('the application row keeps the floors figures the domain defines, through c
           const active = Math.max(-Number(ns.active_attempts), s.active);
           if (unfinished === 0 && active === 0) continue;
           // The queue row holds what the namespace does (enough not to go below zero).
-          await tx.exec(sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + 100, active_attempts = active_attempts + 100 WHERE queue_id = ${owner.queueId}`);
-          await tx.exec(sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + 100, active_attempts = active_attempts + 100 WHERE application_id = ${applicationId}`);
-          for (const statement of usageStatements(applicationId, { unfinished, active }, [{ ...owner, change: { unfinished, active } }])) await tx.exec(statement);
+          await tx.exec(
+            sql`UPDATE orbit_queues SET unfinished_tasks = unfinished_tasks + 100, active_attempts = active_attempts + 100 WHERE queue_id = ${owner.queueId}`,
+          );
+          await tx.exec(
+            sql`UPDATE orbit_application_resources SET unfinished_tasks = unfinished_tasks + 100, active_attempts = active_attempts + 100 WHERE application_id = ${applicationId}`,
+          );
+          for (const statement of usageStatements(applicationId, { unfinished, active }, [{ ...owner, change: { unfinished, active } }]))
+            await tx.exec(statement);
         } else {
           if (s.newWindow || !windowOpen) {
             windowMs += 1500;
@@ -144,12 +159,16 @@ test('the application row keeps the floors figures the domain defines, through c
           const window = { startedAt: windowMs, starts: appStarts };
           await tx.exec(sql`UPDATE orbit_application_resources SET pending_starts = pending_starts + ${s.n} WHERE application_id = ${applicationId}`);
           await tx.exec(sql`UPDATE orbit_namespace_resources SET pending_starts = pending_starts + ${s.n} WHERE namespace_id = ${owner.namespaceId}`);
-          await tx.exec(sql`UPDATE orbit_queues SET pending_starts = pending_starts + ${s.n}, window_started_at = NULL, window_starts = 0 WHERE queue_id = ${owner.queueId}`);
+          await tx.exec(
+            sql`UPDATE orbit_queues SET pending_starts = pending_starts + ${s.n}, window_started_at = NULL, window_starts = 0 WHERE queue_id = ${owner.queueId}`,
+          );
           for (const statement of usageStatements(applicationId, { pending: -s.n, window }, [
             { ...owner, change: { pending: -s.n, window: { startedAt: windowMs, starts: s.n } }, starts: s.n },
           ]))
             await tx.exec(statement);
-          const [w] = await tx.rows<{ window_started_at: string }>(sql`SELECT window_started_at FROM orbit_application_resources WHERE application_id = ${applicationId}`);
+          const [w] = await tx.rows<{ window_started_at: string }>(
+            sql`SELECT window_started_at FROM orbit_application_resources WHERE application_id = ${applicationId}`,
+          );
           assert.equal(w?.window_started_at, millisToSql(windowMs).replace('T', ' ').replace('Z', ''), 'the application window written as decided');
         }
         const after = await rows(tx);
@@ -190,7 +209,8 @@ test('the guarded admission never admits what the floors refuse; when it does no
         await tx.exec(
           sql`UPDATE orbit_namespace_resources SET reserved_unfinished_tasks = ${c.reserved[i]}, unfinished_tasks = ${c.used[i]} WHERE namespace_id = ${o.namespaceId}`,
         );
-      for (const [i, o] of owners.entries()) await tx.exec(sql`UPDATE orbit_queues SET max_unfinished_tasks = 100, unfinished_tasks = ${c.used[i]} WHERE queue_id = ${o.queueId}`);
+      for (const [i, o] of owners.entries())
+        await tx.exec(sql`UPDATE orbit_queues SET max_unfinished_tasks = 100, unfinished_tasks = ${c.used[i]} WHERE queue_id = ${o.queueId}`);
       const owner = owners[c.ns] as { namespaceId: Buffer; queueId: Buffer };
       try {
         for (const statement of unfinishedGuardedStatements(applicationId, c.n, [{ ...owner, count: c.n }])) await tx.exec(statement);

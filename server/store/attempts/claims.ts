@@ -245,6 +245,7 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
         max: request.max,
         applicationRoom: roomAtStart.room(namespaceOf),
         grantedInGroup: roomAtStart.room(namespaceOf) - room.room(namespaceOf),
+        ownRoom: roomAtStart.ownRoom(namespaceOf),
         ownQueueRoom: [...own].reduce((n, q) => n + (initialQueueRoom.get(q) ?? 0), 0),
         otherWaitingNodes,
       });

@@ -19,7 +19,9 @@
  * ORBIT_BENCH_CEILING_SECONDS (5), ORBIT_BENCH_TIMEOUT_SECONDS (300 per phase),
  * ORBIT_BENCH_ONLY (comma list of orbit, events, bulk, latency, graphile, graphile-bulk, pg-boss,
  * bullmq, ceilings; `events` runs Orbit 1×16 and 4×16 again with ORBIT_TASK_EVENTS=off), ORBIT_BENCH_DATABASE_URL (MariaDB server, as bench/common.ts),
- * ORBIT_BENCH_PG_URL (postgres://user@host:port), ORBIT_BENCH_REDIS_HOST / _PORT.
+ * ORBIT_BENCH_PG_URL (postgres://user@host:port), ORBIT_BENCH_REDIS_HOST / _PORT, ORBIT_BENCH_FLOORS (on: the
+ * bench namespace and a second, idle one each with floors of 1,000 unfinished tasks, 8 attempts
+ * and 1,000 starts/s, docs/quotas-and-locking.md#floors).
  */
 import os from 'node:os';
 import { benchDatabase, fmt, hotRowCeiling, machine } from './common.ts';
@@ -73,7 +75,7 @@ try {
   );
   console.log(
     `run:     ${fmt(w.tasks)} no-op tasks per system; enqueue with ${w.producers} concurrent producers of single submissions, then drain with worker concurrency ${w.concurrency}; ` +
-      `Orbit: ${w.servers} orbit-server processes, one application; load average ${loadavg()} at the start`,
+      `Orbit: ${w.servers} orbit-server processes, one application${process.env.ORBIT_BENCH_FLOORS === 'on' ? ', namespace floors configured (ORBIT_BENCH_FLOORS=on)' : ''}; load average ${loadavg()} at the start`,
   );
   console.log('');
 

@@ -68,6 +68,28 @@ describe('the README scenario', () => {
     assert.equal(row?.revision, '5', 'two runs, each: set the limit, restore it');
   });
 
+  test('the floors example after it prints exactly its expected lines, twice, and undoes everything it changed', async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const local = (text: string) => text.replaceAll('.local', join(dir, '.local')).replaceAll('http://127.0.0.1:8080', server.url);
+    const floors = local(blockAfter(readme, '<!-- floors-scenario:'));
+    const expected = blockAfter(readme, '<!-- floors-scenario-output -->');
+    for (let run = 1; run <= 2; run++) {
+      const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
+        execFile(
+          'bash',
+          ['-euo', 'pipefail', '-c', floors],
+          { cwd: ROOT, env: { ...process.env, ORBIT_DATABASE_URL: t.url }, timeout: 120_000 },
+          (error, stdout, stderr) => (error ? reject(Object.assign(error, { stdout, stderr })) : resolve({ stdout, stderr })),
+        );
+      });
+      assert.equal(stdout, expected, `run ${run}; stderr:\n${stderr}`);
+    }
+    const [app] = await t.db.rows<{ max_unfinished_tasks: number; reserved_unfinished_tasks: string }>(
+      'SELECT max_unfinished_tasks, reserved_unfinished_tasks FROM orbit_application_resources',
+    );
+    assert.deepEqual(app, { max_unfinished_tasks: 1000000, reserved_unfinished_tasks: '0' }, 'the limits and floors are back');
+  });
+
   test("the worker block of docs/workers.md, after the README's setup, processes the tasks it submits", async () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
     const workers = readFileSync(join(ROOT, 'docs', 'workers.md'), 'utf8');

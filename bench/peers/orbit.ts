@@ -20,10 +20,7 @@ import { formatDifference } from '../../server/cli/verify-report.ts';
 import { countersVerify, tasksDisagreeingWithAttempts } from '../../server/store/quotas/usage-recount.ts';
 import { sqlToMillis } from '../../server/time.ts';
 import type { Database } from '../../server/store/database/database.ts';
-import { sql } from '../../server/store/database/sql.ts';
-import { lockRows } from '../../server/store/database/lock-order.ts';
-import { namespaceRowsLock } from '../../server/store/quotas/namespace-resources.ts';
-import { reservationStatements, type Reservations } from '../../server/store/quotas/usage-writes.ts';
+import { setFloors } from '../../test/helpers/floors.ts';
 import { cpuMeter, processIdOf } from './cpu.ts';
 import { workMeter } from './work.ts';
 import { chunks, phase, pooled, printRow, RunLedger, sleep, waitUntil, type Result, type Workload } from './shared.ts';
@@ -45,20 +42,6 @@ interface Orbit {
 /** ORBIT_BENCH_FLOORS=on: the runs with namespace floors configured (docs/quotas-and-locking.md#floors). */
 const FLOORS = process.env.ORBIT_BENCH_FLOORS === 'on';
 const BENCH_FLOORS = { reserved_unfinished_tasks: 1000, reserved_concurrency: 8, reserved_rate_per_second: 1000 };
-
-/** A namespace's floors, written the way configure writes them (the application row, then the namespace row, locked). */
-async function setFloors(db: Database, tenant: { applicationId: string; namespaceId: string }, floors: Reservations): Promise<void> {
-  const applicationId = Buffer.from(tenant.applicationId, 'hex');
-  const namespaceId = Buffer.from(tenant.namespaceId, 'hex');
-  await db.transaction(async (tx) => {
-    const [app] = await tx.rows<{ window_started_at: string | null }>(
-      sql`SELECT window_started_at FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
-    );
-    const before = (await namespaceRowsLock(tx, [namespaceId])).get(tenant.namespaceId);
-    if (!app || !before) throw new Error('bench: no resources rows');
-    for (const statement of reservationStatements(applicationId, namespaceId, before, floors, app.window_started_at)) await tx.exec(statement);
-  });
-}
 
 async function startOrbit(w: Workload, options: { taskEvents?: boolean } = {}): Promise<Orbit> {
   const bench = await benchDatabase();

@@ -19,9 +19,7 @@ import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
 import { endLeases } from '../helpers/leases.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { sql } from '../../server/store/database/sql.ts';
-import { lockRows } from '../../server/store/database/lock-order.ts';
-import { namespaceRowsLock } from '../../server/store/quotas/namespace-resources.ts';
-import { reservationStatements } from '../../server/store/quotas/usage-writes.ts';
+import { setFloors as setFloorsOf } from '../helpers/floors.ts';
 
 const SEED = 20261205;
 const NAMES = ['a', 'b', 'c'] as const;
@@ -103,19 +101,15 @@ describe('floors, generated sequences over three namespaces and two servers', ()
 
   /** Floors that fit beside the others' (a configure that would not fit is refused; here it is not tried). */
   async function setFloors(i: number, unfinished: number, concurrency: number): Promise<void> {
-    const namespaceId = Buffer.from(tenants[i]!.namespaceId, 'hex');
-    await t.db.transaction(async (tx) => {
-      const [app] = await tx.rows<{ window_started_at: string | null; reserved_unfinished_tasks: string; reserved_concurrency: string }>(
-        sql`SELECT window_started_at, reserved_unfinished_tasks, reserved_concurrency FROM orbit_application_resources WHERE application_id = ${applicationId()} ${lockRows('application')}`,
-      );
-      const before = (await namespaceRowsLock(tx, [namespaceId])).get(tenants[i]!.namespaceId);
-      assert.ok(app && before);
-      const next = {
-        reserved_unfinished_tasks: Math.min(unfinished, LIMITS.max_unfinished_tasks - Number(app.reserved_unfinished_tasks) + before.reserved_unfinished_tasks),
-        reserved_concurrency: Math.min(concurrency, LIMITS.max_concurrency - Number(app.reserved_concurrency) + before.reserved_concurrency),
-        reserved_rate_per_second: 0,
-      };
-      for (const statement of reservationStatements(applicationId(), namespaceId, before, next, app.window_started_at)) await tx.exec(statement);
+    const [app] = await t.db.rows<{ reserved_unfinished_tasks: string; reserved_concurrency: string }>(
+      sql`SELECT reserved_unfinished_tasks, reserved_concurrency FROM orbit_application_resources WHERE application_id = ${applicationId()}`,
+    );
+    const own = (await usage()).of(i);
+    assert.ok(app);
+    await setFloorsOf(t.db, tenants[i] as TestTenant, {
+      reserved_unfinished_tasks: Math.min(unfinished, LIMITS.max_unfinished_tasks - Number(app.reserved_unfinished_tasks) + own.reserved_unfinished_tasks),
+      reserved_concurrency: Math.min(concurrency, LIMITS.max_concurrency - Number(app.reserved_concurrency) + own.reserved_concurrency),
+      reserved_rate_per_second: 0,
     });
   }
 

@@ -12,10 +12,7 @@ import { createTenant, type TestTenant } from '../helpers/tenants.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { connectRaw } from '../helpers/ws-session.ts';
-import { sql } from '../../server/store/database/sql.ts';
-import { lockRows } from '../../server/store/database/lock-order.ts';
-import { namespaceRowsLock } from '../../server/store/quotas/namespace-resources.ts';
-import { reservationStatements, type Reservations } from '../../server/store/quotas/usage-writes.ts';
+import { setFloors } from '../helpers/floors.ts';
 
 describe('namespace floors, two server processes', () => {
   let t: TestDatabase;
@@ -35,20 +32,6 @@ describe('namespace floors, two server processes', () => {
     await t.drop();
   });
 
-  /** A namespace's floors, set the way configure sets them (the application row, then the namespace row, locked). */
-  async function setFloors(tenant: TestTenant, floors: Reservations): Promise<void> {
-    const applicationId = Buffer.from(tenant.applicationId, 'hex');
-    const namespaceId = Buffer.from(tenant.namespaceId, 'hex');
-    await t.db.transaction(async (tx) => {
-      const [app] = await tx.rows<{ window_started_at: string | null }>(
-        sql`SELECT window_started_at FROM orbit_application_resources WHERE application_id = ${applicationId} ${lockRows('application')}`,
-      );
-      const before = (await namespaceRowsLock(tx, [namespaceId])).get(tenant.namespaceId);
-      assert.ok(app && before);
-      for (const statement of reservationStatements(applicationId, namespaceId, before, floors, app.window_started_at)) await tx.exec(statement);
-    });
-  }
-
   async function setApplicationLimits(limits: { max_unfinished_tasks: number; max_concurrency: number }) {
     const current = await call(servers[0]!.url, 'GET', '/v1/application/resources', { token: tenants.a.token });
     const response = await call(servers[0]!.url, 'POST', '/v1/application/resources:configure', {
@@ -64,8 +47,8 @@ describe('namespace floors, two server processes', () => {
 
   test('40 concurrent submitters over three namespaces: the floors are kept for their namespaces, the rest is shared, exactly', async () => {
     await setApplicationLimits({ max_unfinished_tasks: 30, max_concurrency: 10000 });
-    await setFloors(tenants.a, { reserved_unfinished_tasks: 10, reserved_concurrency: 0, reserved_rate_per_second: 0 });
-    await setFloors(tenants.b, { reserved_unfinished_tasks: 5, reserved_concurrency: 0, reserved_rate_per_second: 0 });
+    await setFloors(t.db, tenants.a, { reserved_unfinished_tasks: 10, reserved_concurrency: 0, reserved_rate_per_second: 0 });
+    await setFloors(t.db, tenants.b, { reserved_unfinished_tasks: 5, reserved_concurrency: 0, reserved_rate_per_second: 0 });
     // a: 10 submitters of one task each (its floor), b: 5 (its floor), c: 25 of two each (50 for the 15 left).
     const submitters: Array<{ ns: 'a' | 'b' | 'c'; keys: string[] }> = [
       ...Array.from({ length: 10 }, (_, i) => ({ ns: 'a' as const, keys: [`a-${i}`] })),
@@ -106,7 +89,7 @@ describe('namespace floors, two server processes', () => {
 
   test('claims under a concurrency floor: the flooding namespace takes what is shared, the floor stays for its namespace', async () => {
     await setApplicationLimits({ max_unfinished_tasks: 30, max_concurrency: 4 });
-    await setFloors(tenants.a, { reserved_unfinished_tasks: 10, reserved_concurrency: 2, reserved_rate_per_second: 0 });
+    await setFloors(t.db, tenants.a, { reserved_unfinished_tasks: 10, reserved_concurrency: 2, reserved_rate_per_second: 0 });
     const hello = async (server: ServerProcess, tenant: TestTenant) => {
       const s = await connectRaw(server.url, tenant.token);
       const welcome = await s.request({ type: 'hello', node_id: `node-${tenant.namespace}`, queues: ['q'], capacity: 10 });

@@ -13,6 +13,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { rolledBack as rolledBackIn } from '../helpers/rolled-back.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { createTenant } from '../helpers/tenants.ts';
 import { sql } from '../../server/store/database/sql.ts';
@@ -20,7 +21,7 @@ import type { Transaction } from '../../server/store/database/database.ts';
 import { millisToSql } from '../../server/time.ts';
 import { idleOf, roomFor } from '../../server/domain/floors.ts';
 import { reservationStatements, unfinishedGuardedStatements, usageStatements, type Reservations } from '../../server/store/quotas/usage-writes.ts';
-import type { NamespaceResourcesRow } from '../../server/store/database/schema.ts';
+import type { NamespaceUsageRow } from '../../server/store/quotas/namespace-resources.ts';
 
 const SEED = 20261204;
 let t: TestDatabase;
@@ -44,35 +45,9 @@ after(async () => {
   await t.drop();
 });
 
-const ROLLED_BACK = new Error('rolled back');
-async function rolledBack<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
-  let out: T | undefined;
-  try {
-    await t.db.transaction(
-      async (tx) => {
-        out = await fn(tx);
-        throw ROLLED_BACK;
-      },
-      { retries: 0 },
-    );
-  } catch (error) {
-    if (error !== ROLLED_BACK) throw error;
-  }
-  return out as T;
-}
+const rolledBack = <T>(fn: (tx: Transaction) => Promise<T>) => rolledBackIn(t.db, fn);
 
-type NamespaceRow = Pick<
-  NamespaceResourcesRow,
-  | 'namespace_id'
-  | 'reserved_unfinished_tasks'
-  | 'reserved_concurrency'
-  | 'reserved_rate_per_second'
-  | 'unfinished_tasks'
-  | 'active_attempts'
-  | 'pending_starts'
-  | 'window_started_at'
-  | 'window_starts'
->;
+type NamespaceRow = NamespaceUsageRow;
 
 /** The rows; `lock` at a case's start (in lock order), plain reads of the rows it holds after that. */
 async function rows(tx: Transaction, lock = false) {

@@ -10,6 +10,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { freshDatabase, type TestDatabase } from '../helpers/database.ts';
+import { rolledBack as rolledBackIn } from '../helpers/rolled-back.ts';
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { createTenant } from '../helpers/tenants.ts';
 import { sql } from '../../server/store/database/sql.ts';
@@ -40,24 +41,7 @@ after(async () => {
   await t.drop();
 });
 
-const ROLLED_BACK = new Error('rolled back');
-
-/** Runs `fn` in a transaction that is always rolled back, and returns what it returned. */
-async function rolledBack<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
-  let out: T | undefined;
-  try {
-    await t.db.transaction(
-      async (tx) => {
-        out = await fn(tx);
-        throw ROLLED_BACK;
-      },
-      { retries: 0 },
-    );
-  } catch (error) {
-    if (error !== ROLLED_BACK) throw error;
-  }
-  return out as T;
-}
+const rolledBack = <T>(fn: (tx: Transaction) => Promise<T>) => rolledBackIn(t.db, fn);
 
 type Level = 'orbit_application_resources' | 'orbit_queues';
 const keyOf = (level: Level) => (level === 'orbit_queues' ? sql`queue_id = ${queueId}` : sql`application_id = ${applicationId}`);

@@ -42,7 +42,13 @@ test('grants never pass the limit, a namespace below its floor is never refused,
         if (room >= 1n) {
           ledger.take(ns);
           usage[i] = (usage[i] as bigint) + 1n;
-          assert.equal(ledger.room(ns), roomFor({ limit: BigInt(app.limit), usage: usage.reduce((n, u) => n + u, 0n), idleReserved: idleSum() }, { reserved: reserved[i] as bigint, usage: usage[i] as bigint }));
+          assert.equal(
+            ledger.room(ns),
+            roomFor(
+              { limit: BigInt(app.limit), usage: usage.reduce((n, u) => n + u, 0n), idleReserved: idleSum() },
+              { reserved: reserved[i] as bigint, usage: usage[i] as bigint },
+            ),
+          );
         }
         const total = usage.reduce((n, u) => n + u, 0n);
         assert.ok(total <= BigInt(app.limit), 'the application is over its limit');
@@ -57,7 +63,14 @@ test('grants never pass the limit, a namespace below its floor is never refused,
 test('the fast paths test never admits what the exact rule refuses', () => {
   fc.assert(
     fc.property(
-      fc.record({ limit: fc.integer({ min: 0, max: 20 }), usage: fc.nat(20), idle: fc.nat(20), ownReserved: fc.nat(10), ownUsage: fc.nat(10), n: fc.integer({ min: 1, max: 5 }) }),
+      fc.record({
+        limit: fc.integer({ min: 0, max: 20 }),
+        usage: fc.nat(20),
+        idle: fc.nat(20),
+        ownReserved: fc.nat(10),
+        ownUsage: fc.nat(10),
+        n: fc.integer({ min: 1, max: 5 }),
+      }),
       (c) => {
         const own = { reserved: BigInt(c.ownReserved), usage: BigInt(c.ownUsage) };
         // The application's idle sum includes the namespace's own idle part.

@@ -99,6 +99,10 @@ export type ErrorCode = Schemas['ErrorCode'] | 'RATE_LIMITED' | 'LEASE_LOST';
 export type TaskState = Schemas['TaskState'];
 export type ApplicationResources = FromWire<Schemas['ApplicationResources']>;
 export type ConfigureApplicationResourcesResult = FromWire<Schemas['ConfigureApplicationResourcesResult']>;
+/** One namespace's floors (its reservations of the application's limits) and its usage (counts as numbers). */
+export type NamespaceResources = FromWire<Schemas['NamespaceResources']>;
+export type NamespaceResourcesList = FromWire<Schemas['NamespaceResourcesList']>;
+export type ConfigureNamespaceResourcesResult = FromWire<Schemas['ConfigureNamespaceResourcesResult']>;
 export type RetentionPolicy = FromWire<Schemas['RetentionPolicy']>;
 export type ConfigureRetentionResult = FromWire<Schemas['ConfigureRetentionResult']>;
 export type Queue = FromWire<Schemas['Queue']>;
@@ -130,6 +134,8 @@ export type SubscriptionEvents = FromWire<Schemas['SubscriptionEvents']>;
 
 export type GetApplicationResourcesInput = OrbitInput<'getApplicationResources'>;
 export type ConfigureApplicationResourcesInput = OrbitInput<'configureApplicationResources'>;
+export type ListNamespaceResourcesInput = OrbitInput<'listNamespaceResources'>;
+export type ConfigureNamespaceResourcesInput = OrbitInput<'configureNamespaceResources'>;
 export type GetRetentionInput = OrbitInput<'getRetention'>;
 export type ConfigureRetentionInput = OrbitInput<'configureRetention'>;
 export type ListQueuesInput = OrbitInput<'listQueues'>;
@@ -473,6 +479,20 @@ export interface OrbitClient {
    * what each limit would mean for the usage of right now.
    */
   configureApplicationResources(input: ConfigureApplicationResourcesInput): Promise<ConfigureApplicationResourcesResult>;
+  /**
+   * GET /v1/application/namespaces: every namespace of the application, by name, with its floors
+   * (`reserved_unfinished_tasks`, `reserved_concurrency`, `reserved_rate_per_second`; 0 for none),
+   * their `revision` and its live usage (counts as numbers).
+   */
+  listNamespaceResources(input?: ListNamespaceResourcesInput): Promise<NamespaceResourcesList>;
+  /**
+   * POST /v1/application/namespaces/{namespace}:configure: replaces one namespace's three floors
+   * (a full replacement), compare-and-set on that namespace's `expected_revision`. Floors whose
+   * sum would exceed the application's limit are 409 STATE_CONFLICT (`details.reserved_sum`,
+   * `details.application_limit`). With `dry_run: true` nothing is written (no receipt either):
+   * the answer is what the change would make, with `dry_run: true` and `effects`.
+   */
+  configureNamespaceResources(input: ConfigureNamespaceResourcesInput): Promise<ConfigureNamespaceResourcesResult>;
   /** GET /v1/application/retention: how long finished history is kept (an absent duration: forever). */
   getRetention(input?: GetRetentionInput): Promise<RetentionPolicy>;
   /** POST /v1/application/retention:configure: replaces the retention policy (a full replacement: an absent duration keeps that history forever). */
@@ -763,6 +783,8 @@ export function createOrbitClient(options: OrbitClientOptions): OrbitClient {
   const client: OrbitClient = {
     getApplicationResources: (input) => call('getApplicationResources', input),
     configureApplicationResources: (input) => call('configureApplicationResources', input),
+    listNamespaceResources: (input) => call('listNamespaceResources', input),
+    configureNamespaceResources: (input) => call('configureNamespaceResources', input),
     getRetention: (input) => call('getRetention', input),
     configureRetention: (input) => call('configureRetention', input),
     listQueues: (input) => call('listQueues', input),

@@ -52,6 +52,26 @@ export function notFound(what: string): OrbitError {
   return new OrbitError('NOT_FOUND', `${what} not found`);
 }
 
+/**
+ * The namespaces' floors would not fit in the application's limit (domain/floor-sums.ts): a
+ * namespace's configure that would raise their sum above it (`by: 'floor'`), or the
+ * application's that would lower the limit below it (`by: 'limit'`). Both figures are named.
+ */
+export function floorsAboveLimit(by: 'floor' | 'limit', found: { reserved: string; limit: string; reservedSum: number; applicationLimit: number }): OrbitError {
+  const message =
+    by === 'floor'
+      ? `the namespaces' ${found.reserved} would total ${found.reservedSum}, above the application's ${found.limit} ${found.applicationLimit}`
+      : `the namespaces' ${found.reserved} total ${found.reservedSum}, above the new ${found.limit} ${found.applicationLimit}: lower the reservations first`;
+  return new OrbitError('STATE_CONFLICT', message, {
+    details: {
+      field: by === 'floor' ? found.reserved : found.limit,
+      limit: found.limit,
+      reserved_sum: found.reservedSum,
+      application_limit: found.applicationLimit,
+    },
+  });
+}
+
 /** A configure's compare-and-set lost: `expected_revision` is not the row's current revision. */
 export function revisionConflict(expected: string, current: string): OrbitError {
   return new OrbitError('STATE_CONFLICT', `expected_revision is ${expected} but the current revision is ${current}`, {

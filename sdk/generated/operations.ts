@@ -7,6 +7,8 @@ import type { paths } from './openapi.ts';
 export type SdkOperationId =
   | "getApplicationResources"
   | "configureApplicationResources"
+  | "listNamespaceResources"
+  | "configureNamespaceResources"
   | "getRetention"
   | "configureRetention"
   | "listQueues"
@@ -56,6 +58,8 @@ export interface SdkOperation {
 export const OPERATIONS: { readonly [K in SdkOperationId]: SdkOperation } = {
   getApplicationResources: { method: "GET", path: "/v1/application/resources", pathParams: [], query: [], idempotent: false, body: false },
   configureApplicationResources: { method: "POST", path: "/v1/application/resources:configure", pathParams: [], query: [], idempotent: true, body: true },
+  listNamespaceResources: { method: "GET", path: "/v1/application/namespaces", pathParams: [], query: [], idempotent: false, body: false },
+  configureNamespaceResources: { method: "POST", path: "/v1/application/namespaces/{namespace}:configure", pathParams: ["namespace"], query: [], idempotent: true, body: true },
   getRetention: { method: "GET", path: "/v1/application/retention", pathParams: [], query: [], idempotent: false, body: false },
   configureRetention: { method: "POST", path: "/v1/application/retention:configure", pathParams: [], query: [], idempotent: true, body: true },
   listQueues: { method: "GET", path: "/v1/queues", pathParams: [], query: ["limit", "cursor"], idempotent: false, body: false },
@@ -89,7 +93,7 @@ export const OPERATIONS: { readonly [K in SdkOperationId]: SdkOperation } = {
 };
 
 /** Every property that is a usage count (`$ref: '#/components/schemas/Counter'`) in some response: the SDK returns these as numbers. */
-export const COUNT_FIELDS = ["active_attempts", "deferred_full", "fired", "pending_starts", "skipped_misfire", "unfinished_tasks", "usage"] as const;
+export const COUNT_FIELDS = ["active_attempts", "deferred_full", "fired", "idle_reserved_concurrency", "idle_reserved_rate_per_second", "idle_reserved_unfinished_tasks", "pending_starts", "skipped_misfire", "starts_this_second", "unfinished_tasks", "usage"] as const;
 export type CountField = (typeof COUNT_FIELDS)[number];
 
 /**
@@ -99,9 +103,12 @@ export type CountField = (typeof COUNT_FIELDS)[number];
  */
 export type Counts = 'count' | 'count?' | readonly [Counts] | { readonly [property: string]: Counts };
 
-const ApplicationResourcesCounts: Counts = { unfinished_tasks: 'count', active_attempts: 'count', pending_starts: 'count' };
+const ApplicationResourcesCounts: Counts = { unfinished_tasks: 'count', active_attempts: 'count', pending_starts: 'count', idle_reserved_unfinished_tasks: 'count', idle_reserved_concurrency: 'count', idle_reserved_rate_per_second: 'count' };
 const ConfigureEffectCounts: Counts = { usage: 'count' };
 const ConfigureApplicationResourcesResultCounts: Counts = { resources: ApplicationResourcesCounts, effects: [ConfigureEffectCounts] };
+const NamespaceResourcesCounts: Counts = { unfinished_tasks: 'count', active_attempts: 'count', pending_starts: 'count', starts_this_second: 'count' };
+const NamespaceResourcesListCounts: Counts = { namespaces: [NamespaceResourcesCounts] };
+const ConfigureNamespaceResourcesResultCounts: Counts = { namespace_resources: NamespaceResourcesCounts, effects: [ConfigureEffectCounts] };
 const QueueCounts: Counts = { unfinished_tasks: 'count', active_attempts: 'count', pending_starts: 'count' };
 const QueuePageCounts: Counts = { queues: [QueueCounts] };
 const QueueResultCounts: Counts = { queue: QueueCounts };
@@ -114,6 +121,8 @@ const ScheduleResultCounts: Counts = { schedule: ScheduleCounts };
 export const RESPONSE_COUNTS: { readonly [K in SdkOperationId]?: Counts } = {
   getApplicationResources: ApplicationResourcesCounts,
   configureApplicationResources: ConfigureApplicationResourcesResultCounts,
+  listNamespaceResources: NamespaceResourcesListCounts,
+  configureNamespaceResources: ConfigureNamespaceResourcesResultCounts,
   listQueues: QueuePageCounts,
   createQueue: QueueResultCounts,
   getQueue: QueueCounts,

@@ -285,13 +285,18 @@ export interface paths {
          *     you read (GET /v1/application/resources) as `expected_revision`; if someone changed the limits
          *     since, the answer is 409 STATE_CONFLICT with `details.current_revision` and nothing changes.
          *     A limit may be set below current usage: nothing is cancelled, new work waits until usage is
-         *     below it.
+         *     below it. A limit may not be set below the sum of the namespaces' floors of it
+         *     (`reserved_*` in GET /v1/application/resources): that is 409 STATE_CONFLICT naming the
+         *     limit, both figures (`details.reserved_sum`, `details.application_limit`) - lower the
+         *     reservations first (POST /v1/application/namespaces/{namespace}:configure).
          *
          *     **Dry run.** With `dry_run: true` the change is checked as a real one is - the body (400),
          *     the credential's action (403), `expected_revision` (409 STATE_CONFLICT) - and answered as
          *     it would be answered: `resources` with the new limits, live usage and the revision the
          *     change would get (the current one + 1), plus `dry_run: true` and `effects`, one entry per
-         *     limit saying what it would mean with the usage of right now (see ConfigureEffect).
+         *     limit saying what it would mean with the usage of right now (see ConfigureEffect) and, for
+         *     a changed limit that namespaces reserve part of, how much of it their floors hold. A
+         *     limit below the floors' sum is the same 409 STATE_CONFLICT as a real configure.
          *     Nothing at all is written: no limits, no revision, no audit record, no event, no
          *     idempotency receipt. The `Idempotency-Key` header is still required (and validated), but
          *     a dry run never looks up or keeps a receipt: a key already used by a real configure is not
@@ -302,6 +307,84 @@ export interface paths {
          *     Credential action: `application:resources:manage`.
          */
         post: operations["configureApplicationResources"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/application/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the namespaces' floors and usage
+         * @description Every namespace of the caller's application, by name: its floors - the part of each of
+         *     the application's three limits reserved for it (`reserved_*`, 0 for none) - their
+         *     configuration `revision`, and its live usage: `unfinished_tasks`, `active_attempts`,
+         *     `pending_starts` and `starts_this_second` (its Starts in the application's current
+         *     one-second window). One database read, a consistent snapshot.
+         *
+         *     A namespace may always use its own reservation; the part of every other namespace's
+         *     reservation that that namespace is not using is off limits to it; beyond that the
+         *     application's room is shared. The sums and their idle part are in
+         *     GET /v1/application/resources.
+         *
+         *     Credential action: `application:resources:read`.
+         */
+        get: operations["listNamespaceResources"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/application/namespaces/{namespace}:configure": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change a namespace's floors
+         * @description Replaces the three floors of one namespace of the caller's application (any namespace of
+         *     it, not only the caller's own; 404 NOT_FOUND for a name the application has not):
+         *     `reserved_unfinished_tasks`, `reserved_concurrency` and `reserved_rate_per_second`, each
+         *     the part of the application's limit of that name kept for this namespace (0: none). A
+         *     full replacement, compare-and-set on the namespace's own `revision` (from
+         *     GET /v1/application/namespaces; 409 STATE_CONFLICT with `details.current_revision` when
+         *     it moved on).
+         *
+         *     The reservations of all namespaces together never exceed the application's limit: a
+         *     change that would make a sum larger is 409 STATE_CONFLICT naming the limit, the sum it
+         *     would make and the limit (`details.limit`, `details.reserved_sum`,
+         *     `details.application_limit`), and changes nothing. A floor may be set below the
+         *     namespace's usage, or lowered, at any time: nothing is cancelled or revoked, only the
+         *     room the others may take changes.
+         *
+         *     The floors, the revision + 1, an audit record (`namespace.resources.configure`, in the
+         *     caller's namespace), the event `namespace.resources.configured` (in the caller's
+         *     namespace's feed) and the idempotency receipt commit in one transaction. The same key and
+         *     body replays the original answer with `deduplicated: true`.
+         *
+         *     **Dry run.** With `dry_run: true` the change is checked as a real one is - the body (400),
+         *     the credential's action (403), the namespace (404), `expected_revision` and the sums
+         *     (409 STATE_CONFLICT) - and answered as it would be, with `dry_run: true` and `effects`,
+         *     one entry per floor saying what it would mean with the namespace's usage of right now
+         *     (see ConfigureEffect). Nothing is written and no receipt is looked up or kept.
+         *
+         *     Credential action: `application:resources:configure` (`application:resources:manage`
+         *     includes it).
+         */
+        post: operations["configureNamespaceResources"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1090,7 +1173,13 @@ export interface components {
              * @description For INVALID_ARGUMENT, `field` names the offending field and `location` where it is
              *     (body, query, path, header). For APPLICATION_FULL and QUEUE_FULL, `level`
              *     (`application` or `queue`), `limit` (the limit that is reached, e.g.
-             *     `max_unfinished_tasks`) and, for a queue, `queue`; never usage figures. For
+             *     `max_unfinished_tasks`) and, for a queue, `queue`; never usage figures. An
+             *     APPLICATION_FULL whose room left is held by other namespaces' floors (their
+             *     reservations they are not using) adds `reserved_by_other_namespaces: true`, without
+             *     naming them. For STATE_CONFLICT, `current_revision` (with `field`) for a stale
+             *     `expected_revision`; for floors that would not fit in the application's limits,
+             *     `limit` (the application's limit), `reserved_sum` (what the namespaces' reservations
+             *     of it would total) and `application_limit` (its value), with `field`. For
              *     PERMISSION_DENIED, `action`. For METHOD_NOT_ALLOWED, `allow` (the methods served).
              */
             details?: Record<string, never>;
@@ -1102,6 +1191,15 @@ export interface components {
         /**
          * @description The application's three shared limits (JSON integers) and their live usage (decimal
          *     strings: uint64 counters, see Counter), together with the configuration `revision`.
+         *
+         *     The namespaces' floors (GET /v1/application/namespaces): `reserved_*` are the sums of the
+         *     namespaces' reservations of each limit (never above the limit: a configure that would
+         *     make them so is refused), and `idle_reserved_*` the part of them their namespaces are
+         *     not using right now - for each namespace max(0, reserved - its usage), summed; for the
+         *     rate, its starts in the current one-second window count as its usage. The idle part is
+         *     off limits to every namespace but its owner, so a namespace without a reservation has
+         *     room for `max - usage - idle_reserved` more (docs: quotas-and-locking.md#floors). All of
+         *     it comes from one database read.
          */
         ApplicationResources: {
             application_id: components["schemas"]["Id"];
@@ -1112,6 +1210,18 @@ export interface components {
             active_attempts: components["schemas"]["Counter"];
             pending_starts: components["schemas"]["Counter"];
             rate_per_second: number;
+            /** @description The sum of the namespaces' `reserved_unfinished_tasks` (at most `max_unfinished_tasks`). */
+            reserved_unfinished_tasks: number;
+            /** @description The sum of the namespaces' `reserved_concurrency` (at most `max_concurrency`). */
+            reserved_concurrency: number;
+            /** @description The sum of the namespaces' `reserved_rate_per_second` (at most `rate_per_second`). */
+            reserved_rate_per_second: number;
+            /** @description The part of `reserved_unfinished_tasks` its namespaces are not using now. */
+            idle_reserved_unfinished_tasks: components["schemas"]["Counter"];
+            /** @description The part of `reserved_concurrency` its namespaces are not using now. */
+            idle_reserved_concurrency: components["schemas"]["Counter"];
+            /** @description The part of `reserved_rate_per_second` not used by its namespaces' starts in the current one-second window (all of it when no window is open). */
+            idle_reserved_rate_per_second: components["schemas"]["Counter"];
         };
         /** @description A full replacement - every field is required; nothing keeps its old value by omission. */
         ConfigureApplicationResourcesRequest: {
@@ -1134,14 +1244,17 @@ export interface components {
         /**
          * @description What one limit of a configure would mean right now, in a dry run's `effects`. Today there
          *     is one entry per limit of the object configured - `limit` is `max_unfinished_tasks`,
-         *     `max_concurrency` or `rate_per_second` - but entries of other kinds may be added later
-         *     (for example reservations that would no longer fit): a client must ignore an entry whose
-         *     `limit` it does not know.
+         *     `max_concurrency` or `rate_per_second` for the application and a queue, and
+         *     `reserved_unfinished_tasks`, `reserved_concurrency` or `reserved_rate_per_second` for a
+         *     namespace's floors - but entries of other kinds may be added later: a client must ignore
+         *     an entry whose `limit` it does not know.
          *
          *     `usage` is what the limit is held against now (a snapshot, like a GET): for
          *     `max_unfinished_tasks` the unfinished tasks, for `max_concurrency` the active attempts, and
          *     for `rate_per_second` the Starts granted in the current one-second window plus the
          *     reservations not yet started (`pending_starts`) - what a claim counts against the rate.
+         *     For a namespace's floors it is the namespace's own: its unfinished tasks, its active
+         *     attempts, its Starts in the application's current window (`starts_this_second`).
          *     `effect` is one line for a human and may be reworded: "unchanged", "room for N more …", or
          *     what would be refused now and until when, e.g. `unfinished tasks 120 > new
          *     max_unfinished_tasks 100: submissions refused (APPLICATION_FULL) until 21 finish` (work
@@ -1149,7 +1262,7 @@ export interface components {
          */
         ConfigureEffect: {
             /**
-             * @description The limit this entry is about (`max_unfinished_tasks`, `max_concurrency`, `rate_per_second`; ignore others).
+             * @description The limit this entry is about (`max_unfinished_tasks`, `max_concurrency`, `rate_per_second`, `reserved_unfinished_tasks`, `reserved_concurrency`, `reserved_rate_per_second`; ignore others).
              * @example max_unfinished_tasks
              */
             limit: string;
@@ -1163,6 +1276,56 @@ export interface components {
              * @example unfinished tasks 120 > new max_unfinished_tasks 100: submissions refused (APPLICATION_FULL) until 21 finish
              */
             effect: string;
+        };
+        /**
+         * @description A namespace's name, unique within its application.
+         * @example shop
+         */
+        NamespaceName: string;
+        /**
+         * @description One namespace's floors - the part of each of the application's three limits reserved for
+         *     it (JSON integers, 0 for none) - with their configuration `revision`, and its live usage
+         *     (decimal strings, see Counter). `starts_this_second` counts its Starts in the
+         *     application's current one-second window (0 when none is open).
+         */
+        NamespaceResources: {
+            namespace: components["schemas"]["NamespaceName"];
+            namespace_id: components["schemas"]["Id"];
+            /** @enum {string} */
+            environment: "development" | "staging" | "production";
+            revision: components["schemas"]["Revision"];
+            reserved_unfinished_tasks: number;
+            reserved_concurrency: number;
+            reserved_rate_per_second: number;
+            unfinished_tasks: components["schemas"]["Counter"];
+            active_attempts: components["schemas"]["Counter"];
+            pending_starts: components["schemas"]["Counter"];
+            starts_this_second: components["schemas"]["Counter"];
+        };
+        NamespaceResourcesList: {
+            /** @description Every namespace of the application, ordered by name. */
+            namespaces: components["schemas"]["NamespaceResources"][];
+        };
+        /** @description A full replacement - every field is required; nothing keeps its old value by omission. */
+        ConfigureNamespaceResourcesRequest: {
+            expected_revision: components["schemas"]["Revision"];
+            reason: components["schemas"]["Reason"];
+            /** @description Unfinished tasks kept for this namespace (0 - none). */
+            reserved_unfinished_tasks: number;
+            /** @description Active attempts kept for this namespace (0 - none). */
+            reserved_concurrency: number;
+            /** @description Starts per second kept for this namespace (0 - none). */
+            reserved_rate_per_second: number;
+            /** @description Check the change and answer what it would set and what it would mean now (`effects`); nothing is written and no receipt is looked up or kept. */
+            dry_run?: boolean;
+        };
+        ConfigureNamespaceResourcesResult: {
+            namespace_resources: components["schemas"]["NamespaceResources"];
+            deduplicated: boolean;
+            /** @description Present and true when nothing was written (a dry run); `namespace_resources` is then what the change would make, with the revision it would get. */
+            dry_run?: boolean;
+            /** @description Only in a dry run - what the change would mean with the namespace's usage of right now, one entry per floor. */
+            effects?: components["schemas"]["ConfigureEffect"][];
         };
         /**
          * @description Seconds, from one minute to ten years.
@@ -1629,11 +1792,11 @@ export interface components {
             audit_id: components["schemas"]["Id"];
             namespace: string;
             credential_id: components["schemas"]["Id"];
-            /** @description e.g. application.resources.configure, application.retention.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume, subscription.create, subscription.pause, subscription.resume */
+            /** @description e.g. application.resources.configure, namespace.resources.configure, application.retention.configure, queue.create, queue.configure, task.cancel, task.resolve, schedule.create, schedule.pause, schedule.resume, subscription.create, subscription.pause, subscription.resume */
             action: string;
             /** @enum {string} */
-            resource_type: "application_resources" | "retention_policy" | "queue" | "task" | "schedule" | "subscription";
-            /** @description The application id, queue name, task id, schedule id or subscription id. */
+            resource_type: "application_resources" | "namespace_resources" | "retention_policy" | "queue" | "task" | "schedule" | "subscription";
+            /** @description The application id, namespace name (namespace_resources), queue name, task id, schedule id or subscription id. */
             resource: string;
             reason: string;
             request_id: components["schemas"]["RequestId"];
@@ -1650,7 +1813,7 @@ export interface components {
             sequence: components["schemas"]["Uint64"];
             event_id: components["schemas"]["Id"];
             /**
-             * @description Management: `application.resources.configured`, `application.retention.configured`, `queue.created`, `queue.configured`,
+             * @description Management: `application.resources.configured`, `namespace.resources.configured`, `application.retention.configured`, `queue.created`, `queue.configured`,
              *     `schedule.created`, `schedule.paused`, `schedule.resumed`, `subscription.created`,
              *     `subscription.paused`, `subscription.resumed`.
              *
@@ -1674,7 +1837,7 @@ export interface components {
              */
             type: string;
             namespace: string;
-            /** @description The application id, queue name, task id, schedule id or subscription id the event is about. */
+            /** @description The application id, namespace name (`namespace.resources.configured`), queue name, task id, schedule id or subscription id the event is about. */
             subject: string;
             data: Record<string, never>;
             occurred_at: components["schemas"]["Timestamp"];
@@ -1718,6 +1881,11 @@ export interface components {
         IdempotencyKey: string;
         /** @example emails */
         Queue: components["schemas"]["QueueName"];
+        /**
+         * @description A namespace of the caller's application, by name.
+         * @example shop-batch
+         */
+        Namespace: components["schemas"]["NamespaceName"];
         /** @example 019cadd456209a7b5c3d1e0f2a4b6c8d */
         TaskId: components["schemas"]["Id"];
         /** @example 019ca9450a009c1f5b8d2a6e0c4f7b3d */
@@ -2048,7 +2216,13 @@ export interface operations {
                      *         "max_concurrency": 200,
                      *         "active_attempts": "37",
                      *         "pending_starts": "3",
-                     *         "rate_per_second": 500
+                     *         "rate_per_second": 500,
+                     *         "reserved_unfinished_tasks": 500,
+                     *         "reserved_concurrency": 20,
+                     *         "reserved_rate_per_second": 100,
+                     *         "idle_reserved_unfinished_tasks": "100",
+                     *         "idle_reserved_concurrency": "8",
+                     *         "idle_reserved_rate_per_second": "98"
                      *       }
                      *     }
                      */
@@ -2094,6 +2268,110 @@ export interface operations {
                     "application/json": {
                         request_id: components["schemas"]["RequestId"];
                         data: components["schemas"]["ConfigureApplicationResourcesResult"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    listNamespaceResources: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every namespace of the application, ordered by name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "request_id": "8d3f1a6c2e9b4d7f0a5c3e1b9d7f2a4c",
+                     *       "data": {
+                     *         "namespaces": [
+                     *           {
+                     *             "namespace": "shop",
+                     *             "namespace_id": "019c186e2e8070a18c0b1d3f5a7c9e2b",
+                     *             "environment": "production",
+                     *             "revision": "2",
+                     *             "reserved_unfinished_tasks": 500,
+                     *             "reserved_concurrency": 20,
+                     *             "reserved_rate_per_second": 100,
+                     *             "unfinished_tasks": "400",
+                     *             "active_attempts": "12",
+                     *             "pending_starts": "1",
+                     *             "starts_this_second": "2"
+                     *           },
+                     *           {
+                     *             "namespace": "shop-batch",
+                     *             "namespace_id": "019c186e2e8071b28c0b1d3f5a7c9e2b",
+                     *             "environment": "production",
+                     *             "revision": "1",
+                     *             "reserved_unfinished_tasks": 0,
+                     *             "reserved_concurrency": 0,
+                     *             "reserved_rate_per_second": 0,
+                     *             "unfinished_tasks": "850",
+                     *             "active_attempts": "25",
+                     *             "pending_starts": "2",
+                     *             "starts_this_second": "0"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["NamespaceResourcesList"];
+                    };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    configureNamespaceResources: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description 1-128 printable non-space ASCII characters; the operation's identity within the namespace.
+                 *     A key is remembered for the application's `receipt_retention_seconds` (default 7 days,
+                 *     GET /v1/application/retention) after its request succeeded, and for as long as the task
+                 *     it created is unfinished, however old. A replay after that is a new request: a
+                 *     submission makes a new task, a create of a named resource that exists is 409
+                 *     STATE_CONFLICT.
+                 * @example welcome-42
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description A namespace of the caller's application, by name.
+                 * @example shop-batch
+                 */
+                namespace: components["parameters"]["Namespace"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConfigureNamespaceResourcesRequest"];
+            };
+        };
+        responses: {
+            /** @description The namespace's floors after the change (or, for a replay, the original snapshot; for a dry run, the floors the change would set, with their effects). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        request_id: components["schemas"]["RequestId"];
+                        data: components["schemas"]["ConfigureNamespaceResourcesResult"];
                     };
                 };
             };

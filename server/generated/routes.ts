@@ -29,6 +29,8 @@ export type OperationId =
   | "connectWorker"
   | "getApplicationResources"
   | "configureApplicationResources"
+  | "listNamespaceResources"
+  | "configureNamespaceResources"
   | "getRetention"
   | "configureRetention"
   | "listQueues"
@@ -351,6 +353,42 @@ export const routes: readonly RouteSpec[] = [
       query: validators.configureApplicationResources_query,
       headers: validators.configureApplicationResources_headers,
       body: validators.configureApplicationResources_body,
+    },
+  },
+  {
+    operationId: "listNamespaceResources",
+    method: "GET",
+    path: "/v1/application/namespaces",
+    honoPath: "/v1/application/namespaces",
+    queryParams: {},
+    headerParams: [],
+    hasBody: false,
+    maxBodyBytes: 1048576,
+    action: "application:resources:read",
+    raw: false,
+    validate: {
+      path: validators.listNamespaceResources_path,
+      query: validators.listNamespaceResources_query,
+      headers: validators.listNamespaceResources_headers,
+      body: null,
+    },
+  },
+  {
+    operationId: "configureNamespaceResources",
+    method: "POST",
+    path: "/v1/application/namespaces/{namespace}:configure",
+    honoPath: "/v1/application/namespaces/:namespace{[^/]+:configure}",
+    queryParams: {},
+    headerParams: ["Idempotency-Key"],
+    hasBody: true,
+    maxBodyBytes: 1048576,
+    action: "application:resources:configure",
+    raw: false,
+    validate: {
+      path: validators.configureNamespaceResources_path,
+      query: validators.configureNamespaceResources_query,
+      headers: validators.configureNamespaceResources_headers,
+      body: validators.configureNamespaceResources_body,
     },
   },
   {

@@ -2101,7 +2101,9 @@ return errors === 0;
 }
 validate68.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema81 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema81 = {"type":"object","additionalProperties":false,"required":["namespace"],"properties":{"namespace":{"$ref":"https://orbit.invalid/openapi/components#/$defs/NamespaceName"}}};
+const schema82 = {"type":"string","description":"A namespace's name, unique within its application.","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
+const pattern7 = new RegExp("^[a-z0-9][a-z0-9._-]{0,62}$", "u");
 
 function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2114,8 +2116,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema81,data};
+if(data.namespace === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "namespace"},message:"must have required property '"+"namespace"+"'",schema:schema81.required,parentSchema:schema81,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2124,9 +2126,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema81.type,parentSchema:schema81,data};
+for(const key0 in data){
+if(!(key0 === "namespace")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema81,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2135,12 +2137,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.namespace !== undefined){
+let data0 = data.namespace;
+if(typeof data0 === "string"){
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/namespace",schemaPath:"https://orbit.invalid/openapi/components#/$defs/NamespaceName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema82,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/namespace",schemaPath:"https://orbit.invalid/openapi/components#/$defs/NamespaceName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema82.type,parentSchema:schema82,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema81.type,parentSchema:schema81,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate69.errors = vErrors;
 return errors === 0;
 }
 validate69.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema82 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema83 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2154,7 +2193,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema82,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema83,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2165,7 +2204,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema82.type,parentSchema:schema82,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema83.type,parentSchema:schema83,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2179,7 +2218,7 @@ return errors === 0;
 }
 validate70.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema83 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema84 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2193,7 +2232,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema83.required,parentSchema:schema83,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema84.required,parentSchema:schema84,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2204,7 +2243,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema83,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema84,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2218,7 +2257,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema83.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema84.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2229,7 +2268,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema83.properties["Idempotency-Key"].type,parentSchema:schema83.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema84.properties["Idempotency-Key"].type,parentSchema:schema84.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2241,7 +2280,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema83.type,parentSchema:schema83,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema84.type,parentSchema:schema84,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2255,9 +2294,8 @@ return errors === 0;
 }
 validate71.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema84 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureRetentionRequest"};
-const schema85 = {"type":"object","additionalProperties":false,"description":"A full replacement: a duration absent here keeps that history forever (nothing keeps its\nold value by omission). Defaults of a new application: finished tasks, events and\nreceipts 604800 (7 days), audit records 31536000 (365 days), subscription lag 2592000\n(30 days).\n","required":["expected_revision","reason"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"finished_task_retention_seconds":{"description":"How long a finished task (SUCCEEDED, FAILED, CANCELLED, EXPIRED) is kept after it finished, with its attempts; also how long a closed worker session is kept.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"event_retention_seconds":{"description":"How long an event is kept after it occurred, unless an ACTIVE subscription of its namespace has not acknowledged it yet.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"receipt_retention_seconds":{"description":"The idempotency window - how long a key is remembered after its request succeeded (and always while its task is unfinished).","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"audit_retention_seconds":{"description":"How long an audit record is kept.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"subscription_max_lag_seconds":{"description":"How long after it occurred an event an ACTIVE subscription has not acknowledged is still kept for it; past that it is pruned and the subscription is told (its reads answer 409 STATE_CONFLICT with `pruned_through` and `oldest_sequence` until it acknowledges past them). Absent - kept until acknowledged.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"dry_run":{"type":"boolean","description":"Check the change and answer the policy it would set; nothing is written and no receipt is kept."}}};
-const schema88 = {"type":"integer","minimum":60,"maximum":315360000,"description":"Seconds, from one minute to ten years."};
+const schema85 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureNamespaceResourcesRequest"};
+const schema86 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required; nothing keeps its old value by omission.","required":["expected_revision","reason","reserved_unfinished_tasks","reserved_concurrency","reserved_rate_per_second"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"reserved_unfinished_tasks":{"type":"integer","minimum":0,"maximum":100000000,"description":"Unfinished tasks kept for this namespace (0 - none)."},"reserved_concurrency":{"type":"integer","minimum":0,"maximum":1000000,"description":"Active attempts kept for this namespace (0 - none)."},"reserved_rate_per_second":{"type":"integer","minimum":0,"maximum":10000000,"description":"Starts per second kept for this namespace (0 - none)."},"dry_run":{"type":"boolean","description":"Check the change and answer what it would set and what it would mean now (`effects`); nothing is written and no receipt is looked up or kept."}}};
 
 function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2271,7 +2309,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.expected_revision === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema85.required,parentSchema:schema85,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema86.required,parentSchema:schema86,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2281,7 +2319,579 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema85.required,parentSchema:schema85,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema86.required,parentSchema:schema86,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.reserved_unfinished_tasks === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reserved_unfinished_tasks"},message:"must have required property '"+"reserved_unfinished_tasks"+"'",schema:schema86.required,parentSchema:schema86,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.reserved_concurrency === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reserved_concurrency"},message:"must have required property '"+"reserved_concurrency"+"'",schema:schema86.required,parentSchema:schema86,data};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data.reserved_rate_per_second === undefined){
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reserved_rate_per_second"},message:"must have required property '"+"reserved_rate_per_second"+"'",schema:schema86.required,parentSchema:schema86,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+for(const key0 in data){
+if(!((((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "reserved_unfinished_tasks")) || (key0 === "reserved_concurrency")) || (key0 === "reserved_rate_per_second")) || (key0 === "dry_run"))){
+const err5 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema86,data};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(data.expected_revision !== undefined){
+let data0 = data.expected_revision;
+if(typeof data0 === "string"){
+if(!pattern5.test(data0)){
+const err6 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/pattern",keyword:"pattern",params:{pattern: "^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema76,data:data0};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/expected_revision",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Revision/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema76.type,parentSchema:schema76,data:data0};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data1 = data.reason;
+if(typeof data1 === "string"){
+if(func1(data1) > 1024){
+const err8 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(func1(data1) < 1){
+const err9 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+if(!pattern6.test(data1)){
+const err10 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+else {
+const err11 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data1};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+if(data.reserved_unfinished_tasks !== undefined){
+let data2 = data.reserved_unfinished_tasks;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err12 = {instancePath:instancePath+"/reserved_unfinished_tasks",schemaPath:"#/properties/reserved_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.reserved_unfinished_tasks.type,parentSchema:schema86.properties.reserved_unfinished_tasks,data:data2};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 100000000 || isNaN(data2)){
+const err13 = {instancePath:instancePath+"/reserved_unfinished_tasks",schemaPath:"#/properties/reserved_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema86.properties.reserved_unfinished_tasks,data:data2};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+if(data2 < 0 || isNaN(data2)){
+const err14 = {instancePath:instancePath+"/reserved_unfinished_tasks",schemaPath:"#/properties/reserved_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema86.properties.reserved_unfinished_tasks,data:data2};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+}
+if(data.reserved_concurrency !== undefined){
+let data3 = data.reserved_concurrency;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err15 = {instancePath:instancePath+"/reserved_concurrency",schemaPath:"#/properties/reserved_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.reserved_concurrency.type,parentSchema:schema86.properties.reserved_concurrency,data:data3};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 1000000 || isNaN(data3)){
+const err16 = {instancePath:instancePath+"/reserved_concurrency",schemaPath:"#/properties/reserved_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema86.properties.reserved_concurrency,data:data3};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+if(data3 < 0 || isNaN(data3)){
+const err17 = {instancePath:instancePath+"/reserved_concurrency",schemaPath:"#/properties/reserved_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema86.properties.reserved_concurrency,data:data3};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+}
+if(data.reserved_rate_per_second !== undefined){
+let data4 = data.reserved_rate_per_second;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err18 = {instancePath:instancePath+"/reserved_rate_per_second",schemaPath:"#/properties/reserved_rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema86.properties.reserved_rate_per_second.type,parentSchema:schema86.properties.reserved_rate_per_second,data:data4};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 10000000 || isNaN(data4)){
+const err19 = {instancePath:instancePath+"/reserved_rate_per_second",schemaPath:"#/properties/reserved_rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema86.properties.reserved_rate_per_second,data:data4};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+if(data4 < 0 || isNaN(data4)){
+const err20 = {instancePath:instancePath+"/reserved_rate_per_second",schemaPath:"#/properties/reserved_rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema86.properties.reserved_rate_per_second,data:data4};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+}
+}
+if(data.dry_run !== undefined){
+let data5 = data.dry_run;
+if(typeof data5 !== "boolean"){
+const err21 = {instancePath:instancePath+"/dry_run",schemaPath:"#/properties/dry_run/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema86.properties.dry_run.type,parentSchema:schema86.properties.dry_run,data:data5};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+}
+}
+else {
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema86.type,parentSchema:schema86,data};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+validate73.errors = vErrors;
+return errors === 0;
+}
+validate73.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate72.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate73(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate73.errors : vErrors.concat(validate73.errors);
+errors = vErrors.length;
+}
+validate72.errors = vErrors;
+return errors === 0;
+}
+validate72.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema89 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate75.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema89,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema89.type,parentSchema:schema89,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate75.errors = vErrors;
+return errors === 0;
+}
+validate75.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema90 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate76.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema90,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema90.type,parentSchema:schema90,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate76.errors = vErrors;
+return errors === 0;
+}
+validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema91 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate77.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema91,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema91.type,parentSchema:schema91,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate77.errors = vErrors;
+return errors === 0;
+}
+validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema92 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate78.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema92,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema92.type,parentSchema:schema92,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate78.errors = vErrors;
+return errors === 0;
+}
+validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema93 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate79.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema93,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema93.type,parentSchema:schema93,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate79.errors = vErrors;
+return errors === 0;
+}
+validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema94 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate80.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema94.required,parentSchema:schema94,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema94,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema94.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema94.properties["Idempotency-Key"].type,parentSchema:schema94.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema94.type,parentSchema:schema94,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate80.errors = vErrors;
+return errors === 0;
+}
+validate80.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema95 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureRetentionRequest"};
+const schema96 = {"type":"object","additionalProperties":false,"description":"A full replacement: a duration absent here keeps that history forever (nothing keeps its\nold value by omission). Defaults of a new application: finished tasks, events and\nreceipts 604800 (7 days), audit records 31536000 (365 days), subscription lag 2592000\n(30 days).\n","required":["expected_revision","reason"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"finished_task_retention_seconds":{"description":"How long a finished task (SUCCEEDED, FAILED, CANCELLED, EXPIRED) is kept after it finished, with its attempts; also how long a closed worker session is kept.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"event_retention_seconds":{"description":"How long an event is kept after it occurred, unless an ACTIVE subscription of its namespace has not acknowledged it yet.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"receipt_retention_seconds":{"description":"The idempotency window - how long a key is remembered after its request succeeded (and always while its task is unfinished).","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"audit_retention_seconds":{"description":"How long an audit record is kept.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"subscription_max_lag_seconds":{"description":"How long after it occurred an event an ACTIVE subscription has not acknowledged is still kept for it; past that it is pruned and the subscription is told (its reads answer 409 STATE_CONFLICT with `pruned_through` and `oldest_sequence` until it acknowledges past them). Absent - kept until acknowledged.","allOf":[{"$ref":"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds"}]},"dry_run":{"type":"boolean","description":"Check the change and answer the policy it would set; nothing is written and no receipt is kept."}}};
+const schema99 = {"type":"integer","minimum":60,"maximum":315360000,"description":"Seconds, from one minute to ten years."};
+
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate82.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.expected_revision === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema96.required,parentSchema:schema96,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.reason === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema96.required,parentSchema:schema96,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2292,7 +2902,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "finished_task_retention_seconds")) || (key0 === "event_retention_seconds")) || (key0 === "receipt_retention_seconds")) || (key0 === "audit_retention_seconds")) || (key0 === "subscription_max_lag_seconds")) || (key0 === "dry_run"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema85,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema96,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2375,7 +2985,7 @@ errors++;
 if(data.finished_task_retention_seconds !== undefined){
 let data2 = data.finished_task_retention_seconds;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err9 = {instancePath:instancePath+"/finished_task_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema88.type,parentSchema:schema88,data:data2};
+const err9 = {instancePath:instancePath+"/finished_task_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema99.type,parentSchema:schema99,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -2386,7 +2996,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 315360000 || isNaN(data2)){
-const err10 = {instancePath:instancePath+"/finished_task_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema88,data:data2};
+const err10 = {instancePath:instancePath+"/finished_task_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema99,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -2396,7 +3006,7 @@ vErrors.push(err10);
 errors++;
 }
 if(data2 < 60 || isNaN(data2)){
-const err11 = {instancePath:instancePath+"/finished_task_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema88,data:data2};
+const err11 = {instancePath:instancePath+"/finished_task_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema99,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -2410,7 +3020,7 @@ errors++;
 if(data.event_retention_seconds !== undefined){
 let data3 = data.event_retention_seconds;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err12 = {instancePath:instancePath+"/event_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema88.type,parentSchema:schema88,data:data3};
+const err12 = {instancePath:instancePath+"/event_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema99.type,parentSchema:schema99,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -2421,7 +3031,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 315360000 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/event_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema88,data:data3};
+const err13 = {instancePath:instancePath+"/event_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema99,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -2431,7 +3041,7 @@ vErrors.push(err13);
 errors++;
 }
 if(data3 < 60 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/event_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema88,data:data3};
+const err14 = {instancePath:instancePath+"/event_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema99,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -2445,7 +3055,7 @@ errors++;
 if(data.receipt_retention_seconds !== undefined){
 let data4 = data.receipt_retention_seconds;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err15 = {instancePath:instancePath+"/receipt_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema88.type,parentSchema:schema88,data:data4};
+const err15 = {instancePath:instancePath+"/receipt_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema99.type,parentSchema:schema99,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -2456,7 +3066,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 315360000 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/receipt_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema88,data:data4};
+const err16 = {instancePath:instancePath+"/receipt_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema99,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -2466,7 +3076,7 @@ vErrors.push(err16);
 errors++;
 }
 if(data4 < 60 || isNaN(data4)){
-const err17 = {instancePath:instancePath+"/receipt_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema88,data:data4};
+const err17 = {instancePath:instancePath+"/receipt_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema99,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -2480,7 +3090,7 @@ errors++;
 if(data.audit_retention_seconds !== undefined){
 let data5 = data.audit_retention_seconds;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err18 = {instancePath:instancePath+"/audit_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema88.type,parentSchema:schema88,data:data5};
+const err18 = {instancePath:instancePath+"/audit_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema99.type,parentSchema:schema99,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -2491,7 +3101,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 315360000 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/audit_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema88,data:data5};
+const err19 = {instancePath:instancePath+"/audit_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema99,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -2501,7 +3111,7 @@ vErrors.push(err19);
 errors++;
 }
 if(data5 < 60 || isNaN(data5)){
-const err20 = {instancePath:instancePath+"/audit_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema88,data:data5};
+const err20 = {instancePath:instancePath+"/audit_retention_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema99,data:data5};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -2515,7 +3125,7 @@ errors++;
 if(data.subscription_max_lag_seconds !== undefined){
 let data6 = data.subscription_max_lag_seconds;
 if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err21 = {instancePath:instancePath+"/subscription_max_lag_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema88.type,parentSchema:schema88,data:data6};
+const err21 = {instancePath:instancePath+"/subscription_max_lag_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema99.type,parentSchema:schema99,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -2526,7 +3136,7 @@ errors++;
 }
 if((typeof data6 == "number") && (isFinite(data6))){
 if(data6 > 315360000 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/subscription_max_lag_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema88,data:data6};
+const err22 = {instancePath:instancePath+"/subscription_max_lag_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 315360000},message:"must be <= 315360000",schema:315360000,parentSchema:schema99,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -2536,7 +3146,7 @@ vErrors.push(err22);
 errors++;
 }
 if(data6 < 60 || isNaN(data6)){
-const err23 = {instancePath:instancePath+"/subscription_max_lag_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema88,data:data6};
+const err23 = {instancePath:instancePath+"/subscription_max_lag_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/RetentionSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 60},message:"must be >= 60",schema:60,parentSchema:schema99,data:data6};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -2550,7 +3160,7 @@ errors++;
 if(data.dry_run !== undefined){
 let data7 = data.dry_run;
 if(typeof data7 !== "boolean"){
-const err24 = {instancePath:instancePath+"/dry_run",schemaPath:"#/properties/dry_run/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema85.properties.dry_run.type,parentSchema:schema85.properties.dry_run,data:data7};
+const err24 = {instancePath:instancePath+"/dry_run",schemaPath:"#/properties/dry_run/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema96.properties.dry_run.type,parentSchema:schema96.properties.dry_run,data:data7};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -2562,7 +3172,7 @@ errors++;
 }
 }
 else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema85.type,parentSchema:schema85,data};
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema96.type,parentSchema:schema96,data};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -2571,37 +3181,37 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate73.errors = vErrors;
+validate82.errors = vErrors;
 return errors === 0;
 }
-validate73.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate72.evaluated;
+const evaluated0 = validate81.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate73(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate73.errors : vErrors.concat(validate73.errors);
+if(!(validate82(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate82.errors : vErrors.concat(validate82.errors);
 errors = vErrors.length;
 }
-validate72.errors = vErrors;
+validate81.errors = vErrors;
 return errors === 0;
 }
-validate72.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema93 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema104 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate75.evaluated;
+const evaluated0 = validate84.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2610,7 +3220,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema93,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2621,7 +3231,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema93.type,parentSchema:schema93,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2630,19 +3240,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate75.errors = vErrors;
+validate84.errors = vErrors;
 return errors === 0;
 }
-validate75.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate84.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema94 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-const schema95 = {"type":"string","description":"Opaque page cursor.","pattern":"^[A-Za-z0-9_-]{1,200}$"};
-const pattern10 = new RegExp("^[A-Za-z0-9_-]{1,200}$", "u");
+const schema105 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema106 = {"type":"string","description":"Opaque page cursor.","pattern":"^[A-Za-z0-9_-]{1,200}$"};
+const pattern14 = new RegExp("^[A-Za-z0-9_-]{1,200}$", "u");
 
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate76.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2652,7 +3262,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema94,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema105,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2665,7 +3275,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema94.properties.limit.type,parentSchema:schema94.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema105.properties.limit.type,parentSchema:schema105.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2676,7 +3286,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema94.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema105.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2686,7 +3296,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema94.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema105.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2700,8 +3310,8 @@ errors++;
 if(data.cursor !== undefined){
 let data1 = data.cursor;
 if(typeof data1 === "string"){
-if(!pattern10.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data1};
+if(!pattern14.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema106,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2712,7 +3322,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data1};
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -2724,7 +3334,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema94.type,parentSchema:schema94,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema105.type,parentSchema:schema105,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -2733,17 +3343,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate76.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate76.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema96 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema107 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate77.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2752,7 +3362,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema96,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2763,7 +3373,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema96.type,parentSchema:schema96,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema107.type,parentSchema:schema107,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2772,17 +3382,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate77.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate77.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema97 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema108 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate78.evaluated;
+const evaluated0 = validate87.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2791,7 +3401,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema97,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema108,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2802,7 +3412,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema97.type,parentSchema:schema97,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema108.type,parentSchema:schema108,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2811,17 +3421,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate78.errors = vErrors;
+validate87.errors = vErrors;
 return errors === 0;
 }
-validate78.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema98 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema109 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate79.evaluated;
+const evaluated0 = validate88.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2830,7 +3440,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema98,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema109,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2841,7 +3451,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema98.type,parentSchema:schema98,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema109.type,parentSchema:schema109,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2850,17 +3460,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate88.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema99 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema110 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate80.evaluated;
+const evaluated0 = validate89.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2869,7 +3479,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema99.required,parentSchema:schema99,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema110.required,parentSchema:schema110,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2880,7 +3490,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema99,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema110,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2894,7 +3504,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema99.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema110.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2905,7 +3515,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema99.properties["Idempotency-Key"].type,parentSchema:schema99.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema110.properties["Idempotency-Key"].type,parentSchema:schema110.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2917,7 +3527,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema99.type,parentSchema:schema99,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -2926,20 +3536,19 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate80.errors = vErrors;
+validate89.errors = vErrors;
 return errors === 0;
 }
-validate80.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate89.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema100 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateQueueRequest"};
-const schema101 = {"type":"object","additionalProperties":false,"description":"Limits left out take their defaults (100000, 1000, 10000, key_concurrency 1, not paused).","required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
-const schema102 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
-const pattern12 = new RegExp("^[a-z0-9][a-z0-9._-]{0,62}$", "u");
+const schema111 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateQueueRequest"};
+const schema112 = {"type":"object","additionalProperties":false,"description":"Limits left out take their defaults (100000, 1000, 10000, key_concurrency 1, not paused).","required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"}}};
+const schema113 = {"type":"string","pattern":"^[a-z0-9][a-z0-9._-]{0,62}$"};
 
-function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate82.evaluated;
+const evaluated0 = validate91.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2948,7 +3557,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema101.required,parentSchema:schema101,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema112.required,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -2958,7 +3567,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema101.required,parentSchema:schema101,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema112.required,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -2969,7 +3578,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((((key0 === "name") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema101,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -2982,8 +3591,8 @@ errors++;
 if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(!pattern7.test(data0)){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -2994,7 +3603,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3052,7 +3661,7 @@ errors++;
 if(data.max_unfinished_tasks !== undefined){
 let data2 = data.max_unfinished_tasks;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err9 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema101.properties.max_unfinished_tasks.type,parentSchema:schema101.properties.max_unfinished_tasks,data:data2};
+const err9 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema112.properties.max_unfinished_tasks.type,parentSchema:schema112.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -3063,7 +3672,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 100000000 || isNaN(data2)){
-const err10 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema101.properties.max_unfinished_tasks,data:data2};
+const err10 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema112.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -3073,7 +3682,7 @@ vErrors.push(err10);
 errors++;
 }
 if(data2 < 1 || isNaN(data2)){
-const err11 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema101.properties.max_unfinished_tasks,data:data2};
+const err11 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema112.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -3087,7 +3696,7 @@ errors++;
 if(data.max_concurrency !== undefined){
 let data3 = data.max_concurrency;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err12 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema101.properties.max_concurrency.type,parentSchema:schema101.properties.max_concurrency,data:data3};
+const err12 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema112.properties.max_concurrency.type,parentSchema:schema112.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -3098,7 +3707,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 1000000 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema101.properties.max_concurrency,data:data3};
+const err13 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema112.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3108,7 +3717,7 @@ vErrors.push(err13);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema101.properties.max_concurrency,data:data3};
+const err14 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema112.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3122,7 +3731,7 @@ errors++;
 if(data.rate_per_second !== undefined){
 let data4 = data.rate_per_second;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err15 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema101.properties.rate_per_second.type,parentSchema:schema101.properties.rate_per_second,data:data4};
+const err15 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema112.properties.rate_per_second.type,parentSchema:schema112.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3133,7 +3742,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 10000000 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema101.properties.rate_per_second,data:data4};
+const err16 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema112.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3143,7 +3752,7 @@ vErrors.push(err16);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err17 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema101.properties.rate_per_second,data:data4};
+const err17 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema112.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3157,7 +3766,7 @@ errors++;
 if(data.key_concurrency !== undefined){
 let data5 = data.key_concurrency;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err18 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema101.properties.key_concurrency.type,parentSchema:schema101.properties.key_concurrency,data:data5};
+const err18 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema112.properties.key_concurrency.type,parentSchema:schema112.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3168,7 +3777,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 1000 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema101.properties.key_concurrency,data:data5};
+const err19 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema112.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3178,7 +3787,7 @@ vErrors.push(err19);
 errors++;
 }
 if(data5 < 1 || isNaN(data5)){
-const err20 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema101.properties.key_concurrency,data:data5};
+const err20 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema112.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3192,7 +3801,7 @@ errors++;
 if(data.paused !== undefined){
 let data6 = data.paused;
 if(typeof data6 !== "boolean"){
-const err21 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema101.properties.paused.type,parentSchema:schema101.properties.paused,data:data6};
+const err21 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema112.properties.paused.type,parentSchema:schema112.properties.paused,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3204,7 +3813,7 @@ errors++;
 }
 }
 else {
-const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema101.type,parentSchema:schema101,data};
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema112.type,parentSchema:schema112,data};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3213,37 +3822,37 @@ vErrors.push(err22);
 }
 errors++;
 }
-validate82.errors = vErrors;
+validate91.errors = vErrors;
 return errors === 0;
 }
-validate82.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate81.evaluated;
+const evaluated0 = validate90.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate82(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate82.errors : vErrors.concat(validate82.errors);
+if(!(validate91(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate91.errors : vErrors.concat(validate91.errors);
 errors = vErrors.length;
 }
-validate81.errors = vErrors;
+validate90.errors = vErrors;
 return errors === 0;
 }
-validate81.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema104 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema115 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate84.evaluated;
+const evaluated0 = validate93.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3252,7 +3861,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema104.required,parentSchema:schema104,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema115.required,parentSchema:schema115,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3263,7 +3872,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema104,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema115,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3276,8 +3885,8 @@ errors++;
 if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3288,7 +3897,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3300,7 +3909,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema104.type,parentSchema:schema104,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema115.type,parentSchema:schema115,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3309,17 +3918,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate84.errors = vErrors;
+validate93.errors = vErrors;
 return errors === 0;
 }
-validate84.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema106 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema117 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate85.evaluated;
+const evaluated0 = validate94.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3328,7 +3937,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema106,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema117,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3339,7 +3948,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema106.type,parentSchema:schema106,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema117.type,parentSchema:schema117,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3348,17 +3957,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate85.errors = vErrors;
+validate94.errors = vErrors;
 return errors === 0;
 }
-validate85.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema107 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema118 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate86.evaluated;
+const evaluated0 = validate95.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3367,7 +3976,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema107,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema118,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3378,7 +3987,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema107.type,parentSchema:schema107,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema118.type,parentSchema:schema118,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3387,17 +3996,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate86.errors = vErrors;
+validate95.errors = vErrors;
 return errors === 0;
 }
-validate86.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema108 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema119 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate87.evaluated;
+const evaluated0 = validate96.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3406,7 +4015,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema108.required,parentSchema:schema108,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema119.required,parentSchema:schema119,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3417,7 +4026,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema108,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema119,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3430,8 +4039,8 @@ errors++;
 if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3442,7 +4051,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3454,7 +4063,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema108.type,parentSchema:schema108,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema119.type,parentSchema:schema119,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3463,17 +4072,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate87.errors = vErrors;
+validate96.errors = vErrors;
 return errors === 0;
 }
-validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate96.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema110 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema121 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate88.evaluated;
+const evaluated0 = validate97.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3482,7 +4091,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema110,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema121,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3493,7 +4102,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema110.type,parentSchema:schema110,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema121.type,parentSchema:schema121,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3502,17 +4111,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate88.errors = vErrors;
+validate97.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate97.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema111 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema122 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate89.evaluated;
+const evaluated0 = validate98.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3521,7 +4130,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema111.required,parentSchema:schema111,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema122.required,parentSchema:schema122,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3532,7 +4141,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema111,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema122,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3546,7 +4155,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema111.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema122.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3557,7 +4166,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema111.properties["Idempotency-Key"].type,parentSchema:schema111.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema122.properties["Idempotency-Key"].type,parentSchema:schema122.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3569,7 +4178,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema111.type,parentSchema:schema111,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.type,parentSchema:schema122,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3578,18 +4187,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate89.errors = vErrors;
+validate98.errors = vErrors;
 return errors === 0;
 }
-validate89.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema112 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureQueueRequest"};
-const schema113 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second","key_concurrency","paused"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"},"dry_run":{"type":"boolean","description":"Check the change and answer what it would set and what it would mean now (`effects`); nothing is written and no receipt is looked up or kept."}}};
+const schema123 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ConfigureQueueRequest"};
+const schema124 = {"type":"object","additionalProperties":false,"description":"A full replacement - every field is required.","required":["expected_revision","reason","max_unfinished_tasks","max_concurrency","rate_per_second","key_concurrency","paused"],"properties":{"expected_revision":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Revision"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"max_unfinished_tasks":{"type":"integer","minimum":1,"maximum":100000000},"max_concurrency":{"type":"integer","minimum":1,"maximum":1000000},"rate_per_second":{"type":"integer","minimum":1,"maximum":10000000},"key_concurrency":{"type":"integer","minimum":1,"maximum":1000},"paused":{"type":"boolean"},"dry_run":{"type":"boolean","description":"Check the change and answer what it would set and what it would mean now (`effects`); nothing is written and no receipt is looked up or kept."}}};
 
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate91.evaluated;
+const evaluated0 = validate100.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3598,7 +4207,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.expected_revision === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expected_revision"},message:"must have required property '"+"expected_revision"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3608,7 +4217,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3618,7 +4227,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.max_unfinished_tasks === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_unfinished_tasks"},message:"must have required property '"+"max_unfinished_tasks"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3628,7 +4237,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data.max_concurrency === undefined){
-const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "max_concurrency"},message:"must have required property '"+"max_concurrency"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -3638,7 +4247,7 @@ vErrors.push(err3);
 errors++;
 }
 if(data.rate_per_second === undefined){
-const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rate_per_second"},message:"must have required property '"+"rate_per_second"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -3648,7 +4257,7 @@ vErrors.push(err4);
 errors++;
 }
 if(data.key_concurrency === undefined){
-const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "key_concurrency"},message:"must have required property '"+"key_concurrency"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "key_concurrency"},message:"must have required property '"+"key_concurrency"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -3658,7 +4267,7 @@ vErrors.push(err5);
 errors++;
 }
 if(data.paused === undefined){
-const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "paused"},message:"must have required property '"+"paused"+"'",schema:schema113.required,parentSchema:schema113,data};
+const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "paused"},message:"must have required property '"+"paused"+"'",schema:schema124.required,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -3669,7 +4278,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((((((key0 === "expected_revision") || (key0 === "reason")) || (key0 === "max_unfinished_tasks")) || (key0 === "max_concurrency")) || (key0 === "rate_per_second")) || (key0 === "key_concurrency")) || (key0 === "paused")) || (key0 === "dry_run"))){
-const err7 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema113,data};
+const err7 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -3752,7 +4361,7 @@ errors++;
 if(data.max_unfinished_tasks !== undefined){
 let data2 = data.max_unfinished_tasks;
 if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.properties.max_unfinished_tasks.type,parentSchema:schema113.properties.max_unfinished_tasks,data:data2};
+const err14 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema124.properties.max_unfinished_tasks.type,parentSchema:schema124.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3763,7 +4372,7 @@ errors++;
 }
 if((typeof data2 == "number") && (isFinite(data2))){
 if(data2 > 100000000 || isNaN(data2)){
-const err15 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema113.properties.max_unfinished_tasks,data:data2};
+const err15 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100000000},message:"must be <= 100000000",schema:100000000,parentSchema:schema124.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3773,7 +4382,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data2 < 1 || isNaN(data2)){
-const err16 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113.properties.max_unfinished_tasks,data:data2};
+const err16 = {instancePath:instancePath+"/max_unfinished_tasks",schemaPath:"#/properties/max_unfinished_tasks/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema124.properties.max_unfinished_tasks,data:data2};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3787,7 +4396,7 @@ errors++;
 if(data.max_concurrency !== undefined){
 let data3 = data.max_concurrency;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.properties.max_concurrency.type,parentSchema:schema113.properties.max_concurrency,data:data3};
+const err17 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema124.properties.max_concurrency.type,parentSchema:schema124.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3798,7 +4407,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 1000000 || isNaN(data3)){
-const err18 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema113.properties.max_concurrency,data:data3};
+const err18 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000000},message:"must be <= 1000000",schema:1000000,parentSchema:schema124.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3808,7 +4417,7 @@ vErrors.push(err18);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err19 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113.properties.max_concurrency,data:data3};
+const err19 = {instancePath:instancePath+"/max_concurrency",schemaPath:"#/properties/max_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema124.properties.max_concurrency,data:data3};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3822,7 +4431,7 @@ errors++;
 if(data.rate_per_second !== undefined){
 let data4 = data.rate_per_second;
 if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.properties.rate_per_second.type,parentSchema:schema113.properties.rate_per_second,data:data4};
+const err20 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema124.properties.rate_per_second.type,parentSchema:schema124.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3833,7 +4442,7 @@ errors++;
 }
 if((typeof data4 == "number") && (isFinite(data4))){
 if(data4 > 10000000 || isNaN(data4)){
-const err21 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema113.properties.rate_per_second,data:data4};
+const err21 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/maximum",keyword:"maximum",params:{comparison: "<=", limit: 10000000},message:"must be <= 10000000",schema:10000000,parentSchema:schema124.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3843,7 +4452,7 @@ vErrors.push(err21);
 errors++;
 }
 if(data4 < 1 || isNaN(data4)){
-const err22 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113.properties.rate_per_second,data:data4};
+const err22 = {instancePath:instancePath+"/rate_per_second",schemaPath:"#/properties/rate_per_second/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema124.properties.rate_per_second,data:data4};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3857,7 +4466,7 @@ errors++;
 if(data.key_concurrency !== undefined){
 let data5 = data.key_concurrency;
 if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err23 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema113.properties.key_concurrency.type,parentSchema:schema113.properties.key_concurrency,data:data5};
+const err23 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema124.properties.key_concurrency.type,parentSchema:schema124.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -3868,7 +4477,7 @@ errors++;
 }
 if((typeof data5 == "number") && (isFinite(data5))){
 if(data5 > 1000 || isNaN(data5)){
-const err24 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema113.properties.key_concurrency,data:data5};
+const err24 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000",schema:1000,parentSchema:schema124.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -3878,7 +4487,7 @@ vErrors.push(err24);
 errors++;
 }
 if(data5 < 1 || isNaN(data5)){
-const err25 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema113.properties.key_concurrency,data:data5};
+const err25 = {instancePath:instancePath+"/key_concurrency",schemaPath:"#/properties/key_concurrency/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema124.properties.key_concurrency,data:data5};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -3892,7 +4501,7 @@ errors++;
 if(data.paused !== undefined){
 let data6 = data.paused;
 if(typeof data6 !== "boolean"){
-const err26 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema113.properties.paused.type,parentSchema:schema113.properties.paused,data:data6};
+const err26 = {instancePath:instancePath+"/paused",schemaPath:"#/properties/paused/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema124.properties.paused.type,parentSchema:schema124.properties.paused,data:data6};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -3905,7 +4514,7 @@ errors++;
 if(data.dry_run !== undefined){
 let data7 = data.dry_run;
 if(typeof data7 !== "boolean"){
-const err27 = {instancePath:instancePath+"/dry_run",schemaPath:"#/properties/dry_run/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema113.properties.dry_run.type,parentSchema:schema113.properties.dry_run,data:data7};
+const err27 = {instancePath:instancePath+"/dry_run",schemaPath:"#/properties/dry_run/type",keyword:"type",params:{type: "boolean"},message:"must be boolean",schema:schema124.properties.dry_run.type,parentSchema:schema124.properties.dry_run,data:data7};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -3917,754 +4526,12 @@ errors++;
 }
 }
 else {
-const err28 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema113.type,parentSchema:schema113,data};
+const err28 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema124.type,parentSchema:schema124,data};
 if(vErrors === null){
 vErrors = [err28];
 }
 else {
 vErrors.push(err28);
-}
-errors++;
-}
-validate91.errors = vErrors;
-return errors === 0;
-}
-validate91.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate90.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate91(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate91.errors : vErrors.concat(validate91.errors);
-errors = vErrors.length;
-}
-validate90.errors = vErrors;
-return errors === 0;
-}
-validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema116 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
-
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate93.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema116.required,parentSchema:schema116,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema116,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema116.type,parentSchema:schema116,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate93.errors = vErrors;
-return errors === 0;
-}
-validate93.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema118 = {"type":"object","additionalProperties":false,"required":[],"properties":{"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-const schema119 = {"type":"string","enum":["WAITING","LEASED","RUNNING","NEEDS_REVIEW","SUCCEEDED","FAILED","CANCELLED","EXPIRED"]};
-
-function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate94.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!(((key0 === "state") || (key0 === "limit")) || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema118,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.state !== undefined){
-let data0 = data.state;
-if(typeof data0 !== "string"){
-const err1 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(!((((((((data0 === "WAITING") || (data0 === "LEASED")) || (data0 === "RUNNING")) || (data0 === "NEEDS_REVIEW")) || (data0 === "SUCCEEDED")) || (data0 === "FAILED")) || (data0 === "CANCELLED")) || (data0 === "EXPIRED"))){
-const err2 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values",schema:schema119.enum,parentSchema:schema119,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data1 = data.limit;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema118.properties.limit.type,parentSchema:schema118.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema118.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema118.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data2 = data.cursor;
-if(typeof data2 === "string"){
-if(!pattern10.test(data2)){
-const err6 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data2};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data2};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-}
-else {
-const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema118.type,parentSchema:schema118,data};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-validate94.errors = vErrors;
-return errors === 0;
-}
-validate94.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema121 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate95.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema121,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema121.type,parentSchema:schema121,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate95.errors = vErrors;
-return errors === 0;
-}
-validate95.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema122 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
-
-function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate96.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema122.required,parentSchema:schema122,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema122,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema122.type,parentSchema:schema122,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate96.errors = vErrors;
-return errors === 0;
-}
-validate96.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema124 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate97.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema124,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema124.type,parentSchema:schema124,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate97.errors = vErrors;
-return errors === 0;
-}
-validate97.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema125 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate98.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema125.required,parentSchema:schema125,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema125,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema125.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema125.properties["Idempotency-Key"].type,parentSchema:schema125.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema125.type,parentSchema:schema125,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate98.errors = vErrors;
-return errors === 0;
-}
-validate98.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema126 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
-const schema127 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
-const schema128 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
-const schema129 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
-const schema130 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
-const schema131 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
-const schema132 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
-const schema133 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
-const schema134 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
-const pattern23 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
-
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate100.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.payload === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema127.required,parentSchema:schema127,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(((((((key0 === "payload") || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema127,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.payload !== undefined){
-let data0 = data.payload;
-if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
-const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema128.type,parentSchema:schema128,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(Buffer.byteLength(JSON.stringify(data0), "utf8") > 262144){
-const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema128,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-if(data.priority !== undefined){
-let data1 = data.priority;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema129.type,parentSchema:schema129,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 9 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema129,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema129,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-}
-if(data.resource_key !== undefined){
-let data2 = data.resource_key;
-if(typeof data2 === "string"){
-if(func1(data2) > 128){
-const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema130,data:data2};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-if(func1(data2) < 1){
-const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema130,data:data2};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-if(!pattern23.test(data2)){
-const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema130,data:data2};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-else {
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.type,parentSchema:schema130,data:data2};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-if(data.max_attempts !== undefined){
-let data3 = data.max_attempts;
-if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema131.type,parentSchema:schema131,data:data3};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-if((typeof data3 == "number") && (isFinite(data3))){
-if(data3 > 100 || isNaN(data3)){
-const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema131,data:data3};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-if(data3 < 1 || isNaN(data3)){
-const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema131,data:data3};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-}
-}
-if(data.deadline_seconds !== undefined){
-let data4 = data.deadline_seconds;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema132.type,parentSchema:schema132,data:data4};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 31536000 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema132,data:data4};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema132,data:data4};
-if(vErrors === null){
-vErrors = [err16];
-}
-else {
-vErrors.push(err16);
-}
-errors++;
-}
-}
-}
-if(data.delay_seconds !== undefined){
-let data5 = data.delay_seconds;
-if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema133.type,parentSchema:schema133,data:data5};
-if(vErrors === null){
-vErrors = [err17];
-}
-else {
-vErrors.push(err17);
-}
-errors++;
-}
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 31535999 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema133,data:data5};
-if(vErrors === null){
-vErrors = [err18];
-}
-else {
-vErrors.push(err18);
-}
-errors++;
-}
-if(data5 < 0 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema133,data:data5};
-if(vErrors === null){
-vErrors = [err19];
-}
-else {
-vErrors.push(err19);
-}
-errors++;
-}
-}
-}
-if(data.on_unknown_outcome !== undefined){
-let data6 = data.on_unknown_outcome;
-if(typeof data6 !== "string"){
-const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema134.type,parentSchema:schema134,data:data6};
-if(vErrors === null){
-vErrors = [err20];
-}
-else {
-vErrors.push(err20);
-}
-errors++;
-}
-if(!((data6 === "retry") || (data6 === "review"))){
-const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema134.enum},message:"must be equal to one of the allowed values",schema:schema134.enum,parentSchema:schema134,data:data6};
-if(vErrors === null){
-vErrors = [err21];
-}
-else {
-vErrors.push(err21);
-}
-errors++;
-}
-}
-}
-else {
-const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema127.type,parentSchema:schema127,data};
-if(vErrors === null){
-vErrors = [err22];
-}
-else {
-vErrors.push(err22);
 }
 errors++;
 }
@@ -4693,7 +4560,7 @@ return errors === 0;
 }
 validate99.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema135 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema127 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4707,7 +4574,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema135.required,parentSchema:schema135,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema127.required,parentSchema:schema127,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4718,7 +4585,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema135,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema127,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4731,8 +4598,8 @@ errors++;
 if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4743,7 +4610,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4755,7 +4622,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema135.type,parentSchema:schema135,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema127.type,parentSchema:schema127,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4769,7 +4636,8 @@ return errors === 0;
 }
 validate102.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema137 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema129 = {"type":"object","additionalProperties":false,"required":[],"properties":{"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema130 = {"type":"string","enum":["WAITING","LEASED","RUNNING","NEEDS_REVIEW","SUCCEEDED","FAILED","CANCELLED","EXPIRED"]};
 
 function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4783,7 +4651,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema137,data};
+if(!(((key0 === "state") || (key0 === "limit")) || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema129,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4793,8 +4662,10 @@ vErrors.push(err0);
 errors++;
 }
 }
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema137.type,parentSchema:schema137,data};
+if(data.state !== undefined){
+let data0 = data.state;
+if(typeof data0 !== "string"){
+const err1 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.type,parentSchema:schema130,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4803,12 +4674,94 @@ vErrors.push(err1);
 }
 errors++;
 }
+if(!((((((((data0 === "WAITING") || (data0 === "LEASED")) || (data0 === "RUNNING")) || (data0 === "NEEDS_REVIEW")) || (data0 === "SUCCEEDED")) || (data0 === "FAILED")) || (data0 === "CANCELLED")) || (data0 === "EXPIRED"))){
+const err2 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema130.enum},message:"must be equal to one of the allowed values",schema:schema130.enum,parentSchema:schema130,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema129.properties.limit.type,parentSchema:schema129.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema129.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema129.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data2 = data.cursor;
+if(typeof data2 === "string"){
+if(!pattern14.test(data2)){
+const err6 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema106,data:data2};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+else {
+const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema129.type,parentSchema:schema129,data};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
 validate103.errors = vErrors;
 return errors === 0;
 }
 validate103.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema138 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema132 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4822,7 +4775,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema138,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4833,7 +4786,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema138.type,parentSchema:schema138,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema132.type,parentSchema:schema132,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4847,8 +4800,7 @@ return errors === 0;
 }
 validate104.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema139 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
-const schema140 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
+const schema133 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
 function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4861,8 +4813,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.tasks === undefined){
-const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema140.required,parentSchema:schema140,data};
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema133.required,parentSchema:schema133,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4872,8 +4824,8 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "tasks")){
-const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema140,data};
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema133,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4883,11 +4835,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.tasks !== undefined){
-let data0 = data.tasks;
-if(Array.isArray(data0)){
-if(data0.length > 1000){
-const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema140.properties.tasks,data:data0};
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4896,8 +4848,9 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data0.length < 1){
-const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema140.properties.tasks,data:data0};
+}
+else {
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -4906,11 +4859,10 @@ vErrors.push(err3);
 }
 errors++;
 }
-const len0 = data0.length;
-for(let i0=0; i0<len0; i0++){
-let data1 = data0[i0];
-if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema140.properties.tasks.items.type,parentSchema:schema140.properties.tasks.items,data:data1};
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema133.type,parentSchema:schema133,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -4919,38 +4871,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema140.properties.tasks.type,parentSchema:schema140.properties.tasks,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema140.type,parentSchema:schema140,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
 validate105.errors = vErrors;
 return errors === 0;
 }
 validate105.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema141 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-const schema142 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
-const pattern25 = new RegExp("^[0-9a-f]{32}$", "u");
+const schema135 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4963,8 +4889,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema141.required,parentSchema:schema141,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema135,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4973,9 +4899,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema141,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema135.type,parentSchema:schema135,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4984,49 +4910,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema141.type,parentSchema:schema141,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate106.errors = vErrors;
 return errors === 0;
 }
 validate106.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema143 = {"type":"object","additionalProperties":false,"required":[],"properties":{"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
+const schema136 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5039,238 +4928,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!(key0 === "wait_seconds")){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema143,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.wait_seconds !== undefined){
-let data0 = data.wait_seconds;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema143.properties.wait_seconds.type,parentSchema:schema143.properties.wait_seconds,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 30 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema143.properties.wait_seconds,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 0 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema143.properties.wait_seconds,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema143.type,parentSchema:schema143,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate107.errors = vErrors;
-return errors === 0;
-}
-validate107.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema144 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate108.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema144,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema144.type,parentSchema:schema144,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate108.errors = vErrors;
-return errors === 0;
-}
-validate108.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema145 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate109.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema145.required,parentSchema:schema145,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema145,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema145.type,parentSchema:schema145,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate109.errors = vErrors;
-return errors === 0;
-}
-validate109.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema147 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate110.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema147.type,parentSchema:schema147,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate110.errors = vErrors;
-return errors === 0;
-}
-validate110.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema148 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate111.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema148.required,parentSchema:schema148,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema136.required,parentSchema:schema136,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5281,7 +4940,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema148,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema136,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5295,7 +4954,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema148.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema136.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5306,7 +4965,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema148.properties["Idempotency-Key"].type,parentSchema:schema148.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema136.properties["Idempotency-Key"].type,parentSchema:schema136.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5318,7 +4977,394 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema148.type,parentSchema:schema148,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema136.type,parentSchema:schema136,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate107.errors = vErrors;
+return errors === 0;
+}
+validate107.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema137 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskRequest"};
+const schema138 = {"type":"object","additionalProperties":false,"required":["payload"],"properties":{"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema139 = {"type":"object","description":"Free JSON object, at most 256 KiB as compact JSON.","x-orbit-max-json-bytes":262144};
+const schema140 = {"type":"integer","minimum":0,"maximum":9,"description":"Higher first; default 5."};
+const schema141 = {"type":"string","minLength":1,"maxLength":128,"pattern":"^[^\\p{Cs}]*[^ \\p{Cs}]$","description":"At most the queue's key_concurrency attempts with the same key are reserved or running at once. No trailing space and no unpaired surrogate - MySQL would compare such keys equal to others."};
+const schema142 = {"type":"integer","minimum":1,"maximum":100,"description":"Default 3."};
+const schema143 = {"type":"integer","minimum":1,"maximum":31536000,"description":"Total deadline from acceptance; default 86400."};
+const schema144 = {"type":"integer","minimum":0,"maximum":31535999,"description":"Not claimable before acceptance + delay; must be less than deadline_seconds. Default 0."};
+const schema145 = {"type":"string","enum":["retry","review"],"description":"What a lost lease of a running attempt (an outcome nobody knows) leads to: `retry` (the\ndefault) runs the task again while attempts are left; `review` moves it to NEEDS_REVIEW.\n"};
+const pattern27 = new RegExp("^[^\\p{Cs}]*[^ \\p{Cs}]$", "u");
+
+function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate109.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.payload === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema138.required,parentSchema:schema138,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(((((((key0 === "payload") || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema138,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.payload !== undefined){
+let data0 = data.payload;
+if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
+const err2 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema139.type,parentSchema:schema139,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(Buffer.byteLength(JSON.stringify(data0), "utf8") > 262144){
+const err3 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema139,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.priority !== undefined){
+let data1 = data.priority;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err4 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema140.type,parentSchema:schema140,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 9 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema140,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data1 < 0 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema140,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+if(data.resource_key !== undefined){
+let data2 = data.resource_key;
+if(typeof data2 === "string"){
+if(func1(data2) > 128){
+const err7 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema141,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if(func1(data2) < 1){
+const err8 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema141,data:data2};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(!pattern27.test(data2)){
+const err9 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema141,data:data2};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+else {
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema141.type,parentSchema:schema141,data:data2};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.max_attempts !== undefined){
+let data3 = data.max_attempts;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err11 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema142.type,parentSchema:schema142,data:data3};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 100 || isNaN(data3)){
+const err12 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema142,data:data3};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+if(data3 < 1 || isNaN(data3)){
+const err13 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema142,data:data3};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+}
+if(data.deadline_seconds !== undefined){
+let data4 = data.deadline_seconds;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err14 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema143.type,parentSchema:schema143,data:data4};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 31536000 || isNaN(data4)){
+const err15 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema143,data:data4};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data4 < 1 || isNaN(data4)){
+const err16 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema143,data:data4};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+}
+if(data.delay_seconds !== undefined){
+let data5 = data.delay_seconds;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err17 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema144.type,parentSchema:schema144,data:data5};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 31535999 || isNaN(data5)){
+const err18 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema144,data:data5};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+if(data5 < 0 || isNaN(data5)){
+const err19 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema144,data:data5};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+}
+if(data.on_unknown_outcome !== undefined){
+let data6 = data.on_unknown_outcome;
+if(typeof data6 !== "string"){
+const err20 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema145.type,parentSchema:schema145,data:data6};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+if(!((data6 === "retry") || (data6 === "review"))){
+const err21 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values",schema:schema145.enum,parentSchema:schema145,data:data6};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+}
+}
+else {
+const err22 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema138.type,parentSchema:schema138,data};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+validate109.errors = vErrors;
+return errors === 0;
+}
+validate109.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate108.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate109(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate109.errors : vErrors.concat(validate109.errors);
+errors = vErrors.length;
+}
+validate108.errors = vErrors;
+return errors === 0;
+}
+validate108.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema146 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+
+function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate111.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.queue === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema146.required,parentSchema:schema146,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "queue")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema146,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema146.type,parentSchema:schema146,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5332,8 +5378,46 @@ return errors === 0;
 }
 validate111.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema149 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
-const schema150 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+const schema148 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate112.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema148,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema148.type,parentSchema:schema148,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate112.errors = vErrors;
+return errors === 0;
+}
+validate112.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema149 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5346,8 +5430,533 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema149,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema149.type,parentSchema:schema149,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate113.errors = vErrors;
+return errors === 0;
+}
+validate113.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema150 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest"};
+const schema151 = {"type":"object","additionalProperties":false,"required":["tasks"],"properties":{"tasks":{"type":"array","minItems":1,"maxItems":1000,"description":"1 to 1,000 items, each a `SubmitTaskItem`. Items are checked one by one: an item that\nis not a valid `SubmitTaskItem` is refused in its own result (INVALID_ARGUMENT naming\nthe field, e.g. `tasks[3].priority`) and does not stop the others.\n","items":{"type":"object"}}}};
+
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate114.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.tasks === undefined){
+const err0 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/required",keyword:"required",params:{missingProperty: "tasks"},message:"must have required property '"+"tasks"+"'",schema:schema151.required,parentSchema:schema151,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "tasks")){
+const err1 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema151,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.tasks !== undefined){
+let data0 = data.tasks;
+if(Array.isArray(data0)){
+if(data0.length > 1000){
+const err2 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/maxItems",keyword:"maxItems",params:{limit: 1000},message:"must NOT have more than 1000 items",schema:1000,parentSchema:schema151.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0.length < 1){
+const err3 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema151.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+let data1 = data0[i0];
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err4 = {instancePath:instancePath+"/tasks/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/items/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema151.properties.tasks.items.type,parentSchema:schema151.properties.tasks.items,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/tasks",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/properties/tasks/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema151.properties.tasks.type,parentSchema:schema151.properties.tasks,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubmitTasksRequest/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema151.type,parentSchema:schema151,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate114.errors = vErrors;
+return errors === 0;
+}
+validate114.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema152 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema153 = {"type":"string","description":"A 16-byte identifier as 32 lowercase hex characters.","pattern":"^[0-9a-f]{32}$"};
+const pattern29 = new RegExp("^[0-9a-f]{32}$", "u");
+
+function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate115.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema152.required,parentSchema:schema152,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema152,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema152.type,parentSchema:schema152,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate115.errors = vErrors;
+return errors === 0;
+}
+validate115.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema154 = {"type":"object","additionalProperties":false,"required":[],"properties":{"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
+
+function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate116.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!(key0 === "wait_seconds")){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema154,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.wait_seconds !== undefined){
+let data0 = data.wait_seconds;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema154.properties.wait_seconds.type,parentSchema:schema154.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 30 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema154.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 0 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema154.properties.wait_seconds,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema154.type,parentSchema:schema154,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate116.errors = vErrors;
+return errors === 0;
+}
+validate116.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema155 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate117.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema155,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema155.type,parentSchema:schema155,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate117.errors = vErrors;
+return errors === 0;
+}
+validate117.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema156 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate118.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema156.required,parentSchema:schema156,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema156,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema156.type,parentSchema:schema156,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate118.errors = vErrors;
+return errors === 0;
+}
+validate118.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema158 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate119.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema158,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema158.type,parentSchema:schema158,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate119.errors = vErrors;
+return errors === 0;
+}
+validate119.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema159 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate120.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema159.required,parentSchema:schema159,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema159,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema159.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema159.properties["Idempotency-Key"].type,parentSchema:schema159.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema159.type,parentSchema:schema159,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate120.errors = vErrors;
+return errors === 0;
+}
+validate120.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema160 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CancelTaskRequest"};
+const schema161 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+
+function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate122.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema150.required,parentSchema:schema150,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema161.required,parentSchema:schema161,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5358,7 +5967,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema150,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema161,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5415,7 +6024,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema150.type,parentSchema:schema150,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema161.type,parentSchema:schema161,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5424,37 +6033,37 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate113.errors = vErrors;
+validate122.errors = vErrors;
 return errors === 0;
 }
-validate113.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate112.evaluated;
+const evaluated0 = validate121.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate113(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate113.errors : vErrors.concat(validate113.errors);
+if(!(validate122(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate122.errors : vErrors.concat(validate122.errors);
 errors = vErrors.length;
 }
-validate112.errors = vErrors;
+validate121.errors = vErrors;
 return errors === 0;
 }
-validate112.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema152 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema163 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate115.evaluated;
+const evaluated0 = validate124.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5463,7 +6072,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema152.required,parentSchema:schema152,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema163.required,parentSchema:schema163,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5474,7 +6083,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema152,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema163,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5487,8 +6096,8 @@ errors++;
 if(data.task_id !== undefined){
 let data0 = data.task_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5499,7 +6108,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5511,7 +6120,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema152.type,parentSchema:schema152,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema163.type,parentSchema:schema163,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5520,17 +6129,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate115.errors = vErrors;
+validate124.errors = vErrors;
 return errors === 0;
 }
-validate115.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema154 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema165 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate116.evaluated;
+const evaluated0 = validate125.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5539,7 +6148,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema154,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema165,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5550,7 +6159,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema154.type,parentSchema:schema154,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema165.type,parentSchema:schema165,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5559,17 +6168,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate116.errors = vErrors;
+validate125.errors = vErrors;
 return errors === 0;
 }
-validate116.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate125.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema155 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema166 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate117.evaluated;
+const evaluated0 = validate126.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5578,7 +6187,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema155.required,parentSchema:schema155,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema166.required,parentSchema:schema166,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5589,7 +6198,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema155,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema166,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5603,7 +6212,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema155.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema166.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5614,7 +6223,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema155.properties["Idempotency-Key"].type,parentSchema:schema155.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema166.properties["Idempotency-Key"].type,parentSchema:schema166.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5626,7 +6235,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema155.type,parentSchema:schema155,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema166.type,parentSchema:schema166,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5635,19 +6244,19 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate117.errors = vErrors;
+validate126.errors = vErrors;
 return errors === 0;
 }
-validate117.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate126.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema156 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
-const schema157 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue","description":"With `succeeded` or `failed`, the task's result from now on (ignored with `retry`)."},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue","description":"With `failed`, the task's error from now on (ignored otherwise; see resolveTask)."}}};
-const schema159 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
+const schema167 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ResolveTaskRequest"};
+const schema168 = {"type":"object","additionalProperties":false,"required":["outcome","reason"],"properties":{"outcome":{"type":"string","enum":["succeeded","failed","retry"],"description":"succeeded → SUCCEEDED, failed → FAILED, retry → back to WAITING (one more attempt is allowed)."},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"result":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue","description":"With `succeeded` or `failed`, the task's result from now on (ignored with `retry`)."},"error":{"$ref":"https://orbit.invalid/openapi/components#/$defs/JsonValue","description":"With `failed`, the task's error from now on (ignored otherwise; see resolveTask)."}}};
+const schema170 = {"description":"Free JSON owned by the user (any keys, nesting and null); only duplicate keys are refused."};
 
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate119.evaluated;
+const evaluated0 = validate128.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5656,7 +6265,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.outcome === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema157.required,parentSchema:schema157,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "outcome"},message:"must have required property '"+"outcome"+"'",schema:schema168.required,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -5666,7 +6275,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema157.required,parentSchema:schema157,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema168.required,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -5677,7 +6286,7 @@ errors++;
 }
 for(const key0 in data){
 if(!((((key0 === "outcome") || (key0 === "reason")) || (key0 === "result")) || (key0 === "error"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema157,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5690,7 +6299,7 @@ errors++;
 if(data.outcome !== undefined){
 let data0 = data.outcome;
 if(typeof data0 !== "string"){
-const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema157.properties.outcome.type,parentSchema:schema157.properties.outcome,data:data0};
+const err3 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema168.properties.outcome.type,parentSchema:schema168.properties.outcome,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5700,7 +6309,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!(((data0 === "succeeded") || (data0 === "failed")) || (data0 === "retry"))){
-const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema157.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema157.properties.outcome.enum,parentSchema:schema157.properties.outcome,data:data0};
+const err4 = {instancePath:instancePath+"/outcome",schemaPath:"#/properties/outcome/enum",keyword:"enum",params:{allowedValues: schema168.properties.outcome.enum},message:"must be equal to one of the allowed values",schema:schema168.properties.outcome.enum,parentSchema:schema168.properties.outcome,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5757,7 +6366,7 @@ errors++;
 }
 }
 else {
-const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema157.type,parentSchema:schema157,data};
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema168.type,parentSchema:schema168,data};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -5766,413 +6375,11 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate119.errors = vErrors;
+validate128.errors = vErrors;
 return errors === 0;
 }
-validate119.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate118.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate119(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate119.errors : vErrors.concat(validate119.errors);
-errors = vErrors.length;
-}
-validate118.errors = vErrors;
-return errors === 0;
-}
-validate118.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema161 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate121.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema161,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema161.type,parentSchema:schema161,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate121.errors = vErrors;
-return errors === 0;
-}
-validate121.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema162 = {"type":"object","additionalProperties":false,"required":[],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-
-function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate122.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((((key0 === "queue") || (key0 === "state")) || (key0 === "limit")) || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema162,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.queue !== undefined){
-let data0 = data.queue;
-if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err1 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-else {
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.state !== undefined){
-let data1 = data.state;
-if(typeof data1 !== "string"){
-const err3 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema119.type,parentSchema:schema119,data:data1};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!((((((((data1 === "WAITING") || (data1 === "LEASED")) || (data1 === "RUNNING")) || (data1 === "NEEDS_REVIEW")) || (data1 === "SUCCEEDED")) || (data1 === "FAILED")) || (data1 === "CANCELLED")) || (data1 === "EXPIRED"))){
-const err4 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values",schema:schema119.enum,parentSchema:schema119,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data2 = data.limit;
-if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema162.properties.limit.type,parentSchema:schema162.properties.limit,data:data2};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if((typeof data2 == "number") && (isFinite(data2))){
-if(data2 > 100 || isNaN(data2)){
-const err6 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema162.properties.limit,data:data2};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-if(data2 < 1 || isNaN(data2)){
-const err7 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema162.properties.limit,data:data2};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data3 = data.cursor;
-if(typeof data3 === "string"){
-if(!pattern10.test(data3)){
-const err8 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data3};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data3};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-}
-else {
-const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema162.type,parentSchema:schema162,data};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-validate122.errors = vErrors;
-return errors === 0;
-}
-validate122.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema166 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate123.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema166,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema166.type,parentSchema:schema166,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate123.errors = vErrors;
-return errors === 0;
-}
-validate123.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema167 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate124.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema167.required,parentSchema:schema167,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema167,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema167.type,parentSchema:schema167,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate124.errors = vErrors;
-return errors === 0;
-}
-validate124.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema169 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate125.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema169,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema169.type,parentSchema:schema169,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate125.errors = vErrors;
-return errors === 0;
-}
-validate125.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema170 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate126.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema170,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema170.type,parentSchema:schema170,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate126.errors = vErrors;
-return errors === 0;
-}
-validate126.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema171 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6184,213 +6391,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema171.required,parentSchema:schema171,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema171,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema171.type,parentSchema:schema171,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate128(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate128.errors : vErrors.concat(validate128.errors);
+errors = vErrors.length;
 }
 validate127.errors = vErrors;
 return errors === 0;
 }
 validate127.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema173 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
-const schema174 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
-const pattern36 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
-
-function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate128.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "after") || (key0 === "limit"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema173,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.after !== undefined){
-let data0 = data.after;
-if(typeof data0 === "string"){
-if(!pattern36.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema174,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data1 = data.limit;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema173.properties.limit.type,parentSchema:schema173.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema173.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema173.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema173.type,parentSchema:schema173,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate128.errors = vErrors;
-return errors === 0;
-}
-validate128.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema175 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate129.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema175,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema175.type,parentSchema:schema175,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate129.errors = vErrors;
-return errors === 0;
-}
-validate129.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema176 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+const schema172 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6403,8 +6413,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.task_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema176.required,parentSchema:schema176,data};
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema172,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6413,9 +6423,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-for(const key0 in data){
-if(!(key0 === "task_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema176,data};
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema172.type,parentSchema:schema172,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6424,49 +6434,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(data.task_id !== undefined){
-let data0 = data.task_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema176.type,parentSchema:schema176,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate130.errors = vErrors;
 return errors === 0;
 }
 validate130.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema178 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema173 = {"type":"object","additionalProperties":false,"required":[],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"},"state":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskState"},"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
 function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6480,7 +6453,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema178,data};
+if(!((((key0 === "queue") || (key0 === "state")) || (key0 === "limit")) || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema173,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6490,8 +6464,11 @@ vErrors.push(err0);
 errors++;
 }
 }
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema178.type,parentSchema:schema178,data};
+if(data.queue !== undefined){
+let data0 = data.queue;
+if(typeof data0 === "string"){
+if(!pattern7.test(data0)){
+const err1 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6500,12 +6477,118 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+else {
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.state !== undefined){
+let data1 = data.state;
+if(typeof data1 !== "string"){
+const err3 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.type,parentSchema:schema130,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!((((((((data1 === "WAITING") || (data1 === "LEASED")) || (data1 === "RUNNING")) || (data1 === "NEEDS_REVIEW")) || (data1 === "SUCCEEDED")) || (data1 === "FAILED")) || (data1 === "CANCELLED")) || (data1 === "EXPIRED"))){
+const err4 = {instancePath:instancePath+"/state",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskState/enum",keyword:"enum",params:{allowedValues: schema130.enum},message:"must be equal to one of the allowed values",schema:schema130.enum,parentSchema:schema130,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data2 = data.limit;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema173.properties.limit.type,parentSchema:schema173.properties.limit,data:data2};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 100 || isNaN(data2)){
+const err6 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema173.properties.limit,data:data2};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(data2 < 1 || isNaN(data2)){
+const err7 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema173.properties.limit,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data3 = data.cursor;
+if(typeof data3 === "string"){
+if(!pattern14.test(data3)){
+const err8 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema106,data:data3};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data3};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+else {
+const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema173.type,parentSchema:schema173,data};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
 validate131.errors = vErrors;
 return errors === 0;
 }
 validate131.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema179 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema177 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6518,8 +6601,534 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema177,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema177.type,parentSchema:schema177,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate132.errors = vErrors;
+return errors === 0;
+}
+validate132.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema178 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema178.required,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema178.type,parentSchema:schema178,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema180 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate134.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema180,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema180.type,parentSchema:schema180,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate134.errors = vErrors;
+return errors === 0;
+}
+validate134.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema181 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate135.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema181.type,parentSchema:schema181,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate135.errors = vErrors;
+return errors === 0;
+}
+validate135.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema182 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate136.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema182.required,parentSchema:schema182,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema182,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema182.type,parentSchema:schema182,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate136.errors = vErrors;
+return errors === 0;
+}
+validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema184 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema185 = {"type":"string","description":"A uint64 as a decimal string (0 to 18446744073709551615).","pattern":"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"};
+const pattern40 = new RegExp("^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$", "u");
+
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate137.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "after") || (key0 === "limit"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema184,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.after !== undefined){
+let data0 = data.after;
+if(typeof data0 === "string"){
+if(!pattern40.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema185,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema185.type,parentSchema:schema185,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema184.properties.limit.type,parentSchema:schema184.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema184.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema184.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema184.type,parentSchema:schema184,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate137.errors = vErrors;
+return errors === 0;
+}
+validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema186 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate138.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema186,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema186.type,parentSchema:schema186,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate138.errors = vErrors;
+return errors === 0;
+}
+validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema187 = {"type":"object","additionalProperties":false,"required":["task_id"],"properties":{"task_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.task_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "task_id"},message:"must have required property '"+"task_id"+"'",schema:schema187.required,parentSchema:schema187,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "task_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.task_id !== undefined){
+let data0 = data.task_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/task_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate139.errors = vErrors;
+return errors === 0;
+}
+validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema189 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate140.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema189,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema189.type,parentSchema:schema189,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate140.errors = vErrors;
+return errors === 0;
+}
+validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema190 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate141.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema179.required,parentSchema:schema179,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema190.required,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6530,7 +7139,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema179,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6544,7 +7153,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema190.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6555,7 +7164,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema179.properties["Idempotency-Key"].type,parentSchema:schema179.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema190.properties["Idempotency-Key"].type,parentSchema:schema190.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6567,7 +7176,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema179.type,parentSchema:schema179,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6576,18 +7185,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate132.errors = vErrors;
+validate141.errors = vErrors;
 return errors === 0;
 }
-validate132.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate141.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema180 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/RetryTaskRequest"};
-const schema181 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
+const schema191 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/RetryTaskRequest"};
+const schema192 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
 
-function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate134.evaluated;
+const evaluated0 = validate143.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6596,7 +7205,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema181.required,parentSchema:schema181,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema192.required,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6607,7 +7216,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema181,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6664,7 +7273,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema181.type,parentSchema:schema181,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema192.type,parentSchema:schema192,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6673,37 +7282,37 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate134.errors = vErrors;
+validate143.errors = vErrors;
 return errors === 0;
 }
-validate134.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate143.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate133.evaluated;
+const evaluated0 = validate142.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate134(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate134.errors : vErrors.concat(validate134.errors);
+if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
 errors = vErrors.length;
 }
-validate133.errors = vErrors;
+validate142.errors = vErrors;
 return errors === 0;
 }
-validate133.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate142.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema183 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema194 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate136.evaluated;
+const evaluated0 = validate145.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6712,7 +7321,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema183.required,parentSchema:schema183,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema194.required,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6723,7 +7332,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema183,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6736,8 +7345,8 @@ errors++;
 if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6748,7 +7357,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6760,7 +7369,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema183.type,parentSchema:schema183,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema194.type,parentSchema:schema194,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6769,17 +7378,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate136.errors = vErrors;
+validate145.errors = vErrors;
 return errors === 0;
 }
-validate136.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate145.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema185 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema196 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
 
-function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate137.evaluated;
+const evaluated0 = validate146.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6789,7 +7398,7 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
 if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema185,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema196,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6802,7 +7411,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema185.properties.limit.type,parentSchema:schema185.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema196.properties.limit.type,parentSchema:schema196.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6813,7 +7422,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema185.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema196.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6823,7 +7432,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema185.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema196.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6837,8 +7446,8 @@ errors++;
 if(data.cursor !== undefined){
 let data1 = data.cursor;
 if(typeof data1 === "string"){
-if(!pattern10.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data1};
+if(!pattern14.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema106,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6849,7 +7458,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data1};
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6861,7 +7470,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema185.type,parentSchema:schema185,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema196.type,parentSchema:schema196,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6870,17 +7479,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate137.errors = vErrors;
+validate146.errors = vErrors;
 return errors === 0;
 }
-validate137.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema187 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema198 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate138.evaluated;
+const evaluated0 = validate147.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6889,7 +7498,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema187,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema198,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6900,7 +7509,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema187.type,parentSchema:schema187,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema198.type,parentSchema:schema198,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6909,17 +7518,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate138.errors = vErrors;
+validate147.errors = vErrors;
 return errors === 0;
 }
-validate138.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema188 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
+const schema199 = {"type":"object","additionalProperties":false,"required":["queue"],"properties":{"queue":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}}};
 
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate139.evaluated;
+const evaluated0 = validate148.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6928,7 +7537,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.queue === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema188.required,parentSchema:schema188,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "queue"},message:"must have required property '"+"queue"+"'",schema:schema199.required,parentSchema:schema199,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -6939,7 +7548,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "queue")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema188,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema199,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6952,8 +7561,8 @@ errors++;
 if(data.queue !== undefined){
 let data0 = data.queue;
 if(typeof data0 === "string"){
-if(!pattern12.test(data0)){
-const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data0};
+if(!pattern7.test(data0)){
+const err2 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6964,7 +7573,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data0};
+const err3 = {instancePath:instancePath+"/queue",schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -6976,7 +7585,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema188.type,parentSchema:schema188,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema199.type,parentSchema:schema199,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -6985,17 +7594,17 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate139.errors = vErrors;
+validate148.errors = vErrors;
 return errors === 0;
 }
-validate139.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema190 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema201 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate140.evaluated;
+const evaluated0 = validate149.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7004,7 +7613,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema190,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema201,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7015,7 +7624,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema190.type,parentSchema:schema190,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema201.type,parentSchema:schema201,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7024,17 +7633,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate140.errors = vErrors;
+validate149.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate149.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema191 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema202 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
-function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate141.evaluated;
+const evaluated0 = validate150.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7043,7 +7652,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema191.required,parentSchema:schema191,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema202.required,parentSchema:schema202,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7054,7 +7663,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema191,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema202,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7068,7 +7677,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema191.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema202.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7079,7 +7688,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema191.properties["Idempotency-Key"].type,parentSchema:schema191.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema202.properties["Idempotency-Key"].type,parentSchema:schema202.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7091,7 +7700,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema191.type,parentSchema:schema191,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema202.type,parentSchema:schema202,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7100,25 +7709,25 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate141.errors = vErrors;
+validate150.errors = vErrors;
 return errors === 0;
 }
-validate141.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate150.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema192 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
-const schema193 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
-const schema194 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema196 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
-const schema203 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
-const schema204 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
-const func17 = Object.prototype.hasOwnProperty;
-const pattern44 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
-const pattern47 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
+const schema203 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateScheduleRequest"};
+const schema204 = {"type":"object","additionalProperties":false,"description":"Exactly one of `cron` and `interval_seconds` (both, or neither, is 400 INVALID_ARGUMENT\nnaming `cron`). The first trigger point is the first one at or after `start_at`\n(default: the creation time): for an interval, `start_at` itself, or one interval after\nthe creation time when `start_at` is left out; a `start_at` in the past starts from\nthe creation time instead, so creating a schedule never makes a backlog. Task options\ndefault as for a submit.\n","required":["name","reason","payload"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"cron":{"$ref":"https://orbit.invalid/openapi/components#/$defs/CronExpression"},"interval_seconds":{"type":"integer","minimum":1,"maximum":31536000},"timezone":{"type":"string","minLength":1,"maxLength":64,"description":"An IANA time zone name (default `UTC`) in which cron trigger points are computed (an interval schedule keeps it but does not use it); an unknown zone is 400 naming `timezone`."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"},"misfire_policy":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy","description":"Default `skip`."},"misfire_window_seconds":{"type":"integer","minimum":1,"maximum":86400,"description":"Default 60."},"start_at":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TimestampInput","description":"The earliest trigger point; an instant in the years 0001-9999 in UTC (else 400 naming `start_at`)."}}};
+const schema205 = {"type":"string","description":"Unique within the queue.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema207 = {"type":"string","minLength":1,"maxLength":200,"description":"Five fields (minute hour day-of-month month day-of-week) or six with a leading seconds\nfield, evaluated by croner in `timezone`. Where a daylight-saving change skips a local\ntime, the trigger point moves to the first instant after the gap; where it repeats one,\na point in a fixed hour fires once (at the first occurrence) and wildcard hours fire in\nboth.\n"};
+const schema214 = {"type":"string","enum":["skip","fire_once","fire_all"],"description":"What happens to trigger points older than `misfire_window_seconds` when they are\nfinally processed (the schedule was paused, its application or namespace disabled, the\nservers down, or the quota full for longer than the window): `skip` drops each of them\n(counted in `skipped_misfire`); `fire_once` makes one task for the whole run of overdue\npoints - for the latest of them - and counts the others in `skipped_misfire`;\n`fire_all` makes a task for each, in order. Frozen at creation.\n"};
+const schema215 = {"type":"string","description":"RFC 3339 with a time zone (`Z` or `±hh:mm`), at most microsecond precision.","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"};
+const func19 = Object.prototype.hasOwnProperty;
+const pattern48 = new RegExp("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", "u");
+const pattern51 = new RegExp("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$", "u");
 
-function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate143.evaluated;
+const evaluated0 = validate152.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7127,7 +7736,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema193.required,parentSchema:schema193,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema204.required,parentSchema:schema204,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -7137,7 +7746,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema193.required,parentSchema:schema193,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema204.required,parentSchema:schema204,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7147,7 +7756,7 @@ vErrors.push(err1);
 errors++;
 }
 if(data.payload === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema193.required,parentSchema:schema193,data};
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema204.required,parentSchema:schema204,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -7157,8 +7766,8 @@ vErrors.push(err2);
 errors++;
 }
 for(const key0 in data){
-if(!(func17.call(schema193.properties, key0))){
-const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema193,data};
+if(!(func19.call(schema204.properties, key0))){
+const err3 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema204,data};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -7171,8 +7780,8 @@ errors++;
 if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
-if(!pattern44.test(data0)){
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema194,data:data0};
+if(!pattern48.test(data0)){
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema205,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -7183,7 +7792,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema194.type,parentSchema:schema194,data:data0};
+const err5 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ScheduleName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema205.type,parentSchema:schema205,data:data0};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -7242,7 +7851,7 @@ if(data.cron !== undefined){
 let data2 = data.cron;
 if(typeof data2 === "string"){
 if(func1(data2) > 200){
-const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema196,data:data2};
+const err10 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/maxLength",keyword:"maxLength",params:{limit: 200},message:"must NOT have more than 200 characters",schema:200,parentSchema:schema207,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -7252,7 +7861,7 @@ vErrors.push(err10);
 errors++;
 }
 if(func1(data2) < 1){
-const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema196,data:data2};
+const err11 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema207,data:data2};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -7263,7 +7872,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema196.type,parentSchema:schema196,data:data2};
+const err12 = {instancePath:instancePath+"/cron",schemaPath:"https://orbit.invalid/openapi/components#/$defs/CronExpression/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema207.type,parentSchema:schema207,data:data2};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -7276,7 +7885,7 @@ errors++;
 if(data.interval_seconds !== undefined){
 let data3 = data.interval_seconds;
 if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
-const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema193.properties.interval_seconds.type,parentSchema:schema193.properties.interval_seconds,data:data3};
+const err13 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema204.properties.interval_seconds.type,parentSchema:schema204.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -7287,7 +7896,7 @@ errors++;
 }
 if((typeof data3 == "number") && (isFinite(data3))){
 if(data3 > 31536000 || isNaN(data3)){
-const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema193.properties.interval_seconds,data:data3};
+const err14 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema204.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -7297,7 +7906,7 @@ vErrors.push(err14);
 errors++;
 }
 if(data3 < 1 || isNaN(data3)){
-const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema193.properties.interval_seconds,data:data3};
+const err15 = {instancePath:instancePath+"/interval_seconds",schemaPath:"#/properties/interval_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema204.properties.interval_seconds,data:data3};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -7312,7 +7921,7 @@ if(data.timezone !== undefined){
 let data4 = data.timezone;
 if(typeof data4 === "string"){
 if(func1(data4) > 64){
-const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema193.properties.timezone,data:data4};
+const err16 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters",schema:64,parentSchema:schema204.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -7322,7 +7931,7 @@ vErrors.push(err16);
 errors++;
 }
 if(func1(data4) < 1){
-const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema193.properties.timezone,data:data4};
+const err17 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema204.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -7333,7 +7942,7 @@ errors++;
 }
 }
 else {
-const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema193.properties.timezone.type,parentSchema:schema193.properties.timezone,data:data4};
+const err18 = {instancePath:instancePath+"/timezone",schemaPath:"#/properties/timezone/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema204.properties.timezone.type,parentSchema:schema204.properties.timezone,data:data4};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -7346,7 +7955,7 @@ errors++;
 if(data.payload !== undefined){
 let data5 = data.payload;
 if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err19 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema128.type,parentSchema:schema128,data:data5};
+const err19 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema139.type,parentSchema:schema139,data:data5};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -7356,7 +7965,7 @@ vErrors.push(err19);
 errors++;
 }
 if(Buffer.byteLength(JSON.stringify(data5), "utf8") > 262144){
-const err20 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema128,data:data5};
+const err20 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema139,data:data5};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -7369,7 +7978,7 @@ errors++;
 if(data.priority !== undefined){
 let data6 = data.priority;
 if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err21 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema129.type,parentSchema:schema129,data:data6};
+const err21 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema140.type,parentSchema:schema140,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -7380,7 +7989,7 @@ errors++;
 }
 if((typeof data6 == "number") && (isFinite(data6))){
 if(data6 > 9 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema129,data:data6};
+const err22 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema140,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -7390,7 +7999,7 @@ vErrors.push(err22);
 errors++;
 }
 if(data6 < 0 || isNaN(data6)){
-const err23 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema129,data:data6};
+const err23 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema140,data:data6};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -7405,7 +8014,7 @@ if(data.resource_key !== undefined){
 let data7 = data.resource_key;
 if(typeof data7 === "string"){
 if(func1(data7) > 128){
-const err24 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema130,data:data7};
+const err24 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema141,data:data7};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -7415,7 +8024,7 @@ vErrors.push(err24);
 errors++;
 }
 if(func1(data7) < 1){
-const err25 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema130,data:data7};
+const err25 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema141,data:data7};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -7424,8 +8033,8 @@ vErrors.push(err25);
 }
 errors++;
 }
-if(!pattern23.test(data7)){
-const err26 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema130,data:data7};
+if(!pattern27.test(data7)){
+const err26 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema141,data:data7};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -7436,7 +8045,7 @@ errors++;
 }
 }
 else {
-const err27 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.type,parentSchema:schema130,data:data7};
+const err27 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema141.type,parentSchema:schema141,data:data7};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -7449,7 +8058,7 @@ errors++;
 if(data.max_attempts !== undefined){
 let data8 = data.max_attempts;
 if(!(((typeof data8 == "number") && (!(data8 % 1) && !isNaN(data8))) && (isFinite(data8)))){
-const err28 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema131.type,parentSchema:schema131,data:data8};
+const err28 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema142.type,parentSchema:schema142,data:data8};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -7460,7 +8069,7 @@ errors++;
 }
 if((typeof data8 == "number") && (isFinite(data8))){
 if(data8 > 100 || isNaN(data8)){
-const err29 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema131,data:data8};
+const err29 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema142,data:data8};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -7470,7 +8079,7 @@ vErrors.push(err29);
 errors++;
 }
 if(data8 < 1 || isNaN(data8)){
-const err30 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema131,data:data8};
+const err30 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema142,data:data8};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -7484,7 +8093,7 @@ errors++;
 if(data.deadline_seconds !== undefined){
 let data9 = data.deadline_seconds;
 if(!(((typeof data9 == "number") && (!(data9 % 1) && !isNaN(data9))) && (isFinite(data9)))){
-const err31 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema132.type,parentSchema:schema132,data:data9};
+const err31 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema143.type,parentSchema:schema143,data:data9};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -7495,7 +8104,7 @@ errors++;
 }
 if((typeof data9 == "number") && (isFinite(data9))){
 if(data9 > 31536000 || isNaN(data9)){
-const err32 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema132,data:data9};
+const err32 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema143,data:data9};
 if(vErrors === null){
 vErrors = [err32];
 }
@@ -7505,7 +8114,7 @@ vErrors.push(err32);
 errors++;
 }
 if(data9 < 1 || isNaN(data9)){
-const err33 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema132,data:data9};
+const err33 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema143,data:data9};
 if(vErrors === null){
 vErrors = [err33];
 }
@@ -7519,7 +8128,7 @@ errors++;
 if(data.on_unknown_outcome !== undefined){
 let data10 = data.on_unknown_outcome;
 if(typeof data10 !== "string"){
-const err34 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema134.type,parentSchema:schema134,data:data10};
+const err34 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema145.type,parentSchema:schema145,data:data10};
 if(vErrors === null){
 vErrors = [err34];
 }
@@ -7529,7 +8138,7 @@ vErrors.push(err34);
 errors++;
 }
 if(!((data10 === "retry") || (data10 === "review"))){
-const err35 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema134.enum},message:"must be equal to one of the allowed values",schema:schema134.enum,parentSchema:schema134,data:data10};
+const err35 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values",schema:schema145.enum,parentSchema:schema145,data:data10};
 if(vErrors === null){
 vErrors = [err35];
 }
@@ -7542,7 +8151,7 @@ errors++;
 if(data.misfire_policy !== undefined){
 let data11 = data.misfire_policy;
 if(typeof data11 !== "string"){
-const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema203.type,parentSchema:schema203,data:data11};
+const err36 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema214.type,parentSchema:schema214,data:data11};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -7552,7 +8161,7 @@ vErrors.push(err36);
 errors++;
 }
 if(!(((data11 === "skip") || (data11 === "fire_once")) || (data11 === "fire_all"))){
-const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema203.enum},message:"must be equal to one of the allowed values",schema:schema203.enum,parentSchema:schema203,data:data11};
+const err37 = {instancePath:instancePath+"/misfire_policy",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MisfirePolicy/enum",keyword:"enum",params:{allowedValues: schema214.enum},message:"must be equal to one of the allowed values",schema:schema214.enum,parentSchema:schema214,data:data11};
 if(vErrors === null){
 vErrors = [err37];
 }
@@ -7565,7 +8174,7 @@ errors++;
 if(data.misfire_window_seconds !== undefined){
 let data12 = data.misfire_window_seconds;
 if(!(((typeof data12 == "number") && (!(data12 % 1) && !isNaN(data12))) && (isFinite(data12)))){
-const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema193.properties.misfire_window_seconds.type,parentSchema:schema193.properties.misfire_window_seconds,data:data12};
+const err38 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema204.properties.misfire_window_seconds.type,parentSchema:schema204.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -7576,7 +8185,7 @@ errors++;
 }
 if((typeof data12 == "number") && (isFinite(data12))){
 if(data12 > 86400 || isNaN(data12)){
-const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema193.properties.misfire_window_seconds,data:data12};
+const err39 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 86400},message:"must be <= 86400",schema:86400,parentSchema:schema204.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -7586,7 +8195,7 @@ vErrors.push(err39);
 errors++;
 }
 if(data12 < 1 || isNaN(data12)){
-const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema193.properties.misfire_window_seconds,data:data12};
+const err40 = {instancePath:instancePath+"/misfire_window_seconds",schemaPath:"#/properties/misfire_window_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema204.properties.misfire_window_seconds,data:data12};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -7600,8 +8209,8 @@ errors++;
 if(data.start_at !== undefined){
 let data13 = data.start_at;
 if(typeof data13 === "string"){
-if(!pattern47.test(data13)){
-const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema204,data:data13};
+if(!pattern51.test(data13)){
+const err41 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/pattern",keyword:"pattern",params:{pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"},message:"must match pattern \""+"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"+"\"",schema:"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",parentSchema:schema215,data:data13};
 if(vErrors === null){
 vErrors = [err41];
 }
@@ -7612,7 +8221,7 @@ errors++;
 }
 }
 else {
-const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema204.type,parentSchema:schema204,data:data13};
+const err42 = {instancePath:instancePath+"/start_at",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TimestampInput/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema215.type,parentSchema:schema215,data:data13};
 if(vErrors === null){
 vErrors = [err42];
 }
@@ -7624,474 +8233,12 @@ errors++;
 }
 }
 else {
-const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema193.type,parentSchema:schema193,data};
+const err43 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema204.type,parentSchema:schema204,data};
 if(vErrors === null){
 vErrors = [err43];
 }
 else {
 vErrors.push(err43);
-}
-errors++;
-}
-validate143.errors = vErrors;
-return errors === 0;
-}
-validate143.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate142.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
-errors = vErrors.length;
-}
-validate142.errors = vErrors;
-return errors === 0;
-}
-validate142.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema205 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate145.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema205.required,parentSchema:schema205,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema205,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema205.type,parentSchema:schema205,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate145.errors = vErrors;
-return errors === 0;
-}
-validate145.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema207 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate146.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema207,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema207.type,parentSchema:schema207,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate146.errors = vErrors;
-return errors === 0;
-}
-validate146.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema208 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate147.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema208,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema208.type,parentSchema:schema208,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate147.errors = vErrors;
-return errors === 0;
-}
-validate147.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema209 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate148.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.schedule_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema209.required,parentSchema:schema209,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "schedule_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema209,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.schedule_id !== undefined){
-let data0 = data.schedule_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema209.type,parentSchema:schema209,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate148.errors = vErrors;
-return errors === 0;
-}
-validate148.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema211 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate149.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema211,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema211.type,parentSchema:schema211,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate149.errors = vErrors;
-return errors === 0;
-}
-validate149.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema212 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate150.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema212.required,parentSchema:schema212,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema212,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema212.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema212.properties["Idempotency-Key"].type,parentSchema:schema212.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema212.type,parentSchema:schema212,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate150.errors = vErrors;
-return errors === 0;
-}
-validate150.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema213 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
-const schema214 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
-
-function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate152.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema214.required,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -8158,8 +8305,8 @@ errors++;
 if(data.schedule_id !== undefined){
 let data0 = data.schedule_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8170,7 +8317,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8235,7 +8382,7 @@ return errors === 0;
 }
 validate155.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema219 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema219 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8248,8 +8395,162 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema219.type,parentSchema:schema219,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate156.errors = vErrors;
+return errors === 0;
+}
+validate156.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema220 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate157.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema220.required,parentSchema:schema220,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema220,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema220.type,parentSchema:schema220,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate157.errors = vErrors;
+return errors === 0;
+}
+validate157.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema222 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate158.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema222,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema222.type,parentSchema:schema222,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate158.errors = vErrors;
+return errors === 0;
+}
+validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema223 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate159.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema219.required,parentSchema:schema219,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema223.required,parentSchema:schema223,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8260,7 +8561,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema219,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8274,7 +8575,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema219.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema223.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8285,7 +8586,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema219.properties["Idempotency-Key"].type,parentSchema:schema219.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema223.properties["Idempotency-Key"].type,parentSchema:schema223.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8297,7 +8598,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema219.type,parentSchema:schema219,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -8306,17 +8607,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate156.errors = vErrors;
+validate159.errors = vErrors;
 return errors === 0;
 }
-validate156.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate159.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema220 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+const schema224 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
+const schema225 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
 
-function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate158.evaluated;
+const evaluated0 = validate161.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8325,7 +8627,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema214.required,parentSchema:schema214,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema225.required,parentSchema:schema225,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8336,7 +8638,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema214,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema225,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8393,167 +8695,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema214.type,parentSchema:schema214,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate158.errors = vErrors;
-return errors === 0;
-}
-validate158.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate157.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate158(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate158.errors : vErrors.concat(validate158.errors);
-errors = vErrors.length;
-}
-validate157.errors = vErrors;
-return errors === 0;
-}
-validate157.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema223 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate160.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema223.type,parentSchema:schema223,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate160.errors = vErrors;
-return errors === 0;
-}
-validate160.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema224 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
-
-function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate161.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema224,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema224.properties.limit.type,parentSchema:schema224.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema224.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema224.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern10.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema224.type,parentSchema:schema224,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema225.type,parentSchema:schema225,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -8567,46 +8709,27 @@ return errors === 0;
 }
 validate161.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema226 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
-function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate162.evaluated;
+const evaluated0 = validate160.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema226,data};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate161(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate161.errors : vErrors.concat(validate161.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema226.type,parentSchema:schema226,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate162.errors = vErrors;
+validate160.errors = vErrors;
 return errors === 0;
 }
-validate162.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate160.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema227 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema227 = {"type":"object","additionalProperties":false,"required":["schedule_id"],"properties":{"schedule_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8619,8 +8742,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema227,data};
+if(data.schedule_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "schedule_id"},message:"must have required property '"+"schedule_id"+"'",schema:schema227.required,parentSchema:schema227,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8629,9 +8752,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema227.type,parentSchema:schema227,data};
+for(const key0 in data){
+if(!(key0 === "schedule_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema227,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8640,12 +8763,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.schedule_id !== undefined){
+let data0 = data.schedule_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/schedule_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema227.type,parentSchema:schema227,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate163.errors = vErrors;
 return errors === 0;
 }
 validate163.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema228 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema229 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8659,7 +8819,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema228,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8670,7 +8830,7 @@ errors++;
 }
 }
 else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema228.type,parentSchema:schema228,data};
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema229.type,parentSchema:schema229,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8684,7 +8844,7 @@ return errors === 0;
 }
 validate164.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema229 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema230 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8698,7 +8858,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema229.required,parentSchema:schema229,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema230.required,parentSchema:schema230,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8709,7 +8869,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema229,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema230,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8723,7 +8883,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema229.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema230.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8734,7 +8894,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema229.properties["Idempotency-Key"].type,parentSchema:schema229.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema230.properties["Idempotency-Key"].type,parentSchema:schema230.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8746,7 +8906,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema229.type,parentSchema:schema229,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema230.type,parentSchema:schema230,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -8760,12 +8920,7 @@ return errors === 0;
 }
 validate165.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema230 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
-const schema231 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
-const schema232 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
-const schema234 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
-const pattern59 = new RegExp("^[a-z]+(\\.[a-z_]+)+$", "u");
-const func0 = require("ajv/dist/runtime/equal").default;
+const schema231 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/ScheduleStateRequest"};
 
 function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8778,8 +8933,462 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema225.required,parentSchema:schema225,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema225,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.reason !== undefined){
+let data0 = data.reason;
+if(typeof data0 === "string"){
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema225.type,parentSchema:schema225,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate167.errors = vErrors;
+return errors === 0;
+}
+validate167.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate166.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate167(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate167.errors : vErrors.concat(validate167.errors);
+errors = vErrors.length;
+}
+validate166.errors = vErrors;
+return errors === 0;
+}
+validate166.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema234 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate169.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema234,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema234.type,parentSchema:schema234,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate169.errors = vErrors;
+return errors === 0;
+}
+validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema235 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate170.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema235,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema235.properties.limit.type,parentSchema:schema235.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema235.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema235.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern14.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema106,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema235.type,parentSchema:schema235,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate170.errors = vErrors;
+return errors === 0;
+}
+validate170.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema237 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate171.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema237,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema237.type,parentSchema:schema237,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate171.errors = vErrors;
+return errors === 0;
+}
+validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema238 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate172.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema238,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema238.type,parentSchema:schema238,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate172.errors = vErrors;
+return errors === 0;
+}
+validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema239 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate173.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema239,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema239.type,parentSchema:schema239,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate173.errors = vErrors;
+return errors === 0;
+}
+validate173.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema240 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate174.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema240.required,parentSchema:schema240,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema240,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema240.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema240.properties["Idempotency-Key"].type,parentSchema:schema240.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema240.type,parentSchema:schema240,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate174.errors = vErrors;
+return errors === 0;
+}
+validate174.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema241 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/CreateSubscriptionRequest"};
+const schema242 = {"type":"object","additionalProperties":false,"required":["name","reason"],"properties":{"name":{"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionName"},"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"},"types":{"type":"array","minItems":1,"maxItems":50,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/EventType"}},"queues":{"type":"array","minItems":1,"maxItems":100,"uniqueItems":true,"items":{"$ref":"https://orbit.invalid/openapi/components#/$defs/QueueName"}},"from":{"type":"string","enum":["now","beginning"],"description":"Where the position starts - after the newest event at creation (`now`, the default) or before the first (`beginning`)."}}};
+const schema243 = {"type":"string","description":"Unique within the namespace.","pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"};
+const schema245 = {"type":"string","pattern":"^[a-z]+(\\.[a-z_]+)+$","description":"An event type, e.g. `task.succeeded` (see Event)."};
+const pattern63 = new RegExp("^[a-z]+(\\.[a-z_]+)+$", "u");
+const func0 = require("ajv/dist/runtime/equal").default;
+
+function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate176.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema231.required,parentSchema:schema231,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'",schema:schema242.required,parentSchema:schema242,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -8789,7 +9398,7 @@ vErrors.push(err0);
 errors++;
 }
 if(data.reason === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema231.required,parentSchema:schema231,data};
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema242.required,parentSchema:schema242,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8800,7 +9409,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(((((key0 === "name") || (key0 === "reason")) || (key0 === "types")) || (key0 === "queues")) || (key0 === "from"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema231,data};
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema242,data};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -8813,8 +9422,8 @@ errors++;
 if(data.name !== undefined){
 let data0 = data.name;
 if(typeof data0 === "string"){
-if(!pattern44.test(data0)){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema232,data:data0};
+if(!pattern48.test(data0)){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"+"\"",schema:"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",parentSchema:schema243,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -8825,7 +9434,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema232.type,parentSchema:schema232,data:data0};
+const err4 = {instancePath:instancePath+"/name",schemaPath:"https://orbit.invalid/openapi/components#/$defs/SubscriptionName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema243.type,parentSchema:schema243,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -8884,7 +9493,7 @@ if(data.types !== undefined){
 let data2 = data.types;
 if(Array.isArray(data2)){
 if(data2.length > 50){
-const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema231.properties.types,data:data2};
+const err9 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/maxItems",keyword:"maxItems",params:{limit: 50},message:"must NOT have more than 50 items",schema:50,parentSchema:schema242.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -8894,7 +9503,7 @@ vErrors.push(err9);
 errors++;
 }
 if(data2.length < 1){
-const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema231.properties.types,data:data2};
+const err10 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema242.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -8907,8 +9516,8 @@ const len0 = data2.length;
 for(let i0=0; i0<len0; i0++){
 let data3 = data2[i0];
 if(typeof data3 === "string"){
-if(!pattern59.test(data3)){
-const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema234,data:data3};
+if(!pattern63.test(data3)){
+const err11 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/pattern",keyword:"pattern",params:{pattern: "^[a-z]+(\\.[a-z_]+)+$"},message:"must match pattern \""+"^[a-z]+(\\.[a-z_]+)+$"+"\"",schema:"^[a-z]+(\\.[a-z_]+)+$",parentSchema:schema245,data:data3};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -8919,7 +9528,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema234.type,parentSchema:schema234,data:data3};
+const err12 = {instancePath:instancePath+"/types/" + i0,schemaPath:"https://orbit.invalid/openapi/components#/$defs/EventType/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema245.type,parentSchema:schema245,data:data3};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -8936,7 +9545,7 @@ outer0:
 for(;i1--;){
 for(j0 = i1; j0--;){
 if(func0(data2[i1], data2[j0])){
-const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema231.properties.types,data:data2};
+const err13 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/uniqueItems",keyword:"uniqueItems",params:{i: i1, j: j0},message:"must NOT have duplicate items (items ## "+j0+" and "+i1+" are identical)",schema:true,parentSchema:schema242.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -8951,7 +9560,7 @@ break outer0;
 }
 }
 else {
-const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema231.properties.types.type,parentSchema:schema231.properties.types,data:data2};
+const err14 = {instancePath:instancePath+"/types",schemaPath:"#/properties/types/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema242.properties.types.type,parentSchema:schema242.properties.types,data:data2};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -8965,7 +9574,7 @@ if(data.queues !== undefined){
 let data4 = data.queues;
 if(Array.isArray(data4)){
 if(data4.length > 100){
-const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema231.properties.queues,data:data4};
+const err15 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/maxItems",keyword:"maxItems",params:{limit: 100},message:"must NOT have more than 100 items",schema:100,parentSchema:schema242.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -8975,7 +9584,7 @@ vErrors.push(err15);
 errors++;
 }
 if(data4.length < 1){
-const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema231.properties.queues,data:data4};
+const err16 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items",schema:1,parentSchema:schema242.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -8988,8 +9597,8 @@ const len1 = data4.length;
 for(let i2=0; i2<len1; i2++){
 let data5 = data4[i2];
 if(typeof data5 === "string"){
-if(!pattern12.test(data5)){
-const err17 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema102,data:data5};
+if(!pattern7.test(data5)){
+const err17 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9._-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9._-]{0,62}$"+"\"",schema:"^[a-z0-9][a-z0-9._-]{0,62}$",parentSchema:schema113,data:data5};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -9000,7 +9609,7 @@ errors++;
 }
 }
 else {
-const err18 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema102.type,parentSchema:schema102,data:data5};
+const err18 = {instancePath:instancePath+"/queues/" + i2,schemaPath:"https://orbit.invalid/openapi/components#/$defs/QueueName/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema113.type,parentSchema:schema113,data:data5};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -9017,7 +9626,7 @@ outer1:
 for(;i3--;){
 for(j1 = i3; j1--;){
 if(func0(data4[i3], data4[j1])){
-const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema231.properties.queues,data:data4};
+const err19 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/uniqueItems",keyword:"uniqueItems",params:{i: i3, j: j1},message:"must NOT have duplicate items (items ## "+j1+" and "+i3+" are identical)",schema:true,parentSchema:schema242.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -9032,7 +9641,7 @@ break outer1;
 }
 }
 else {
-const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema231.properties.queues.type,parentSchema:schema231.properties.queues,data:data4};
+const err20 = {instancePath:instancePath+"/queues",schemaPath:"#/properties/queues/type",keyword:"type",params:{type: "array"},message:"must be array",schema:schema242.properties.queues.type,parentSchema:schema242.properties.queues,data:data4};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -9045,7 +9654,7 @@ errors++;
 if(data.from !== undefined){
 let data6 = data.from;
 if(typeof data6 !== "string"){
-const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema231.properties.from.type,parentSchema:schema231.properties.from,data:data6};
+const err21 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema242.properties.from.type,parentSchema:schema242.properties.from,data:data6};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -9055,7 +9664,7 @@ vErrors.push(err21);
 errors++;
 }
 if(!((data6 === "now") || (data6 === "beginning"))){
-const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema231.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema231.properties.from.enum,parentSchema:schema231.properties.from,data:data6};
+const err22 = {instancePath:instancePath+"/from",schemaPath:"#/properties/from/enum",keyword:"enum",params:{allowedValues: schema242.properties.from.enum},message:"must be equal to one of the allowed values",schema:schema242.properties.from.enum,parentSchema:schema242.properties.from,data:data6};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -9067,474 +9676,12 @@ errors++;
 }
 }
 else {
-const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema231.type,parentSchema:schema231,data};
+const err23 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema242.type,parentSchema:schema242,data};
 if(vErrors === null){
 vErrors = [err23];
 }
 else {
 vErrors.push(err23);
-}
-errors++;
-}
-validate167.errors = vErrors;
-return errors === 0;
-}
-validate167.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-
-function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate166.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate167(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate167.errors : vErrors.concat(validate167.errors);
-errors = vErrors.length;
-}
-validate166.errors = vErrors;
-return errors === 0;
-}
-validate166.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema236 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate169.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema236.required,parentSchema:schema236,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema236,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema236.type,parentSchema:schema236,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate169.errors = vErrors;
-return errors === 0;
-}
-validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema238 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate170.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema238,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema238.type,parentSchema:schema238,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate170.errors = vErrors;
-return errors === 0;
-}
-validate170.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema239 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate171.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema239,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema239.type,parentSchema:schema239,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate171.errors = vErrors;
-return errors === 0;
-}
-validate171.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema240 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
-
-function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate172.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema240.required,parentSchema:schema240,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema240,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema240.type,parentSchema:schema240,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate172.errors = vErrors;
-return errors === 0;
-}
-validate172.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema242 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate173.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema242,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema242.type,parentSchema:schema242,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate173.errors = vErrors;
-return errors === 0;
-}
-validate173.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema243 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
-
-function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate174.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema243.required,parentSchema:schema243,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema243,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["Idempotency-Key"] !== undefined){
-let data0 = data["Idempotency-Key"];
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema243.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema243.properties["Idempotency-Key"].type,parentSchema:schema243.properties["Idempotency-Key"],data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema243.type,parentSchema:schema243,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate174.errors = vErrors;
-return errors === 0;
-}
-validate174.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema244 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
-const schema245 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
-
-function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate176.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema245.required,parentSchema:schema245,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema245,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.reason !== undefined){
-let data0 = data.reason;
-if(typeof data0 === "string"){
-if(func1(data0) > 1024){
-const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(func1(data0) < 1){
-const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(!pattern6.test(data0)){
-const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema245.type,parentSchema:schema245,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
 }
 errors++;
 }
@@ -9601,8 +9748,8 @@ errors++;
 if(data.subscription_id !== undefined){
 let data0 = data.subscription_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9613,7 +9760,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9678,7 +9825,7 @@ return errors === 0;
 }
 validate179.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema250 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+const schema250 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9691,8 +9838,162 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema250,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema250.type,parentSchema:schema250,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate180.errors = vErrors;
+return errors === 0;
+}
+validate180.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema251 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
+
+function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate181.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema251.required,parentSchema:schema251,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema251,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema251.type,parentSchema:schema251,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate181.errors = vErrors;
+return errors === 0;
+}
+validate181.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema253 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate182.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema253,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema253.type,parentSchema:schema253,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate182.errors = vErrors;
+return errors === 0;
+}
+validate182.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema254 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
+
+function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate183.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["Idempotency-Key"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema250.required,parentSchema:schema250,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema254.required,parentSchema:schema254,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9703,7 +10004,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "Idempotency-Key")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema250,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema254,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9717,7 +10018,7 @@ if(data["Idempotency-Key"] !== undefined){
 let data0 = data["Idempotency-Key"];
 if(typeof data0 === "string"){
 if(!pattern4.test(data0)){
-const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema250.properties["Idempotency-Key"],data:data0};
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema254.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -9728,7 +10029,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema250.properties["Idempotency-Key"].type,parentSchema:schema250.properties["Idempotency-Key"],data:data0};
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema254.properties["Idempotency-Key"].type,parentSchema:schema254.properties["Idempotency-Key"],data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -9740,7 +10041,7 @@ errors++;
 }
 }
 else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema250.type,parentSchema:schema250,data};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema254.type,parentSchema:schema254,data};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -9749,17 +10050,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate180.errors = vErrors;
+validate183.errors = vErrors;
 return errors === 0;
 }
-validate180.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate183.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema251 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+const schema255 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
+const schema256 = {"type":"object","additionalProperties":false,"required":["reason"],"properties":{"reason":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Reason"}}};
 
-function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate182.evaluated;
+const evaluated0 = validate185.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9768,7 +10070,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.reason === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema245.required,parentSchema:schema245,data};
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema256.required,parentSchema:schema256,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -9779,7 +10081,7 @@ errors++;
 }
 for(const key0 in data){
 if(!(key0 === "reason")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema245,data};
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema256,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9836,7 +10138,7 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema245.type,parentSchema:schema245,data};
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema256.type,parentSchema:schema256,data};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9845,32 +10147,11 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate182.errors = vErrors;
+validate185.errors = vErrors;
 return errors === 0;
 }
-validate182.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate185.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-
-function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate181.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate182(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate182.errors : vErrors.concat(validate182.errors);
-errors = vErrors.length;
-}
-validate181.errors = vErrors;
-return errors === 0;
-}
-validate181.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema254 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9882,219 +10163,14 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.subscription_id === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema254.required,parentSchema:schema254,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-for(const key0 in data){
-if(!(key0 === "subscription_id")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema254,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data.subscription_id !== undefined){
-let data0 = data.subscription_id;
-if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema254.type,parentSchema:schema254,data};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate185(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate185.errors : vErrors.concat(validate185.errors);
+errors = vErrors.length;
 }
 validate184.errors = vErrors;
 return errors === 0;
 }
 validate184.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema256 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
-
-function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate185.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "wait_seconds"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema256,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema256.properties.limit.type,parentSchema:schema256.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema256.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema256.properties.limit,data:data0};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-if(data.wait_seconds !== undefined){
-let data1 = data.wait_seconds;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema256.properties.wait_seconds.type,parentSchema:schema256.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 30 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema256.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data1 < 0 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema256.properties.wait_seconds,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema256.type,parentSchema:schema256,data};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-validate185.errors = vErrors;
-return errors === 0;
-}
-validate185.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-const schema257 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
-
-function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate186.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema257,data};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema257.type,parentSchema:schema257,data};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-validate186.errors = vErrors;
-return errors === 0;
-}
-validate186.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 const schema258 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
@@ -10134,8 +10210,8 @@ errors++;
 if(data.subscription_id !== undefined){
 let data0 = data.subscription_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
-const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema142,data:data0};
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -10146,7 +10222,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema142.type,parentSchema:schema142,data:data0};
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -10287,8 +10363,7 @@ return errors === 0;
 }
 validate189.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema262 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
-const schema263 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
+const schema262 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubscriptionStateRequest"};
 
 function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10301,8 +10376,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.sequence === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema263.required,parentSchema:schema263,data};
+if(data.reason === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reason"},message:"must have required property '"+"reason"+"'",schema:schema256.required,parentSchema:schema256,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10312,8 +10387,8 @@ vErrors.push(err0);
 errors++;
 }
 for(const key0 in data){
-if(!(key0 === "sequence")){
-const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema263,data};
+if(!(key0 === "reason")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema256,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10323,11 +10398,11 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data.sequence !== undefined){
-let data0 = data.sequence;
+if(data.reason !== undefined){
+let data0 = data.reason;
 if(typeof data0 === "string"){
-if(!pattern36.test(data0)){
-const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema174,data:data0};
+if(func1(data0) > 1024){
+const err2 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/maxLength",keyword:"maxLength",params:{limit: 1024},message:"must NOT have more than 1024 characters",schema:1024,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -10336,9 +10411,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-else {
-const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data0};
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -10347,15 +10421,36 @@ vErrors.push(err3);
 }
 errors++;
 }
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema263.type,parentSchema:schema263,data};
+if(!pattern6.test(data0)){
+const err4 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/pattern",keyword:"pattern",params:{pattern: "\\S"},message:"must match pattern \""+"\\S"+"\"",schema:"\\S",parentSchema:schema77,data:data0};
 if(vErrors === null){
 vErrors = [err4];
 }
 else {
 vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/reason",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Reason/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema77.type,parentSchema:schema77,data:data0};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema256.type,parentSchema:schema256,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
 }
 errors++;
 }
@@ -10384,7 +10479,7 @@ return errors === 0;
 }
 validate190.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema265 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema265 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10397,8 +10492,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema265,data};
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema265.required,parentSchema:schema265,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10407,9 +10502,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema265.type,parentSchema:schema265,data};
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema265,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10418,12 +10513,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema265.type,parentSchema:schema265,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate193.errors = vErrors;
 return errors === 0;
 }
 validate193.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema266 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+const schema267 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"wait_seconds":{"type":"integer","minimum":0,"maximum":30}}};
 
 function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10437,8 +10569,8 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "limit") || (key0 === "cursor"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema266,data};
+if(!((key0 === "limit") || (key0 === "wait_seconds"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema267,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10451,7 +10583,7 @@ errors++;
 if(data.limit !== undefined){
 let data0 = data.limit;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema266.properties.limit.type,parentSchema:schema266.properties.limit,data:data0};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema267.properties.limit.type,parentSchema:schema267.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10462,7 +10594,7 @@ errors++;
 }
 if((typeof data0 == "number") && (isFinite(data0))){
 if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema266.properties.limit,data:data0};
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema267.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -10472,7 +10604,7 @@ vErrors.push(err2);
 errors++;
 }
 if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema266.properties.limit,data:data0};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema267.properties.limit,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -10483,11 +10615,10 @@ errors++;
 }
 }
 }
-if(data.cursor !== undefined){
-let data1 = data.cursor;
-if(typeof data1 === "string"){
-if(!pattern10.test(data1)){
-const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema95,data:data1};
+if(data.wait_seconds !== undefined){
+let data1 = data.wait_seconds;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err4 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema267.properties.wait_seconds.type,parentSchema:schema267.properties.wait_seconds,data:data1};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -10496,9 +10627,9 @@ vErrors.push(err4);
 }
 errors++;
 }
-}
-else {
-const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema95.type,parentSchema:schema95,data:data1};
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 30 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30",schema:30,parentSchema:schema267.properties.wait_seconds,data:data1};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -10507,15 +10638,26 @@ vErrors.push(err5);
 }
 errors++;
 }
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema266.type,parentSchema:schema266,data};
+if(data1 < 0 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/wait_seconds",schemaPath:"#/properties/wait_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema267.properties.wait_seconds,data:data1};
 if(vErrors === null){
 vErrors = [err6];
 }
 else {
 vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema267.type,parentSchema:schema267,data};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
 }
 errors++;
 }
@@ -10563,7 +10705,7 @@ return errors === 0;
 }
 validate195.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema269 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema269 = {"type":"object","additionalProperties":false,"required":["subscription_id"],"properties":{"subscription_id":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Id"}}};
 
 function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10576,8 +10718,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema269,data};
+if(data.subscription_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "subscription_id"},message:"must have required property '"+"subscription_id"+"'",schema:schema269.required,parentSchema:schema269,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10586,9 +10728,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema269.type,parentSchema:schema269,data};
+for(const key0 in data){
+if(!(key0 === "subscription_id")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema269,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10597,12 +10739,49 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data.subscription_id !== undefined){
+let data0 = data.subscription_id;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err2 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{32}$"},message:"must match pattern \""+"^[0-9a-f]{32}$"+"\"",schema:"^[0-9a-f]{32}$",parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/subscription_id",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Id/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema153.type,parentSchema:schema153,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema269.type,parentSchema:schema269,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate196.errors = vErrors;
 return errors === 0;
 }
 validate196.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema270 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+const schema271 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
 
 function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10616,8 +10795,7 @@ evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
 for(const key0 in data){
-if(!((key0 === "after") || (key0 === "limit"))){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema270,data};
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema271,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10627,11 +10805,8 @@ vErrors.push(err0);
 errors++;
 }
 }
-if(data.after !== undefined){
-let data0 = data.after;
-if(typeof data0 === "string"){
-if(!pattern36.test(data0)){
-const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema174,data:data0};
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema271.type,parentSchema:schema271,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10640,70 +10815,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-else {
-const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema174.type,parentSchema:schema174,data:data0};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.limit !== undefined){
-let data1 = data.limit;
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema270.properties.limit.type,parentSchema:schema270.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema270.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema270.properties.limit,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema270.type,parentSchema:schema270,data};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
 validate197.errors = vErrors;
 return errors === 0;
 }
 validate197.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema272 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+const schema272 = {"type":"object","additionalProperties":false,"required":["Idempotency-Key"],"properties":{"Idempotency-Key":{"type":"string","pattern":"^[!-~]{1,128}$"}}};
 
 function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10716,8 +10833,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-for(const key0 in data){
-const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema272,data};
+if(data["Idempotency-Key"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "Idempotency-Key"},message:"must have required property '"+"Idempotency-Key"+"'",schema:schema272.required,parentSchema:schema272,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10726,9 +10843,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema272.type,parentSchema:schema272,data};
+for(const key0 in data){
+if(!(key0 === "Idempotency-Key")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema272,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10737,13 +10854,50 @@ vErrors.push(err1);
 }
 errors++;
 }
+}
+if(data["Idempotency-Key"] !== undefined){
+let data0 = data["Idempotency-Key"];
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err2 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema272.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+else {
+const err3 = {instancePath:instancePath+"/Idempotency-Key",schemaPath:"#/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema272.properties["Idempotency-Key"].type,parentSchema:schema272.properties["Idempotency-Key"],data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema272.type,parentSchema:schema272,data};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate198.errors = vErrors;
 return errors === 0;
 }
 validate198.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-const schema273 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
-const schema274 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+const schema273 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/AckSubscriptionRequest"};
+const schema274 = {"type":"object","additionalProperties":false,"required":["sequence"],"properties":{"sequence":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"}}};
 
 function validate200(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10756,8 +10910,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.idempotency_key === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema274.required,parentSchema:schema274,data};
+if(data.sequence === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sequence"},message:"must have required property '"+"sequence"+"'",schema:schema274.required,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10766,8 +10920,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.payload === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema274.required,parentSchema:schema274,data};
+for(const key0 in data){
+if(!(key0 === "sequence")){
+const err1 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10776,9 +10931,12 @@ vErrors.push(err1);
 }
 errors++;
 }
-for(const key0 in data){
-if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
-const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema274,data};
+}
+if(data.sequence !== undefined){
+let data0 = data.sequence;
+if(typeof data0 === "string"){
+if(!pattern40.test(data0)){
+const err2 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema185,data:data0};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -10788,11 +10946,8 @@ vErrors.push(err2);
 errors++;
 }
 }
-if(data.idempotency_key !== undefined){
-let data0 = data.idempotency_key;
-if(typeof data0 === "string"){
-if(!pattern4.test(data0)){
-const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema274.properties.idempotency_key,data:data0};
+else {
+const err3 = {instancePath:instancePath+"/sequence",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema185.type,parentSchema:schema185,data:data0};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -10802,256 +10957,14 @@ vErrors.push(err3);
 errors++;
 }
 }
+}
 else {
-const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema274.properties.idempotency_key.type,parentSchema:schema274.properties.idempotency_key,data:data0};
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema274.type,parentSchema:schema274,data};
 if(vErrors === null){
 vErrors = [err4];
 }
 else {
 vErrors.push(err4);
-}
-errors++;
-}
-}
-if(data.payload !== undefined){
-let data1 = data.payload;
-if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema128.type,parentSchema:schema128,data:data1};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(Buffer.byteLength(JSON.stringify(data1), "utf8") > 262144){
-const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema128,data:data1};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-if(data.priority !== undefined){
-let data2 = data.priority;
-if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
-const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema129.type,parentSchema:schema129,data:data2};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-if((typeof data2 == "number") && (isFinite(data2))){
-if(data2 > 9 || isNaN(data2)){
-const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema129,data:data2};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-if(data2 < 0 || isNaN(data2)){
-const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema129,data:data2};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-}
-if(data.resource_key !== undefined){
-let data3 = data.resource_key;
-if(typeof data3 === "string"){
-if(func1(data3) > 128){
-const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema130,data:data3};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-if(func1(data3) < 1){
-const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema130,data:data3};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-if(!pattern23.test(data3)){
-const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema130,data:data3};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-}
-else {
-const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema130.type,parentSchema:schema130,data:data3};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-}
-if(data.max_attempts !== undefined){
-let data4 = data.max_attempts;
-if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
-const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema131.type,parentSchema:schema131,data:data4};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-if((typeof data4 == "number") && (isFinite(data4))){
-if(data4 > 100 || isNaN(data4)){
-const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema131,data:data4};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-if(data4 < 1 || isNaN(data4)){
-const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema131,data:data4};
-if(vErrors === null){
-vErrors = [err16];
-}
-else {
-vErrors.push(err16);
-}
-errors++;
-}
-}
-}
-if(data.deadline_seconds !== undefined){
-let data5 = data.deadline_seconds;
-if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
-const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema132.type,parentSchema:schema132,data:data5};
-if(vErrors === null){
-vErrors = [err17];
-}
-else {
-vErrors.push(err17);
-}
-errors++;
-}
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 31536000 || isNaN(data5)){
-const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema132,data:data5};
-if(vErrors === null){
-vErrors = [err18];
-}
-else {
-vErrors.push(err18);
-}
-errors++;
-}
-if(data5 < 1 || isNaN(data5)){
-const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema132,data:data5};
-if(vErrors === null){
-vErrors = [err19];
-}
-else {
-vErrors.push(err19);
-}
-errors++;
-}
-}
-}
-if(data.delay_seconds !== undefined){
-let data6 = data.delay_seconds;
-if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema133.type,parentSchema:schema133,data:data6};
-if(vErrors === null){
-vErrors = [err20];
-}
-else {
-vErrors.push(err20);
-}
-errors++;
-}
-if((typeof data6 == "number") && (isFinite(data6))){
-if(data6 > 31535999 || isNaN(data6)){
-const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema133,data:data6};
-if(vErrors === null){
-vErrors = [err21];
-}
-else {
-vErrors.push(err21);
-}
-errors++;
-}
-if(data6 < 0 || isNaN(data6)){
-const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema133,data:data6};
-if(vErrors === null){
-vErrors = [err22];
-}
-else {
-vErrors.push(err22);
-}
-errors++;
-}
-}
-}
-if(data.on_unknown_outcome !== undefined){
-let data7 = data.on_unknown_outcome;
-if(typeof data7 !== "string"){
-const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema134.type,parentSchema:schema134,data:data7};
-if(vErrors === null){
-vErrors = [err23];
-}
-else {
-vErrors.push(err23);
-}
-errors++;
-}
-if(!((data7 === "retry") || (data7 === "review"))){
-const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema134.enum},message:"must be equal to one of the allowed values",schema:schema134.enum,parentSchema:schema134,data:data7};
-if(vErrors === null){
-vErrors = [err24];
-}
-else {
-vErrors.push(err24);
-}
-errors++;
-}
-}
-}
-else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema274.type,parentSchema:schema274,data};
-if(vErrors === null){
-vErrors = [err25];
-}
-else {
-vErrors.push(err25);
 }
 errors++;
 }
@@ -11080,4 +10993,700 @@ return errors === 0;
 }
 validate199.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as getFavicon_path, validate51 as getFavicon_query, validate52 as getFavicon_headers, validate53 as connectWorker_path, validate54 as connectWorker_query, validate55 as connectWorker_headers, validate56 as getApplicationResources_path, validate57 as getApplicationResources_query, validate58 as getApplicationResources_headers, validate59 as configureApplicationResources_path, validate60 as configureApplicationResources_query, validate61 as configureApplicationResources_headers, validate62 as configureApplicationResources_body, validate66 as getRetention_path, validate67 as getRetention_query, validate68 as getRetention_headers, validate69 as configureRetention_path, validate70 as configureRetention_query, validate71 as configureRetention_headers, validate72 as configureRetention_body, validate75 as listQueues_path, validate76 as listQueues_query, validate77 as listQueues_headers, validate78 as createQueue_path, validate79 as createQueue_query, validate80 as createQueue_headers, validate81 as createQueue_body, validate84 as getQueue_path, validate85 as getQueue_query, validate86 as getQueue_headers, validate87 as configureQueue_path, validate88 as configureQueue_query, validate89 as configureQueue_headers, validate90 as configureQueue_body, validate93 as listTasks_path, validate94 as listTasks_query, validate95 as listTasks_headers, validate96 as submitTask_path, validate97 as submitTask_query, validate98 as submitTask_headers, validate99 as submitTask_body, validate102 as submitTasks_path, validate103 as submitTasks_query, validate104 as submitTasks_headers, validate105 as submitTasks_body, validate106 as getTask_path, validate107 as getTask_query, validate108 as getTask_headers, validate109 as cancelTask_path, validate110 as cancelTask_query, validate111 as cancelTask_headers, validate112 as cancelTask_body, validate115 as resolveTask_path, validate116 as resolveTask_query, validate117 as resolveTask_headers, validate118 as resolveTask_body, validate121 as listAllTasks_path, validate122 as listAllTasks_query, validate123 as listAllTasks_headers, validate124 as listTaskAttempts_path, validate125 as listTaskAttempts_query, validate126 as listTaskAttempts_headers, validate127 as listTaskEvents_path, validate128 as listTaskEvents_query, validate129 as listTaskEvents_headers, validate130 as retryTask_path, validate131 as retryTask_query, validate132 as retryTask_headers, validate133 as retryTask_body, validate136 as listSchedules_path, validate137 as listSchedules_query, validate138 as listSchedules_headers, validate139 as createSchedule_path, validate140 as createSchedule_query, validate141 as createSchedule_headers, validate142 as createSchedule_body, validate145 as getSchedule_path, validate146 as getSchedule_query, validate147 as getSchedule_headers, validate148 as pauseSchedule_path, validate149 as pauseSchedule_query, validate150 as pauseSchedule_headers, validate151 as pauseSchedule_body, validate154 as resumeSchedule_path, validate155 as resumeSchedule_query, validate156 as resumeSchedule_headers, validate157 as resumeSchedule_body, validate160 as listSubscriptions_path, validate161 as listSubscriptions_query, validate162 as listSubscriptions_headers, validate163 as createSubscription_path, validate164 as createSubscription_query, validate165 as createSubscription_headers, validate166 as createSubscription_body, validate169 as getSubscription_path, validate170 as getSubscription_query, validate171 as getSubscription_headers, validate172 as pauseSubscription_path, validate173 as pauseSubscription_query, validate174 as pauseSubscription_headers, validate175 as pauseSubscription_body, validate178 as resumeSubscription_path, validate179 as resumeSubscription_query, validate180 as resumeSubscription_headers, validate181 as resumeSubscription_body, validate184 as readSubscription_path, validate185 as readSubscription_query, validate186 as readSubscription_headers, validate187 as ackSubscription_path, validate188 as ackSubscription_query, validate189 as ackSubscription_headers, validate190 as ackSubscription_body, validate193 as listAuditEvents_path, validate194 as listAuditEvents_query, validate195 as listAuditEvents_headers, validate196 as listEvents_path, validate197 as listEvents_query, validate198 as listEvents_headers, validate199 as schema_SubmitTaskItem };
+const schema276 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate202.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema276,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema276.type,parentSchema:schema276,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate202.errors = vErrors;
+return errors === 0;
+}
+validate202.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema277 = {"type":"object","additionalProperties":false,"required":[],"properties":{"limit":{"type":"integer","minimum":1,"maximum":100},"cursor":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Cursor"}}};
+
+function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate203.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "limit") || (key0 === "cursor"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema277,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema277.properties.limit.type,parentSchema:schema277.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema277.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema277.properties.limit,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.cursor !== undefined){
+let data1 = data.cursor;
+if(typeof data1 === "string"){
+if(!pattern14.test(data1)){
+const err4 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9_-]{1,200}$"},message:"must match pattern \""+"^[A-Za-z0-9_-]{1,200}$"+"\"",schema:"^[A-Za-z0-9_-]{1,200}$",parentSchema:schema106,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/cursor",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Cursor/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema106.type,parentSchema:schema106,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema277.type,parentSchema:schema277,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate203.errors = vErrors;
+return errors === 0;
+}
+validate203.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema279 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate204.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema279,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema279.type,parentSchema:schema279,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate204.errors = vErrors;
+return errors === 0;
+}
+validate204.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema280 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate205.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema280,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema280.type,parentSchema:schema280,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate205.errors = vErrors;
+return errors === 0;
+}
+validate205.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema281 = {"type":"object","additionalProperties":false,"required":[],"properties":{"after":{"$ref":"https://orbit.invalid/openapi/components#/$defs/Uint64"},"limit":{"type":"integer","minimum":1,"maximum":100}}};
+
+function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate206.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+if(!((key0 === "after") || (key0 === "limit"))){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema281,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(data.after !== undefined){
+let data0 = data.after;
+if(typeof data0 === "string"){
+if(!pattern40.test(data0)){
+const err1 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/pattern",keyword:"pattern",params:{pattern: "^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"},message:"must match pattern \""+"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"+"\"",schema:"^(?:0|[1-9][0-9]{0,18}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$",parentSchema:schema185,data:data0};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/after",schemaPath:"https://orbit.invalid/openapi/components#/$defs/Uint64/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema185.type,parentSchema:schema185,data:data0};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.limit !== undefined){
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema281.properties.limit.type,parentSchema:schema281.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema281.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema281.properties.limit,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema281.type,parentSchema:schema281,data};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate206.errors = vErrors;
+return errors === 0;
+}
+validate206.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema283 = {"type":"object","additionalProperties":false,"required":[],"properties":{}};
+
+function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate207.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+for(const key0 in data){
+const err0 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema283,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema283.type,parentSchema:schema283,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate207.errors = vErrors;
+return errors === 0;
+}
+validate207.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+const schema284 = {"$ref":"https://orbit.invalid/openapi/components#/$defs/SubmitTaskItem"};
+const schema285 = {"type":"object","description":"One item of a bulk submit: the fields of a single submit plus its own `idempotency_key`\n(the item's submission identity, exactly like the `Idempotency-Key` of a single submit:\nthe same key and content sent singly or in a batch is the same submission).\n","additionalProperties":false,"required":["idempotency_key","payload"],"properties":{"idempotency_key":{"type":"string","pattern":"^[!-~]{1,128}$","description":"1-128 printable non-space ASCII characters."},"payload":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPayload"},"priority":{"$ref":"https://orbit.invalid/openapi/components#/$defs/TaskPriority"},"resource_key":{"$ref":"https://orbit.invalid/openapi/components#/$defs/ResourceKey"},"max_attempts":{"$ref":"https://orbit.invalid/openapi/components#/$defs/MaxAttempts"},"deadline_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds"},"delay_seconds":{"$ref":"https://orbit.invalid/openapi/components#/$defs/DelaySeconds"},"on_unknown_outcome":{"$ref":"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome"}}};
+
+function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate209.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.idempotency_key === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotency_key"},message:"must have required property '"+"idempotency_key"+"'",schema:schema285.required,parentSchema:schema285,data};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.payload === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "payload"},message:"must have required property '"+"payload"+"'",schema:schema285.required,parentSchema:schema285,data};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+for(const key0 in data){
+if(!((((((((key0 === "idempotency_key") || (key0 === "payload")) || (key0 === "priority")) || (key0 === "resource_key")) || (key0 === "max_attempts")) || (key0 === "deadline_seconds")) || (key0 === "delay_seconds")) || (key0 === "on_unknown_outcome"))){
+const err2 = {instancePath,schemaPath:"#/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key0},message:"must NOT have additional properties",schema:false,parentSchema:schema285,data};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.idempotency_key !== undefined){
+let data0 = data.idempotency_key;
+if(typeof data0 === "string"){
+if(!pattern4.test(data0)){
+const err3 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/pattern",keyword:"pattern",params:{pattern: "^[!-~]{1,128}$"},message:"must match pattern \""+"^[!-~]{1,128}$"+"\"",schema:"^[!-~]{1,128}$",parentSchema:schema285.properties.idempotency_key,data:data0};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/idempotency_key",schemaPath:"#/properties/idempotency_key/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema285.properties.idempotency_key.type,parentSchema:schema285.properties.idempotency_key,data:data0};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.payload !== undefined){
+let data1 = data.payload;
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err5 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema139.type,parentSchema:schema139,data:data1};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(Buffer.byteLength(JSON.stringify(data1), "utf8") > 262144){
+const err6 = {instancePath:instancePath+"/payload",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPayload/x-orbit-max-json-bytes",keyword:"x-orbit-max-json-bytes",params:{},message:"must be at most 262144 bytes as JSON",schema:262144,parentSchema:schema139,data:data1};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.priority !== undefined){
+let data2 = data.priority;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err7 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema140.type,parentSchema:schema140,data:data2};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 > 9 || isNaN(data2)){
+const err8 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9},message:"must be <= 9",schema:9,parentSchema:schema140,data:data2};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(data2 < 0 || isNaN(data2)){
+const err9 = {instancePath:instancePath+"/priority",schemaPath:"https://orbit.invalid/openapi/components#/$defs/TaskPriority/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema140,data:data2};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+if(data.resource_key !== undefined){
+let data3 = data.resource_key;
+if(typeof data3 === "string"){
+if(func1(data3) > 128){
+const err10 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters",schema:128,parentSchema:schema141,data:data3};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+if(func1(data3) < 1){
+const err11 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters",schema:1,parentSchema:schema141,data:data3};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if(!pattern27.test(data3)){
+const err12 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/pattern",keyword:"pattern",params:{pattern: "^[^\\p{Cs}]*[^ \\p{Cs}]$"},message:"must match pattern \""+"^[^\\p{Cs}]*[^ \\p{Cs}]$"+"\"",schema:"^[^\\p{Cs}]*[^ \\p{Cs}]$",parentSchema:schema141,data:data3};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+else {
+const err13 = {instancePath:instancePath+"/resource_key",schemaPath:"https://orbit.invalid/openapi/components#/$defs/ResourceKey/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema141.type,parentSchema:schema141,data:data3};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.max_attempts !== undefined){
+let data4 = data.max_attempts;
+if(!(((typeof data4 == "number") && (!(data4 % 1) && !isNaN(data4))) && (isFinite(data4)))){
+const err14 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema142.type,parentSchema:schema142,data:data4};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if((typeof data4 == "number") && (isFinite(data4))){
+if(data4 > 100 || isNaN(data4)){
+const err15 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100",schema:100,parentSchema:schema142,data:data4};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data4 < 1 || isNaN(data4)){
+const err16 = {instancePath:instancePath+"/max_attempts",schemaPath:"https://orbit.invalid/openapi/components#/$defs/MaxAttempts/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema142,data:data4};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+}
+if(data.deadline_seconds !== undefined){
+let data5 = data.deadline_seconds;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err17 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema143.type,parentSchema:schema143,data:data5};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 31536000 || isNaN(data5)){
+const err18 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000",schema:31536000,parentSchema:schema143,data:data5};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+if(data5 < 1 || isNaN(data5)){
+const err19 = {instancePath:instancePath+"/deadline_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DeadlineSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1",schema:1,parentSchema:schema143,data:data5};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+}
+if(data.delay_seconds !== undefined){
+let data6 = data.delay_seconds;
+if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
+const err20 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer",schema:schema144.type,parentSchema:schema144,data:data6};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+if((typeof data6 == "number") && (isFinite(data6))){
+if(data6 > 31535999 || isNaN(data6)){
+const err21 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31535999},message:"must be <= 31535999",schema:31535999,parentSchema:schema144,data:data6};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+if(data6 < 0 || isNaN(data6)){
+const err22 = {instancePath:instancePath+"/delay_seconds",schemaPath:"https://orbit.invalid/openapi/components#/$defs/DelaySeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0",schema:0,parentSchema:schema144,data:data6};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+}
+}
+if(data.on_unknown_outcome !== undefined){
+let data7 = data.on_unknown_outcome;
+if(typeof data7 !== "string"){
+const err23 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/type",keyword:"type",params:{type: "string"},message:"must be string",schema:schema145.type,parentSchema:schema145,data:data7};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+if(!((data7 === "retry") || (data7 === "review"))){
+const err24 = {instancePath:instancePath+"/on_unknown_outcome",schemaPath:"https://orbit.invalid/openapi/components#/$defs/OnUnknownOutcome/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values",schema:schema145.enum,parentSchema:schema145,data:data7};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+}
+}
+else {
+const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object",schema:schema285.type,parentSchema:schema285,data};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+validate209.errors = vErrors;
+return errors === 0;
+}
+validate209.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+
+function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate208.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate209(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate209.errors : vErrors.concat(validate209.errors);
+errors = vErrors.length;
+}
+validate208.errors = vErrors;
+return errors === 0;
+}
+validate208.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+export { validate20 as getHealth_path, validate21 as getHealth_query, validate22 as getHealth_headers, validate23 as getReadiness_path, validate24 as getReadiness_query, validate25 as getReadiness_headers, validate26 as getOpenApiDocument_path, validate27 as getOpenApiDocument_query, validate28 as getOpenApiDocument_headers, validate29 as getMetrics_path, validate30 as getMetrics_query, validate31 as getMetrics_headers, validate32 as getAsyncApiDocument_path, validate33 as getAsyncApiDocument_query, validate34 as getAsyncApiDocument_headers, validate35 as getApiReference_path, validate36 as getApiReference_query, validate37 as getApiReference_headers, validate38 as getApiReferenceScript_path, validate39 as getApiReferenceScript_query, validate40 as getApiReferenceScript_headers, validate41 as getConsole_path, validate42 as getConsole_query, validate43 as getConsole_headers, validate44 as getConsoleScript_path, validate45 as getConsoleScript_query, validate46 as getConsoleScript_headers, validate47 as getConsoleStylesheet_path, validate48 as getConsoleStylesheet_query, validate49 as getConsoleStylesheet_headers, validate50 as getFavicon_path, validate51 as getFavicon_query, validate52 as getFavicon_headers, validate53 as connectWorker_path, validate54 as connectWorker_query, validate55 as connectWorker_headers, validate56 as getApplicationResources_path, validate57 as getApplicationResources_query, validate58 as getApplicationResources_headers, validate59 as configureApplicationResources_path, validate60 as configureApplicationResources_query, validate61 as configureApplicationResources_headers, validate62 as configureApplicationResources_body, validate66 as listNamespaceResources_path, validate67 as listNamespaceResources_query, validate68 as listNamespaceResources_headers, validate69 as configureNamespaceResources_path, validate70 as configureNamespaceResources_query, validate71 as configureNamespaceResources_headers, validate72 as configureNamespaceResources_body, validate75 as getRetention_path, validate76 as getRetention_query, validate77 as getRetention_headers, validate78 as configureRetention_path, validate79 as configureRetention_query, validate80 as configureRetention_headers, validate81 as configureRetention_body, validate84 as listQueues_path, validate85 as listQueues_query, validate86 as listQueues_headers, validate87 as createQueue_path, validate88 as createQueue_query, validate89 as createQueue_headers, validate90 as createQueue_body, validate93 as getQueue_path, validate94 as getQueue_query, validate95 as getQueue_headers, validate96 as configureQueue_path, validate97 as configureQueue_query, validate98 as configureQueue_headers, validate99 as configureQueue_body, validate102 as listTasks_path, validate103 as listTasks_query, validate104 as listTasks_headers, validate105 as submitTask_path, validate106 as submitTask_query, validate107 as submitTask_headers, validate108 as submitTask_body, validate111 as submitTasks_path, validate112 as submitTasks_query, validate113 as submitTasks_headers, validate114 as submitTasks_body, validate115 as getTask_path, validate116 as getTask_query, validate117 as getTask_headers, validate118 as cancelTask_path, validate119 as cancelTask_query, validate120 as cancelTask_headers, validate121 as cancelTask_body, validate124 as resolveTask_path, validate125 as resolveTask_query, validate126 as resolveTask_headers, validate127 as resolveTask_body, validate130 as listAllTasks_path, validate131 as listAllTasks_query, validate132 as listAllTasks_headers, validate133 as listTaskAttempts_path, validate134 as listTaskAttempts_query, validate135 as listTaskAttempts_headers, validate136 as listTaskEvents_path, validate137 as listTaskEvents_query, validate138 as listTaskEvents_headers, validate139 as retryTask_path, validate140 as retryTask_query, validate141 as retryTask_headers, validate142 as retryTask_body, validate145 as listSchedules_path, validate146 as listSchedules_query, validate147 as listSchedules_headers, validate148 as createSchedule_path, validate149 as createSchedule_query, validate150 as createSchedule_headers, validate151 as createSchedule_body, validate154 as getSchedule_path, validate155 as getSchedule_query, validate156 as getSchedule_headers, validate157 as pauseSchedule_path, validate158 as pauseSchedule_query, validate159 as pauseSchedule_headers, validate160 as pauseSchedule_body, validate163 as resumeSchedule_path, validate164 as resumeSchedule_query, validate165 as resumeSchedule_headers, validate166 as resumeSchedule_body, validate169 as listSubscriptions_path, validate170 as listSubscriptions_query, validate171 as listSubscriptions_headers, validate172 as createSubscription_path, validate173 as createSubscription_query, validate174 as createSubscription_headers, validate175 as createSubscription_body, validate178 as getSubscription_path, validate179 as getSubscription_query, validate180 as getSubscription_headers, validate181 as pauseSubscription_path, validate182 as pauseSubscription_query, validate183 as pauseSubscription_headers, validate184 as pauseSubscription_body, validate187 as resumeSubscription_path, validate188 as resumeSubscription_query, validate189 as resumeSubscription_headers, validate190 as resumeSubscription_body, validate193 as readSubscription_path, validate194 as readSubscription_query, validate195 as readSubscription_headers, validate196 as ackSubscription_path, validate197 as ackSubscription_query, validate198 as ackSubscription_headers, validate199 as ackSubscription_body, validate202 as listAuditEvents_path, validate203 as listAuditEvents_query, validate204 as listAuditEvents_headers, validate205 as listEvents_path, validate206 as listEvents_query, validate207 as listEvents_headers, validate208 as schema_SubmitTaskItem };

@@ -19,6 +19,7 @@ import type { AppDeps } from './deps.ts';
 import { systemHandlers } from './handlers/system.ts';
 import { pageHandlers } from './handlers/pages.ts';
 import { applicationResourcesHandlers } from './handlers/application-resources.ts';
+import { namespaceResourcesHandlers } from './handlers/namespace-resources.ts';
 import { retentionHandlers } from './handlers/retention.ts';
 import { queueHandlers } from './handlers/queues.ts';
 import { taskHandlers } from './handlers/tasks.ts';
@@ -32,6 +33,7 @@ export function createHandlers(deps: AppDeps): Handlers<RequestContext> {
     ...systemHandlers(deps),
     ...pageHandlers(deps),
     ...applicationResourcesHandlers(deps),
+    ...namespaceResourcesHandlers(deps),
     ...retentionHandlers(deps),
     ...queueHandlers(deps),
     ...taskHandlers(deps),

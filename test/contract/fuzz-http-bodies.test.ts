@@ -110,6 +110,14 @@ const VALID: Record<string, JsonObject> = {
     rate_per_second: 100000,
     dry_run: false,
   },
+  configureNamespaceResources: {
+    expected_revision: STALE_REVISION,
+    reason: '模糊测试',
+    reserved_unfinished_tasks: 0,
+    reserved_concurrency: 0,
+    reserved_rate_per_second: 0,
+    dry_run: false,
+  },
   configureRetention: {
     expected_revision: STALE_REVISION,
     reason: '模糊测试',
@@ -232,6 +240,7 @@ describe(`fuzz: HTTP request bodies (ORBIT_FUZZ_SEED=${FUZZ_SEED}, nesting limit
     assert.ok(op);
     return op.path
       .replace('{queue}', QUEUE)
+      .replace('{namespace}', tenant.namespace)
       .replace('{task_id}', id ?? (operationId === 'cancelTask' || operationId === 'retryTask' ? cancelledTask : waitingTask))
       .replace('{schedule_id}', id ?? (operationId === 'pauseSchedule' ? pausedSchedule : activeSchedule))
       .replace(

@@ -62,6 +62,7 @@ const REFUSED_BODY: Record<string, string> = {
   resolveTask: '{"outcome":"nope","reason":"x"}',
   createQueue: '{"name":"BAD NAME","reason":"x"}',
   configureApplicationResources: '{"expected_revision":"0"}',
+  configureNamespaceResources: '{"expected_revision":"0"}',
   configureRetention: '{"expected_revision":"0"}',
   createSchedule: '{"name":"BAD NAME","reason":"x","payload":{},"interval_seconds":86400}',
   // Refused before the handler, so the schedule's state never flips (whatever the path fuzzing sends).
@@ -145,6 +146,7 @@ describe(`fuzz: HTTP paths, query strings, headers and methods (ORBIT_FUZZ_SEED=
   const fill = (template: string, param?: string) =>
     template
       .replace('{queue}', param ?? 'fuzz')
+      .replace('{namespace}', param ?? tenant.namespace)
       .replace('{task_id}', param ?? taskId)
       .replace('{schedule_id}', param ?? scheduleId)
       .replace('{subscription_id}', param ?? subscriptionId);

@@ -74,6 +74,13 @@ const VALID_EXAMPLES: Record<string, { path: string; body: JsonObject; variants?
       { expected_revision: '1', reason: '负例测试试运行', max_unfinished_tasks: 1000000, max_concurrency: 10000, rate_per_second: 100000, dry_run: true },
     ],
   },
+  configureNamespaceResources: {
+    path: '/v1/application/namespaces/{namespace}:configure',
+    body: { expected_revision: '1', reason: '负例测试保底', reserved_unfinished_tasks: 0, reserved_concurrency: 0, reserved_rate_per_second: 0 },
+    variants: [
+      { expected_revision: '1', reason: '负例测试试运行', reserved_unfinished_tasks: 0, reserved_concurrency: 0, reserved_rate_per_second: 0, dry_run: true },
+    ],
+  },
   configureRetention: {
     path: '/v1/application/retention:configure',
     body: {
@@ -806,6 +813,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
   function fill(template: string, operationId: string, id?: string): string {
     return template
       .replace('{queue}', NEG_QUEUE)
+      .replace('{namespace}', tenant.namespace)
       .replace('{task_id}', id ?? (operationId === 'resolveTask' ? reviewTask : operationId === 'getTask' ? settledTask : waitingTask))
       .replace('{schedule_id}', id ?? (operationId === 'resumeSchedule' ? pausedSchedule : activeSchedule))
       .replace('{subscription_id}', id ?? (operationId === 'resumeSubscription' ? pausedSubscription : activeSubscription));
@@ -814,7 +822,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     return fill((VALID_EXAMPLES[operationId] as { path: string }).path, operationId, id);
   }
 
-  /** Every orbit_ table's row count, and the application's and the queues' rows, the tasks', the schedules' and the subscriptions' states (and positions). */
+  /** Every orbit_ table's row count, and the application's, the namespaces' and the queues' rows, the tasks', the schedules' and the subscriptions' states (and positions). */
   async function snapshot(): Promise<unknown> {
     const tables = await t.db.rows<{ TABLE_NAME: string }>(
       "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME LIKE 'orbit\\_%' ORDER BY TABLE_NAME",
@@ -824,6 +832,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
     const counts: Record<string, string> = {};
     for (const { TABLE_NAME } of tables) counts[TABLE_NAME] = String((await t.db.rows<{ n: number }>(`SELECT COUNT(*) AS n FROM \`${TABLE_NAME}\``))[0]?.n);
     const resources = await t.db.rows('SELECT * FROM orbit_application_resources WHERE application_id = UNHEX(?)', [tenant.applicationId]);
+    const namespaces = await t.db.rows('SELECT * FROM orbit_namespace_resources WHERE application_id = UNHEX(?) ORDER BY namespace_id', [tenant.applicationId]);
     const queues = await t.db.rows('SELECT * FROM orbit_queues WHERE application_id = UNHEX(?) ORDER BY name', [tenant.applicationId]);
     const tasks = await t.db.rows('SELECT HEX(task_id) AS id, state, updated_at, cancel_requested FROM orbit_tasks ORDER BY task_id');
     const schedules = await t.db.rows('SELECT HEX(schedule_id) AS id, name, state, next_fire_at, updated_at FROM orbit_schedules ORDER BY schedule_id');
@@ -831,7 +840,7 @@ describe(`contract: strict input, ${negativeCount} generated 400 cases, ${accept
       'SELECT HEX(subscription_id) AS id, name, state, acked_sequence, acked_at, updated_at FROM orbit_subscriptions WHERE namespace_id = UNHEX(?) ORDER BY subscription_id',
       [tenant.namespaceId],
     );
-    return JSON.parse(JSON.stringify({ counts, resources, queues, tasks, schedules, subscriptions }));
+    return JSON.parse(JSON.stringify({ counts, resources, namespaces, queues, tasks, schedules, subscriptions }));
   }
 
   /**

@@ -323,6 +323,59 @@ describe('contract: every operation answers what openapi.yaml says', () => {
     assert.deepEqual([twice.body.error.details.field, twice.body.error.details.location], ['limit', 'query']);
   });
 
+  test("namespaces' floors: list, configure, dry run, replay, conflicts (revision, sum above the limit), unknown namespace, bad input", async () => {
+    const list = async () => (await get('/v1/application/namespaces')).body.data.namespaces;
+    const [own] = await list();
+    assert.equal(own.namespace, 'contract');
+    assert.equal(own.namespace_id, owner.namespaceId);
+    const app = await resources();
+    const path = '/v1/application/namespaces/contract:configure';
+    const body = {
+      expected_revision: own.revision,
+      reason: '合同测试：保底',
+      reserved_unfinished_tasks: 10,
+      reserved_concurrency: 2,
+      reserved_rate_per_second: 3,
+    };
+    const dry = await post(path, { ...body, dry_run: true }, 200, { key: 'floors-1' });
+    assert.deepEqual(
+      dry.body.data.effects.map((e: { limit: string }) => e.limit),
+      ['reserved_unfinished_tasks', 'reserved_concurrency', 'reserved_rate_per_second'],
+    );
+    assert.deepEqual(await list(), [own], 'a dry run writes nothing');
+    const changed = await post(path, body, 200, { key: 'floors-1' });
+    assert.deepEqual(changed.body.data, {
+      namespace_resources: {
+        ...own,
+        revision: String(BigInt(own.revision) + 1n),
+        reserved_unfinished_tasks: 10,
+        reserved_concurrency: 2,
+        reserved_rate_per_second: 3,
+      },
+      deduplicated: false,
+    });
+    assert.equal((await post(path, body, 200, { key: 'floors-1' })).body.data.deduplicated, true);
+    await post(path, { ...body, reserved_concurrency: 1 }, 409, { key: 'floors-1', code: 'IDEMPOTENCY_CONFLICT' });
+    const stale = await post(path, body, 409, { code: 'STATE_CONFLICT' });
+    assert.equal(stale.body.error.details.current_revision, changed.body.data.namespace_resources.revision);
+    const current = changed.body.data.namespace_resources.revision;
+    const above = await post(path, { ...body, expected_revision: current, reserved_concurrency: app.max_concurrency + 1 }, 409, { code: 'STATE_CONFLICT' });
+    assert.deepEqual(above.body.error.details, {
+      field: 'reserved_concurrency',
+      limit: 'max_concurrency',
+      reserved_sum: app.max_concurrency + 1,
+      application_limit: app.max_concurrency,
+    });
+    await post('/v1/application/namespaces/nowhere:configure', { ...body, expected_revision: current }, 404, { code: 'NOT_FOUND' });
+    const bad = await post(path, { ...body, reserved_concurrency: -1 }, 400, { code: 'INVALID_ARGUMENT' });
+    assert.equal(bad.body.error.details.field, 'reserved_concurrency');
+    const withFloors = await resources();
+    assert.deepEqual([withFloors.reserved_unfinished_tasks, withFloors.reserved_concurrency, withFloors.reserved_rate_per_second], [10, 2, 3]);
+    // Back to no floors: the later tests tighten the application's limits.
+    await post(path, { ...body, expected_revision: current, reserved_unfinished_tasks: 0, reserved_concurrency: 0, reserved_rate_per_second: 0 }, 200);
+    await get('/v1/application/namespaces?verbose=1', 400, admin, 'INVALID_ARGUMENT');
+  });
+
   test('retention: get, configure (full replacement), replay, dry run, conflicts, bad input', async () => {
     const before = (await get('/v1/application/retention')).body.data;
     assert.equal(before.application_id, owner.applicationId);
@@ -1264,12 +1317,14 @@ describe('contract: every operation answers what openapi.yaml says', () => {
   function sampleRequest(op: SpecOperation, taskId: string, scheduleId: string, subscriptionId: string): { path: string; body?: unknown } {
     const path = op.path
       .replace('{queue}', 'default')
+      .replace('{namespace}', 'contract')
       .replace('{task_id}', taskId)
       .replace('{schedule_id}', scheduleId)
       .replace('{subscription_id}', subscriptionId);
     const bodies: Record<string, unknown> = {
       configureApplicationResources: { expected_revision: '1', reason: 'x', max_unfinished_tasks: 1, max_concurrency: 1, rate_per_second: 1 },
       configureRetention: { expected_revision: '1', reason: 'x' },
+      configureNamespaceResources: { expected_revision: '1', reason: 'x', reserved_unfinished_tasks: 0, reserved_concurrency: 0, reserved_rate_per_second: 0 },
       createQueue: { name: 'never', reason: 'x' },
       configureQueue: {
         expected_revision: '1',

@@ -59,6 +59,13 @@ describe('application resources', () => {
       active_attempts: '0',
       pending_starts: '0',
       rate_per_second: 100000,
+      // No namespace has a floor: their sums and idle part are 0.
+      reserved_unfinished_tasks: 0,
+      reserved_concurrency: 0,
+      reserved_rate_per_second: 0,
+      idle_reserved_unfinished_tasks: '0',
+      idle_reserved_concurrency: '0',
+      idle_reserved_rate_per_second: '0',
     });
     // Both namespaces see the one shared row.
     assert.deepEqual(await current(second.token), response.body.data);

@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const TYPE = /(?:task|queue|schedule|subscription|application)\.[a-z_]+(?:\.[a-z_]+)*/;
+const TYPE = /(?:task|queue|schedule|subscription|application|namespace)\.[a-z_]+(?:\.[a-z_]+)*/;
 
 function sources(dir: string, out: string[] = []): string[] {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {

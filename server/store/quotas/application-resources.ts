@@ -2,7 +2,7 @@
  * The application's shared quota row: three limits, a config revision and live usage.
  * This row serialises one application's short transactions; see lock-order.ts.
  */
-import { OrbitError, revisionConflict } from '../../errors.ts';
+import { OrbitError, floorsAboveLimit, revisionConflict } from '../../errors.ts';
 import { idToHex, type IdBytes } from '../../ids.ts';
 import type { Principal } from '../../domain/principal.ts';
 import type { components } from '../../generated/openapi.ts';
@@ -11,7 +11,8 @@ import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import { configureEffects, type ConfigureEffect } from '../../domain/configure-effects.ts';
-import { startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';
+import { firstFloorAboveLimit } from '../../domain/floor-sums.ts';
+import { startsInCurrentWindow, windowIsOpen, windowOfRow } from '../../domain/start-window.ts';
 import { sqlToMillis } from '../../time.ts';
 import { sql } from '../database/sql.ts';
 import type { Database, Queryable, Transaction } from '../database/database.ts';
@@ -37,15 +38,48 @@ export async function applicationRowLock(
 }
 export type ApplicationLimits = Pick<ApplicationResources, 'max_unfinished_tasks' | 'max_concurrency' | 'rate_per_second'>;
 
-/** The limits and usage this module reads (not the start window). */
+/**
+ * The limits, usage and floors this module reads: the namespaces' reservations summed and their
+ * idle part (docs/quotas-and-locking.md#floors), and the start window with the database's time,
+ * which the idle part of the rate floors depends on.
+ */
 type ResourcesRow = Pick<
   ApplicationResourcesRow,
-  'application_id' | 'revision' | 'max_unfinished_tasks' | 'unfinished_tasks' | 'max_concurrency' | 'active_attempts' | 'pending_starts' | 'rate_per_second'
->;
+  | 'application_id'
+  | 'revision'
+  | 'max_unfinished_tasks'
+  | 'unfinished_tasks'
+  | 'max_concurrency'
+  | 'active_attempts'
+  | 'pending_starts'
+  | 'rate_per_second'
+  | 'reserved_unfinished_tasks'
+  | 'reserved_concurrency'
+  | 'reserved_rate_per_second'
+  | 'idle_reserved_unfinished_tasks'
+  | 'idle_reserved_concurrency'
+  | 'window_reserved_starts'
+  | 'window_started_at'
+  | 'window_starts'
+> & { now: string };
 
 /** The columns of ResourcesRow (constant SQL text). */
 const COLUMNS = sql.raw(`application_id, revision, max_unfinished_tasks, unfinished_tasks, max_concurrency,
-                 active_attempts, pending_starts, rate_per_second`);
+                 active_attempts, pending_starts, rate_per_second, reserved_unfinished_tasks, reserved_concurrency,
+                 reserved_rate_per_second, idle_reserved_unfinished_tasks, idle_reserved_concurrency, window_reserved_starts,
+                 window_started_at, window_starts, NOW(6) AS now`);
+
+/**
+ * The idle part of the rate floors: what the namespaces' starts in the application's current
+ * window leave of their reservations (`window_reserved_starts` is the used part, summed), all of
+ * them when no window is open.
+ */
+function idleReservedRate(row: ResourcesRow): bigint {
+  const reserved = BigInt(row.reserved_rate_per_second);
+  if (!windowIsOpen(windowOfRow(row), sqlToMillis(row.now))) return reserved;
+  const idle = reserved - BigInt(row.window_reserved_starts);
+  return idle > 0n ? idle : 0n;
+}
 
 function toResources(row: ResourcesRow): ApplicationResources {
   return {
@@ -57,10 +91,26 @@ function toResources(row: ResourcesRow): ApplicationResources {
     active_attempts: row.active_attempts,
     pending_starts: row.pending_starts,
     rate_per_second: row.rate_per_second,
+    reserved_unfinished_tasks: Number(row.reserved_unfinished_tasks),
+    reserved_concurrency: Number(row.reserved_concurrency),
+    reserved_rate_per_second: Number(row.reserved_rate_per_second),
+    idle_reserved_unfinished_tasks: row.idle_reserved_unfinished_tasks,
+    idle_reserved_concurrency: row.idle_reserved_concurrency,
+    idle_reserved_rate_per_second: idleReservedRate(row).toString(),
   };
 }
 
-/** The row as one consistent read (a single statement). */
+/** The application's configure refuses limits below the floors' sums (domain/floor-sums.ts). */
+function assertFloorsFit(row: ResourcesRow, limits: ApplicationLimits): void {
+  const above = firstFloorAboveLimit(limits, {
+    reserved_unfinished_tasks: Number(row.reserved_unfinished_tasks),
+    reserved_concurrency: Number(row.reserved_concurrency),
+    reserved_rate_per_second: Number(row.reserved_rate_per_second),
+  });
+  if (above) throw floorsAboveLimit('limit', above);
+}
+
+/** The row as one consistent read (a single statement): limits, usage, the floors' sums and their idle part. */
 export async function applicationResourcesGet(db: Queryable, applicationId: IdBytes): Promise<ApplicationResources> {
   const [row] = await db.rows<ResourcesRow>(sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${applicationId}`);
   if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
@@ -85,6 +135,8 @@ export interface ApplicationResourcesConfigureParams {
  * Full replacement of the three limits under compare-and-set on `revision`. Config, revision,
  * audit record, event and receipt commit together or not at all. Lowering a limit below usage
  * changes nothing else: no task is deleted, no lease shortened or extended, no window reset.
+ * Lowering one below the namespaces' floors of it (their sum, read under the row's lock, which
+ * every configure of a floor holds too) is refused: STATE_CONFLICT naming both figures.
  */
 export async function applicationResourcesConfigure(
   db: Database,
@@ -98,6 +150,7 @@ export async function applicationResourcesConfigure(
     );
     if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
     if (row.revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, row.revision);
+    assertFloorsFit(row, params.limits);
     await tx.exec(sql`
       UPDATE orbit_application_resources
          SET max_unfinished_tasks = ${params.limits.max_unfinished_tasks}, max_concurrency = ${params.limits.max_concurrency},
@@ -134,14 +187,12 @@ export async function applicationResourcesConfigure(
   return { resources: response, deduplicated };
 }
 
-/** What a dry run reads beside ResourcesRow: the start window, and the database's time to judge it by. */
-type DryRunRow = ResourcesRow & Pick<ApplicationResourcesRow, 'window_started_at' | 'window_starts'> & { now: string };
-
 /**
  * `dry_run: true` of configureApplicationResources: the same checks as applicationResourcesConfigure
  * - the credential may still act (re-checked as a write does), the row exists, `expected_revision`
- * is current - and the answer it would give (the new limits, the revision + 1), with what each
- * limit would mean for the usage of right now. Nothing is written and no lock is taken on the
+ * is current, no limit goes below the namespaces' floors of it - and the answer it would give
+ * (the new limits, the revision + 1), with what each limit would mean for the usage of right now
+ * (and, for a changed limit floors reserve part of, how much of it they hold). Nothing is written and no lock is taken on the
  * application row: a plain read, like GET. No receipt is looked up or kept (a dry run never
  * replays a key; the key may be used afterwards for the real change).
  */
@@ -152,20 +203,29 @@ export async function applicationResourcesConfigureDryRun(
   const { principal } = params;
   const row = await db.transaction(async (tx) => {
     if ((await credentialsStillValid(tx, [principal.credentialId])).size === 0) throw noLongerValid();
-    const [found] = await tx.rows<DryRunRow>(
-      sql`SELECT ${COLUMNS}, window_started_at, window_starts, NOW(6) AS now FROM orbit_application_resources WHERE application_id = ${principal.applicationId}`,
-    );
+    const [found] = await tx.rows<ResourcesRow>(sql`SELECT ${COLUMNS} FROM orbit_application_resources WHERE application_id = ${principal.applicationId}`);
     return found;
   });
   if (!row) throw new OrbitError('INTERNAL', 'the application has no resources row');
   if (row.revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, row.revision);
+  assertFloorsFit(row, params.limits);
   const before = toResources(row);
   const resources: ApplicationResources = { ...before, ...params.limits, revision: (BigInt(row.revision) + 1n).toString() };
-  const effects = configureEffects('application', before, params.limits, {
-    unfinishedTasks: BigInt(row.unfinished_tasks),
-    activeAttempts: BigInt(row.active_attempts),
-    startsInWindow: BigInt(startsInCurrentWindow(windowOfRow(row), sqlToMillis(row.now))),
-    pendingStarts: BigInt(row.pending_starts),
-  });
+  const effects = configureEffects(
+    'application',
+    before,
+    params.limits,
+    {
+      unfinishedTasks: BigInt(row.unfinished_tasks),
+      activeAttempts: BigInt(row.active_attempts),
+      startsInWindow: BigInt(startsInCurrentWindow(windowOfRow(row), sqlToMillis(row.now))),
+      pendingStarts: BigInt(row.pending_starts),
+    },
+    {
+      max_unfinished_tasks: { reserved: BigInt(row.reserved_unfinished_tasks), idle: BigInt(before.idle_reserved_unfinished_tasks) },
+      max_concurrency: { reserved: BigInt(row.reserved_concurrency), idle: BigInt(before.idle_reserved_concurrency) },
+      rate_per_second: { reserved: BigInt(row.reserved_rate_per_second), idle: BigInt(before.idle_reserved_rate_per_second) },
+    },
+  );
   return { resources, effects };
 }

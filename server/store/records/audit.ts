@@ -12,7 +12,7 @@ import type { AuditEventRow } from '../database/schema.ts';
 export interface AuditRecord {
   principal: Principal;
   action: string;
-  resourceType: 'application_resources' | 'retention_policy' | 'queue' | 'task' | 'schedule' | 'subscription';
+  resourceType: 'application_resources' | 'namespace_resources' | 'retention_policy' | 'queue' | 'task' | 'schedule' | 'subscription';
   resource: string;
   reason: string;
   requestId: string;

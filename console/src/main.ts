@@ -5,9 +5,11 @@
  * a URL. What is shown refreshes every two seconds.
  *
  * Two pages, by the URL's hash (so a task can be linked, and the back button works):
- * - `#/` (or none): the application's limits and usage, the queues in scope, the tasks waiting
- *   for review, the task list (filtered by queue and state, paged newest first) and the latest
- *   events;
+ * - `#/` (or none): the application's limits and usage, its namespaces with their floors and
+ *   usage (and a form that changes a namespace's floors: a dry run first, "Preview", whose
+ *   effects are shown, then the change itself on a second click, "Apply"), the queues in scope,
+ *   the tasks waiting for review, the task list (filtered by queue and state, paged newest first)
+ *   and the latest events;
  * - `#/tasks/<task_id>`: one task - its fields, payload, result and error, its attempts, its
  *   lifecycle events, and the actions its state allows (cancel, resolve, retry), each with the
  *   reason the audit record keeps.
@@ -76,6 +78,53 @@ interface Resources {
   pending_starts: Count;
   rate_per_second: number;
 }
+/** The application's row also carries the namespaces' floors: their sums and the part of them unused now. */
+interface WireApplication extends WireResources {
+  reserved_unfinished_tasks: number;
+  reserved_concurrency: number;
+  reserved_rate_per_second: number;
+  idle_reserved_unfinished_tasks: string;
+  idle_reserved_concurrency: string;
+  idle_reserved_rate_per_second: string;
+}
+interface Application extends Resources {
+  reserved_unfinished_tasks: number;
+  reserved_concurrency: number;
+  reserved_rate_per_second: number;
+  idle_reserved_unfinished_tasks: Count;
+  idle_reserved_concurrency: Count;
+  idle_reserved_rate_per_second: Count;
+}
+/** The three floors of a namespace (the API's names), as configureNamespaceResources takes them. */
+const FLOORS = ['reserved_unfinished_tasks', 'reserved_concurrency', 'reserved_rate_per_second'] as const;
+type FloorName = (typeof FLOORS)[number];
+type Floors = Record<FloorName, number>;
+interface WireNamespace extends Floors {
+  namespace: string;
+  namespace_id: string;
+  environment: string;
+  revision: string;
+  unfinished_tasks: string;
+  active_attempts: string;
+  pending_starts: string;
+  starts_this_second: string;
+}
+interface Namespace extends Floors {
+  namespace: string;
+  environment: string;
+  revision: string;
+  unfinished_tasks: Count;
+  active_attempts: Count;
+  pending_starts: Count;
+  starts_this_second: Count;
+}
+interface Effect {
+  limit: string;
+  current: number;
+  proposed: number;
+  usage: string;
+  effect: string;
+}
 interface WireQueue extends WireResources {
   queue: string;
   paused: boolean;
@@ -96,6 +145,27 @@ const resourcesFrom = (w: WireResources): Resources => ({
   rate_per_second: w.rate_per_second,
 });
 const queueFrom = (w: WireQueue): Queue => ({ ...resourcesFrom(w), queue: w.queue, paused: w.paused, key_concurrency: w.key_concurrency });
+const applicationFrom = (w: WireApplication): Application => ({
+  ...resourcesFrom(w),
+  reserved_unfinished_tasks: w.reserved_unfinished_tasks,
+  reserved_concurrency: w.reserved_concurrency,
+  reserved_rate_per_second: w.reserved_rate_per_second,
+  idle_reserved_unfinished_tasks: count(w.idle_reserved_unfinished_tasks),
+  idle_reserved_concurrency: count(w.idle_reserved_concurrency),
+  idle_reserved_rate_per_second: count(w.idle_reserved_rate_per_second),
+});
+const namespaceFrom = (w: WireNamespace): Namespace => ({
+  namespace: w.namespace,
+  environment: w.environment,
+  revision: w.revision,
+  reserved_unfinished_tasks: w.reserved_unfinished_tasks,
+  reserved_concurrency: w.reserved_concurrency,
+  reserved_rate_per_second: w.reserved_rate_per_second,
+  unfinished_tasks: count(w.unfinished_tasks),
+  active_attempts: count(w.active_attempts),
+  pending_starts: count(w.pending_starts),
+  starts_this_second: count(w.starts_this_second),
+});
 
 interface Task {
   task_id: string;
@@ -165,7 +235,8 @@ interface TaskPage {
   note: string | null;
 }
 interface View {
-  resources: Resources | 'denied' | null;
+  resources: Application | 'denied' | null;
+  namespaces: Namespace[] | 'denied' | null;
   queues: Queue[];
   reviews: Task[];
   reviewsMore: boolean;
@@ -192,6 +263,7 @@ const emptyList = (): TaskList => ({
 });
 const emptyView = (): View => ({
   resources: null,
+  namespaces: null,
   queues: [],
   reviews: [],
   reviewsMore: false,
@@ -210,6 +282,25 @@ let eventsAfter = '0';
 const reasons = new Map<string, string>();
 /** What the last action on a task answered (or that it is under way), by task. */
 const outcomes = new Map<string, { kind: 'pending' | 'ok' | 'error'; text: string }>();
+/**
+ * The form that changes a namespace's floors: what is typed (kept across redraws), and the last
+ * preview - a dry run of exactly these values - which "Apply" sends again for real. A change of
+ * any value drops the preview: Apply needs a preview of what it sends.
+ */
+interface FloorsForm {
+  namespace: string;
+  values: Record<FloorName, string>;
+  reason: string;
+  preview: { namespace: string; revision: string; floors: Floors; reason: string; effects: Effect[] } | null;
+  status: { kind: 'pending' | 'ok' | 'error'; text: string } | null;
+}
+const floorsForm: FloorsForm = {
+  namespace: '',
+  values: { reserved_unfinished_tasks: '', reserved_concurrency: '', reserved_rate_per_second: '' },
+  reason: '',
+  preview: null,
+  status: null,
+};
 /** A later load of the list or of a task page wins over an earlier one still in flight. */
 let listGeneration = 0;
 let taskGeneration = 0;
@@ -354,14 +445,17 @@ async function loadTask(taskId: string): Promise<void> {
 }
 
 async function loadOverview(): Promise<void> {
-  const [resources, queues] = await Promise.all([
-    api<WireResources>('GET', '/v1/application/resources').then(resourcesFrom, (error: unknown) => {
-      if (denied(error)) return 'denied' as const;
-      throw error;
-    }),
+  const orDenied = (error: unknown): 'denied' => {
+    if (denied(error)) return 'denied';
+    throw error;
+  };
+  const [resources, namespaces, queues] = await Promise.all([
+    api<WireApplication>('GET', '/v1/application/resources').then(applicationFrom, orDenied),
+    api<{ namespaces: WireNamespace[] }>('GET', '/v1/application/namespaces').then((d) => d.namespaces.map(namespaceFrom), orDenied),
     allQueues(),
   ]);
   view.resources = resources;
+  view.namespaces = namespaces;
   view.queues = queues;
   await Promise.all([loadReviews(), loadList()]);
   try {
@@ -458,6 +552,81 @@ async function act(taskId: string, action: Action, reason: string): Promise<void
   await refresh();
 }
 
+/** The floors typed in the form, or why they cannot be sent. */
+function typedFloors(): Floors | string {
+  const floors = {} as Floors;
+  for (const name of FLOORS) {
+    const text = floorsForm.values[name].trim();
+    if (!/^\d+$/.test(text)) return `${name}: a whole number, 0 for none`;
+    floors[name] = Number(text);
+  }
+  return floors;
+}
+
+/** Fills the form with a namespace's floors as listed (when another namespace is chosen, or first). */
+function chooseNamespace(name: string): void {
+  const n = Array.isArray(view.namespaces) ? view.namespaces.find((x) => x.namespace === name) : undefined;
+  floorsForm.namespace = name;
+  for (const floor of FLOORS) floorsForm.values[floor] = n ? String(n[floor]) : '';
+  floorsForm.preview = null;
+  floorsForm.status = null;
+}
+
+/**
+ * "Preview": a dry run of the typed floors (nothing is written); its effects are shown and
+ * "Apply" is enabled. "Apply": the same change for real, with the revision the preview was
+ * made against (someone else's change meanwhile is a 409, shown).
+ */
+async function floorsAction(kind: 'preview' | 'apply'): Promise<void> {
+  const floors = typedFloors();
+  const reason = floorsForm.reason.trim();
+  if (typeof floors === 'string' || !reason) {
+    floorsForm.status = { kind: 'error', text: typeof floors === 'string' ? floors : 'Give a reason first: it is written to the audit record.' };
+    render(true);
+    return;
+  }
+  const preview = floorsForm.preview;
+  const n = Array.isArray(view.namespaces) ? view.namespaces.find((x) => x.namespace === floorsForm.namespace) : undefined;
+  if (kind === 'apply' && !preview) return;
+  if (kind === 'preview' && !n) {
+    floorsForm.status = { kind: 'error', text: 'Choose a namespace.' };
+    render(true);
+    return;
+  }
+  const revision = kind === 'apply' && preview ? preview.revision : (n as Namespace).revision;
+  const namespace = floorsForm.namespace;
+  floorsForm.status = { kind: 'pending', text: kind === 'preview' ? 'Previewing (a dry run: nothing is changed)…' : 'Applying…' };
+  render(true);
+  try {
+    const body = { expected_revision: revision, reason, ...floors, ...(kind === 'preview' ? { dry_run: true } : {}) };
+    const answer = await api<{ namespace_resources: WireNamespace; deduplicated: boolean; effects?: Effect[] }>(
+      'POST',
+      `/v1/application/namespaces/${encodeURIComponent(namespace)}:configure`,
+      body,
+    );
+    if (kind === 'preview') {
+      floorsForm.preview = { namespace, revision, floors, reason, effects: answer.effects ?? [] };
+      floorsForm.status = { kind: 'ok', text: 'Preview: nothing has changed yet. Apply makes this change.' };
+    } else {
+      const r = answer.namespace_resources;
+      floorsForm.preview = null;
+      floorsForm.status = {
+        kind: 'ok',
+        text: `Applied: ${r.namespace} reserves ${FLOORS.map((f) => `${f} ${formatCount(r[f])}`).join(', ')} (revision ${r.revision}).`,
+      };
+    }
+  } catch (error) {
+    if (refused(error)) {
+      signOut(`The token was refused: ${(error as RequestFailed).error.message}`);
+      return;
+    }
+    floorsForm.preview = null;
+    floorsForm.status = { kind: 'error', text: messageOf(error) };
+  }
+  render(true);
+  if (kind === 'apply') await refresh();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rendering: plain DOM; every value goes in as text, never as HTML.
 
@@ -538,7 +707,130 @@ function applicationSection(): HTMLElement {
       limitCard('Reserved, not started', r.pending_starts, null, 'pending-starts'),
       limitCard('Starts per second (limit)', r.rate_per_second, null, 'rate'),
     ),
+    el(
+      'p',
+      { class: 'muted', id: 'floors-sums' },
+      'Namespaces’ floors reserve: ',
+      ...(
+        [
+          ['unfinished', 'unfinished tasks', r.reserved_unfinished_tasks, r.idle_reserved_unfinished_tasks],
+          ['concurrency', 'active attempts', r.reserved_concurrency, r.idle_reserved_concurrency],
+          ['rate', 'starts per second', r.reserved_rate_per_second, r.idle_reserved_rate_per_second],
+        ] as const
+      ).flatMap(([id, what, reserved, idle], i) => [
+        i > 0 ? ' · ' : '',
+        el('span', { 'data-floor-sum': id }, `${formatCount(reserved)} ${what} (${formatCount(idle)} unused)`),
+      ]),
+    ),
   );
+}
+
+/** "used / reserved" of a floor; just "used" without one. */
+const usedOfFloor = (used: Count, reserved: number) => (reserved > 0 ? `${formatCount(used)} / ${formatCount(reserved)}` : formatCount(used));
+
+function namespacesSection(): HTMLElement | null {
+  const list = view.namespaces;
+  // Without application:resources:read the application's note says so already.
+  if (list === 'denied' || list === null) return null;
+  if (!list.some((n) => n.namespace === floorsForm.namespace) && list[0]) chooseNamespace(list[0].namespace);
+  const rows = list.map((n) =>
+    el(
+      'tr',
+      { 'data-namespace': n.namespace },
+      el('td', {}, el('code', {}, n.namespace)),
+      el('td', {}, n.environment),
+      el('td', { 'data-field': 'unfinished' }, usedOfFloor(n.unfinished_tasks, n.reserved_unfinished_tasks)),
+      el('td', { 'data-field': 'active' }, usedOfFloor(n.active_attempts, n.reserved_concurrency)),
+      el('td', { 'data-field': 'rate' }, usedOfFloor(n.starts_this_second, n.reserved_rate_per_second)),
+      el('td', { 'data-field': 'pending' }, formatCount(n.pending_starts)),
+      el('td', { 'data-field': 'revision' }, n.revision),
+    ),
+  );
+  return el(
+    'section',
+    { id: 'namespaces' },
+    el('h2', {}, 'Namespaces - floors and usage'),
+    el(
+      'p',
+      { class: 'muted' },
+      'A floor is the part of an application limit kept for one namespace: it may always use it, and what it does not use is off limits to the others. Shown as used / reserved.',
+    ),
+    table(['namespace', 'environment', 'unfinished / floor', 'active / floor', 'starts this second / floor', 'reserved, not started', 'revision'], rows),
+    floorsFormElement(list),
+  );
+}
+
+function floorsFormElement(list: Namespace[]): HTMLElement {
+  const form = floorsForm;
+  const pending = form.status?.kind === 'pending';
+  const chooser = el('select', { id: 'floors-namespace' }, ...list.map((n) => el('option', { value: n.namespace }, n.namespace))) as HTMLSelectElement;
+  chooser.value = form.namespace;
+  chooser.addEventListener('change', () => {
+    chooseNamespace(chooser.value);
+    render(true);
+  });
+  const changed = () => {
+    // Another value than the preview's: Apply needs a new preview. Changed in place (a redraw
+    // would move the caret of the field being typed in).
+    if (!form.preview) return;
+    form.preview = null;
+    form.status = null;
+    (document.getElementById('floors-apply') as HTMLButtonElement | null)?.setAttribute('disabled', '');
+    document.getElementById('floors-effects')?.remove();
+    const status = document.getElementById('floors-status');
+    if (status) {
+      status.className = 'outcome';
+      status.textContent = 'Changed since the preview: preview again before applying.';
+    }
+  };
+  const number = (floor: FloorName, id: string, label: string) => {
+    const input = el('input', { type: 'number', id, min: '0', step: '1', inputmode: 'numeric', 'data-floor': floor }) as HTMLInputElement;
+    input.value = form.values[floor];
+    input.addEventListener('input', () => {
+      form.values[floor] = input.value;
+      changed();
+    });
+    return el('label', { for: id }, label, ' ', input);
+  };
+  const reason = el('input', { type: 'text', id: 'floors-reason', placeholder: 'reason (audited)', maxlength: '1024' }) as HTMLInputElement;
+  reason.value = form.reason;
+  reason.addEventListener('input', () => {
+    form.reason = reason.value;
+    changed();
+  });
+  const preview = button('floors-preview', 'Preview', !pending, () => void floorsAction('preview'));
+  const apply = button('floors-apply', 'Apply', !pending && form.preview !== null, () => void floorsAction('apply'), '');
+  const effects = form.preview
+    ? el('ul', { id: 'floors-effects' }, ...form.preview.effects.map((e) => el('li', { 'data-limit': e.limit }, el('code', {}, e.limit), ': ', e.effect)))
+    : null;
+  const element = el(
+    'form',
+    { id: 'floors-form', class: 'floors-form' },
+    el('h3', {}, 'Change a namespace’s floors'),
+    el(
+      'div',
+      { class: 'filters' },
+      el('label', { for: 'floors-namespace' }, 'Namespace ', chooser),
+      number('reserved_unfinished_tasks', 'floors-unfinished', 'Unfinished tasks'),
+      number('reserved_concurrency', 'floors-concurrency', 'Active attempts'),
+      number('reserved_rate_per_second', 'floors-rate', 'Starts per second'),
+    ),
+    el(
+      'div',
+      { class: 'action-row' },
+      el('label', { for: 'floors-reason', class: 'visually-hidden' }, 'Reason'),
+      reason,
+      el('span', { class: 'buttons' }, preview, apply),
+    ),
+    el(
+      'span',
+      { class: form.status ? `outcome ${form.status.kind}` : 'outcome', id: 'floors-status', role: 'status' },
+      form.status?.text ?? 'Preview first: a dry run shows what the floors would mean now, changing nothing.',
+    ),
+    effects,
+  );
+  element.addEventListener('submit', (event) => event.preventDefault());
+  return element;
 }
 
 function queuesSection(): HTMLElement {
@@ -931,7 +1223,7 @@ function render(force = false, loginMessage: string | null = null): void {
     return;
   }
   const focused = document.activeElement;
-  if (!force && focused instanceof HTMLInputElement && focused.closest('#review, #task-actions, #task-open')) return;
+  if (!force && focused instanceof HTMLInputElement && focused.closest('#review, #task-actions, #task-open, #floors-form')) return;
   const signOutButton = el('button', { type: 'button', class: 'secondary', id: 'sign-out' }, 'Sign out');
   signOutButton.addEventListener('click', () => signOut(null));
   const current = route();
@@ -940,7 +1232,9 @@ function render(force = false, loginMessage: string | null = null): void {
       ? taskPage(view.task)
       : current.page === 'task'
         ? [el('section', { id: 'task', 'data-task-id': current.taskId }, el('p', { class: 'muted' }, 'Loading…'))]
-        : [applicationSection(), queuesSection(), reviewSection(), tasksSection(), eventsSection()];
+        : [applicationSection(), namespacesSection(), queuesSection(), reviewSection(), tasksSection(), eventsSection()].filter(
+            (x): x is HTMLElement => x !== null,
+          );
   app.replaceChildren(
     el(
       'p',
@@ -967,6 +1261,8 @@ function signOut(message: string | null): void {
   eventsAfter = '0';
   reasons.clear();
   outcomes.clear();
+  Object.assign(floorsForm, { namespace: '', reason: '', preview: null, status: null });
+  for (const floor of FLOORS) floorsForm.values[floor] = '';
   render(true, message);
 }
 

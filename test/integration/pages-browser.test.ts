@@ -4,7 +4,9 @@
  * nothing from the internet; /console, after pasting a token, shows the figures the API returns
  * (limits and usage counters alike, exact past 2^53), draws its usage bars at the share the API
  * returns, refreshes them live, resolves a NEEDS_REVIEW task (which the API then shows changed),
- * and a credential without application:resources:read sees queues only, with a note. The task
+ * and a credential without application:resources:read sees queues only, with a note. The
+ * namespaces' panel shows each namespace's floors and usage, live, and changes a namespace's
+ * floors by a preview (a dry run: its effects shown, nothing changed) then an apply. The task
  * list filters by queue and state and pages newest first as GET /v1/tasks does; a task's page
  * (a link: the back button works) shows its fields, payload, error, attempts and events, and
  * resolves, retries and cancels it (the API then shows it changed; a refusal's message is
@@ -350,8 +352,84 @@ describe('pages in headless Chromium', () => {
     assert.match(await p.locator('#events').innerText(), /events:read/);
     await p.screenshot({ path: path.join(SCREENSHOTS, 'console-queues-only.png'), fullPage: true });
     // The refusals the page turned into its notes; the browser reports them, as it does every 403.
-    await finish(['403 /v1/application/resources', '403 /v1/events']);
+    await finish(['403 /v1/application/resources', '403 /v1/application/namespaces', '403 /v1/events']);
     await p.close();
+  });
+
+  test("/console's namespaces: each one's floors and usage, live; a change of floors is previewed (a dry run: its effects, nothing changed) and applied on a second click", async () => {
+    // An application of its own: two namespaces, one with two tasks.
+    const a = await createTenant(t.db, { namespace: 'floors-a', queues: ['fa'], resourceAccess: true });
+    const b = await createTenant(t.db, { applicationId: a.applicationId, namespace: 'floors-b', queues: ['fb'], resourceAccess: true });
+    await configureApplication(a.token, { max_unfinished_tasks: 20, max_concurrency: 5, rate_per_second: 30 });
+    for (const n of [1, 2])
+      assert.equal((await call(server.url, 'POST', '/v1/queues/fa/tasks', { token: a.token, key: `floors-a-${n}`, body: { payload: { n } } })).status, 200);
+    const namespacesOf = async () => (await call(server.url, 'GET', '/v1/application/namespaces', { token: a.token })).body.data.namespaces;
+    const { p, finish } = await page();
+    await signIn(p, a.token);
+    const cell = (namespace: string, field: string) => p.locator(`#namespaces tr[data-namespace=${namespace}] [data-field=${field}]`);
+    await cell('floors-a', 'unfinished').waitFor();
+    const text = (selector: string) => p.locator(selector).first().innerText();
+    assert.deepEqual(
+      [await cell('floors-a', 'unfinished').innerText(), await cell('floors-b', 'unfinished').innerText(), await cell('floors-b', 'revision').innerText()],
+      ['2', '0', '1'],
+    );
+    // Live: a submission in the other namespace shows up without reloading.
+    assert.equal((await call(server.url, 'POST', '/v1/queues/fb/tasks', { token: b.token, key: 'floors-b-1', body: { payload: { n: 1 } } })).status, 200);
+    await p.locator('#namespaces tr[data-namespace=floors-b] [data-field=unfinished]', { hasText: /^1$/ }).waitFor({ timeout: 30_000 });
+
+    // Preview: a dry run - its effects shown, nothing changed, Apply enabled.
+    await p.locator('#floors-namespace').selectOption('floors-b');
+    await p.locator('#floors-unfinished').fill('5');
+    await p.locator('#floors-concurrency').fill('2');
+    await p.locator('#floors-rate').fill('0');
+    await p.locator('#floors-reason').fill('keep room for b');
+    assert.equal(await p.locator('#floors-apply').isDisabled(), true, 'nothing to apply before a preview');
+    await p.locator('#floors-preview').click();
+    await p.locator('#floors-effects li[data-limit=reserved_unfinished_tasks]').waitFor();
+    assert.match(
+      await text('#floors-effects li[data-limit=reserved_unfinished_tasks]'),
+      /namespace uses 1 of a new reserved_unfinished_tasks 5: 4 kept for it/,
+    );
+    assert.match(await text('#floors-effects li[data-limit=reserved_concurrency]'), /namespace uses 0 of a new reserved_concurrency 2: 2 kept for it/);
+    assert.match(await text('#floors-effects li[data-limit=reserved_rate_per_second]'), /unchanged/);
+    const untouched = (await namespacesOf()).find((n: { namespace: string }) => n.namespace === 'floors-b');
+    assert.deepEqual([untouched.revision, untouched.reserved_unfinished_tasks, untouched.reserved_concurrency], ['1', 0, 0], 'a preview changes nothing');
+    assert.equal(await p.locator('#floors-apply').isDisabled(), false);
+    // Another value than the preview's: Apply waits for a new preview.
+    await p.locator('#floors-unfinished').fill('6');
+    assert.equal(await p.locator('#floors-apply').isDisabled(), true, 'changed since the preview');
+    assert.equal(await p.locator('#floors-effects').count(), 0);
+    await p.locator('#floors-unfinished').fill('5');
+    await p.locator('#floors-preview').click();
+    await p.locator('#floors-effects li').first().waitFor();
+    await p.screenshot({ path: path.join(SCREENSHOTS, 'console-floors-preview.png'), fullPage: true });
+
+    // Apply: the change, as the API then shows it, and the panel redrawn with it.
+    await p.locator('#floors-apply').click();
+    await p.locator('#floors-status', { hasText: 'Applied' }).waitFor();
+    const applied = (await namespacesOf()).find((n: { namespace: string }) => n.namespace === 'floors-b');
+    assert.deepEqual([applied.revision, applied.reserved_unfinished_tasks, applied.reserved_concurrency, applied.reserved_rate_per_second], ['2', 5, 2, 0]);
+    await p.locator('#namespaces tr[data-namespace=floors-b] [data-field=unfinished]', { hasText: '1 / 5' }).waitFor({ timeout: 30_000 });
+    assert.equal(await cell('floors-b', 'active').innerText(), '0 / 2');
+    await p.locator('#floors-sums [data-floor-sum=unfinished]', { hasText: '5 unfinished tasks (4 unused)' }).waitFor({ timeout: 30_000 });
+    const audit = (await call(server.url, 'GET', '/v1/audit-events?limit=100', { token: a.token })).body.data.audit_events;
+    assert.ok(audit.some((r: any) => r.action === 'namespace.resources.configure' && r.resource === 'floors-b' && r.reason === 'keep room for b'));
+
+    // A preview the server would refuse (floors above the application's limit) says why, and enables nothing.
+    await p.locator('#floors-concurrency').fill('6');
+    await p.locator('#floors-preview').click();
+    await p.locator('#floors-status', { hasText: "the namespaces' reserved_concurrency would total 6, above the application's max_concurrency 5" }).waitFor();
+    assert.equal(await p.locator('#floors-apply').isDisabled(), true);
+    await p.screenshot({ path: path.join(SCREENSHOTS, 'console-floors.png'), fullPage: true });
+    await finish(['409 /v1/application/namespaces/floors-b:configure']);
+    await p.close();
+    // Back to no floors, so the application is as the other tests expect none.
+    const restored = await call(server.url, 'POST', '/v1/application/namespaces/floors-b:configure', {
+      token: a.token,
+      key: 'floors-b-restore',
+      body: { expected_revision: '2', reason: 'test done', reserved_unfinished_tasks: 0, reserved_concurrency: 0, reserved_rate_per_second: 0 },
+    });
+    assert.equal(restored.status, 200, JSON.stringify(restored.body));
   });
 
   test('a refused token is said on the sign-in form, and nothing is kept', async () => {
@@ -359,7 +437,7 @@ describe('pages in headless Chromium', () => {
     await signIn(p, 'orbit_00000000000000000000000000000000_nope');
     await p.locator('#login-error').waitFor();
     assert.equal(await p.evaluate("sessionStorage.getItem('orbit.console.token')"), null);
-    await finish(['401 /v1/application/resources', '401 /v1/queues']);
+    await finish(['401 /v1/application/resources', '401 /v1/application/namespaces', '401 /v1/queues']);
     await p.close();
   });
 
@@ -716,7 +794,7 @@ describe('pages in headless Chromium', () => {
     await p.goto(`${server.url}/console#/tasks/${someTask}`);
     await p.locator('#task-note').waitFor();
     assert.match(await p.locator('#task-note').innerText(), /tasks:read/);
-    await finish(['403 /v1/application/resources', '403 /v1/events', '403 /v1/tasks', `403 /v1/tasks/${someTask}`]);
+    await finish(['403 /v1/application/resources', '403 /v1/application/namespaces', '403 /v1/events', '403 /v1/tasks', `403 /v1/tasks/${someTask}`]);
     await p.close();
   });
 

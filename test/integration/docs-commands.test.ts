@@ -10,7 +10,7 @@
  *   this test's own; `curl` answers a 4xx or 5xx with a failure (exit 22), except in a block
  *   marked `<!-- expect-error -->`, where only 5xx fails.
  * - A block marked `<!-- not run: why -->` is skipped (it installs into another project, runs
- *   until Ctrl-C); a block with a curl in it may not be marked so. The README's scenario block
+ *   until Ctrl-C); a block with a curl in it may not be marked so. The README's scenario blocks
  *   and the workers page's worker block run in readme-scenario.test.ts, which checks their output.
  */
 import { after, before, describe, test } from 'node:test';
@@ -69,8 +69,8 @@ curl() {
 
 /** Not run at all (marked so, with why): such a block may have no curl in it. */
 const notRun = (b: Block) => b.marker !== null && b.marker.startsWith('<!-- not run:');
-/** Run by readme-scenario.test.ts, which checks their output: the README's scenario, the workers page's worker block. */
-const runElsewhere = (b: Block) => b.marker !== null && /^<!-- (scenario:|worker-scenario:)/.test(b.marker);
+/** Run by readme-scenario.test.ts, which checks their output: the README's two scenarios (the shared budget, the floor), the workers page's worker block. */
+const runElsewhere = (b: Block) => b.marker !== null && /^<!-- (scenario:|floors-scenario:|worker-scenario:)/.test(b.marker);
 const skipped = (b: Block) => notRun(b) || runElsewhere(b);
 const isSetup = (b: Block) => b.marker === '<!-- docs: setup -->';
 

@@ -419,6 +419,49 @@ describe('namespace floors through the API', () => {
     }
   });
 
+  test('two configures of different namespaces at once, each fitting alone but not together: exactly one is applied (the application row serialises them)', async () => {
+    // max_concurrency 5; alpha reserves 3, beta (set here) 0. alpha to 4 fits beside beta's 0,
+    // beta to 2 beside alpha's 3 - not both.
+    const bodyOf = (n: Record<string, any>, concurrency: number) =>
+      floorsBody(n.revision, {
+        reserved_unfinished_tasks: n.reserved_unfinished_tasks,
+        reserved_concurrency: concurrency,
+        reserved_rate_per_second: n.reserved_rate_per_second,
+      });
+    const set = async (index: 0 | 1, concurrency: number) => {
+      const n = (await list())[index] as Record<string, any>;
+      const r = await http('POST', configurePath(n.namespace), { key: key('race-set'), body: bodyOf(n, concurrency) });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    };
+    await set(1, 0);
+    assert.deepEqual(
+      (await list()).map((n) => n.reserved_concurrency),
+      [3, 0],
+    );
+    const winners: string[] = [];
+    for (let round = 0; round < 5; round++) {
+      const [alphaNow, betaNow] = await list();
+      const [a, b] = await Promise.all([
+        http('POST', configurePath('alpha'), { key: key('race-alpha'), body: bodyOf(alphaNow!, 4) }),
+        http('POST', configurePath('beta'), { key: key('race-beta'), body: bodyOf(betaNow!, 2) }),
+      ]);
+      assert.deepEqual([a.status, b.status].sort(), [200, 409], `round ${round}: ${JSON.stringify([a.body, b.body])}`);
+      const refused = a.status === 409 ? a : b;
+      assert.deepEqual(refused.body.error.details, { field: 'reserved_concurrency', limit: 'max_concurrency', reserved_sum: 6, application_limit: 5 });
+      winners.push(a.status === 200 ? 'alpha' : 'beta');
+      const app = await resources();
+      assert.equal(app.reserved_concurrency, a.status === 200 ? 4 : 5, `round ${round}: the sum is the winner's`);
+      // Back to alpha 3, beta 0 for the next round.
+      await set(0, 3);
+      await set(1, 0);
+    }
+    assert.deepEqual(
+      (await list()).map((n) => n.reserved_concurrency),
+      [3, 0],
+      `winners: ${winners.join(', ')}`,
+    );
+  });
+
   test('the SDK: listNamespaceResources and configureNamespaceResources, counts as numbers', async () => {
     const orbit = createOrbitClient({ baseUrl: server.url, token: alpha.token });
     const { namespaces } = await orbit.listNamespaceResources();

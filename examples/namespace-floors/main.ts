@@ -34,7 +34,8 @@ function env(name: string): string {
 
 function readCredentials(path: string): Credentials {
   const parsed = JSON.parse(readFileSync(path, 'utf8')) as Credentials;
-  if (!parsed.token || !parsed.namespace || !Array.isArray(parsed.queues) || parsed.queues.length === 0) throw new Error(`${path} is not an orbit-admin credentials file`);
+  if (!parsed.token || !parsed.namespace || !Array.isArray(parsed.queues) || parsed.queues.length === 0)
+    throw new Error(`${path} is not an orbit-admin credentials file`);
   return parsed;
 }
 
@@ -64,10 +65,12 @@ function undo(): Promise<boolean> {
   undoing ??= (async () => {
     let ok = true;
     for (const [i, t] of tasks.entries()) {
-      await t.client.cancelTask({ task_id: t.taskId, idempotency_key: key(`cancel-${i}`), reason: 'namespace-floors example: clean up' }).catch((error: Error) => {
-        ok = false;
-        process.stderr.write(`cancel_failed: task ${t.taskId}: ${error.message}\n`);
-      });
+      await t.client
+        .cancelTask({ task_id: t.taskId, idempotency_key: key(`cancel-${i}`), reason: 'namespace-floors example: clean up' })
+        .catch((error: Error) => {
+          ok = false;
+          process.stderr.write(`cancel_failed: task ${t.taskId}: ${error.message}\n`);
+        });
     }
     if (floorSet) {
       const { original, ourRevision } = floorSet;
@@ -85,7 +88,12 @@ function undo(): Promise<boolean> {
         ok = false;
         if (isOrbitError(error) && error.code === 'STATE_CONFLICT') {
           const now = (await first.listNamespaceResources().catch(() => null))?.namespaces.find((n) => n.namespace === secondCredentials.namespace);
-          conflict(`namespace ${secondCredentials.namespace}'s floors`, ourRevision, now?.revision, `reserved_unfinished_tasks=${original.reserved_unfinished_tasks}`);
+          conflict(
+            `namespace ${secondCredentials.namespace}'s floors`,
+            ourRevision,
+            now?.revision,
+            `reserved_unfinished_tasks=${original.reserved_unfinished_tasks}`,
+          );
         } else process.stderr.write(`restore_failed: ${(error as Error).message}\n`);
       }
     }
@@ -145,7 +153,11 @@ async function scenario(): Promise<void> {
   let firstAccepted = 0;
   for (let i = 0; i < 2; i++) {
     try {
-      const accepted = await first.submitTask({ queue: firstCredentials.queues[0] as string, idempotency_key: key(`first-${i}`), payload: { example: 'namespace-floors' } });
+      const accepted = await first.submitTask({
+        queue: firstCredentials.queues[0] as string,
+        idempotency_key: key(`first-${i}`),
+        payload: { example: 'namespace-floors' },
+      });
       tasks.push({ client: first, taskId: accepted.task.task_id });
       firstAccepted++;
     } catch (error) {
@@ -157,7 +169,11 @@ async function scenario(): Promise<void> {
   }
   if (firstAccepted !== 1) throw new Error(`namespace first was accepted ${firstAccepted} times; the floor should have stopped it at 1`);
 
-  const accepted = await second.submitTask({ queue: secondCredentials.queues[0] as string, idempotency_key: key('second'), payload: { example: 'namespace-floors' } });
+  const accepted = await second.submitTask({
+    queue: secondCredentials.queues[0] as string,
+    idempotency_key: key('second'),
+    payload: { example: 'namespace-floors' },
+  });
   tasks.push({ client: second, taskId: accepted.task.task_id });
   console.log(`second_within_floor_accepted=${accepted.deduplicated === false && accepted.task.state === 'WAITING'}`);
 }

@@ -22,7 +22,7 @@ import { sql } from '../../server/store/database/sql.ts';
 import { setFloors as setFloorsOf } from '../helpers/floors.ts';
 
 const SEED = 20261205;
-const NAMES = ['a', 'b', 'c'] as const;
+const _NAMES = ['a', 'b', 'c'] as const;
 const LIMITS = { max_unfinished_tasks: 5, max_concurrency: 3, rate_per_second: 100000 };
 
 const stepArb = fc.oneof(

@@ -22,7 +22,7 @@ import type { Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, jsonOrNull, settleAttempts, type AttemptRef, type Settlement } from './attempts.ts';
 import { facts } from './attempt-results.ts';
-import { countBy, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+import { isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
 
 export interface CompleteItem extends AttemptRef {
   sessionId: IdBytes;

@@ -27,7 +27,7 @@ import { countByQueue, rowCountGuard, startWindowsGuardedStatements, usageStatem
 import { valueList, type Database } from '../database/database.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
 import { heldBySession, lockForAttempts, type AttemptRef, type LockedAttempt, type Locked } from './attempts.ts';
-import { countBy, isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
+import { isFastPathMiss, rowsAsExpected, type KnownAttempt, type PathTaken } from './fast-path-guards.ts';
 
 export type StartAnswer =
   | { kind: 'started'; leaseExpiresAtMs: number; duplicate: boolean }

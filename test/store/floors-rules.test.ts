@@ -20,12 +20,20 @@ import { sql } from '../../server/store/database/sql.ts';
 import type { Transaction } from '../../server/store/database/database.ts';
 import { millisToSql } from '../../server/time.ts';
 import { idleOf, roomFor } from '../../server/domain/floors.ts';
-import { reservationStatements, unfinishedGuardedStatements, usageStatements, type Reservations } from '../../server/store/quotas/usage-writes.ts';
+import { startFloorLedger } from '../../server/domain/start-window.ts';
+import {
+  reservationStatements,
+  startWindowsGuardedStatements,
+  unfinishedGuardedStatements,
+  usageStatements,
+  type Reservations,
+} from '../../server/store/quotas/usage-writes.ts';
 import type { NamespaceUsageRow } from '../../server/store/quotas/namespace-resources.ts';
 
 const SEED = 20261204;
 let t: TestDatabase;
 let applicationId: Buffer;
+const NAMES = ['a', 'b', 'c'] as const;
 const owners: Array<{ namespaceId: Buffer; queueId: Buffer }> = [];
 
 before(async () => {
@@ -203,4 +211,80 @@ test('the guarded admission never admits what the floors refuse; when it does no
     }
   }
   assert.ok(fast > 20, `the guard admitted ${fast} cases`);
+});
+
+test('the guarded Start with rate floors never grants what the floors refuse, and keeps the used part of them exact', async () => {
+  const nowMs = Date.UTC(2030, 5, 1, 12);
+  const cases = fc.sample(
+    fc.record({
+      rate: fc.integer({ min: 2, max: 12 }),
+      reserved: fc.tuple(fc.nat(4), fc.nat(4), fc.nat(4)),
+      starts: fc.tuple(fc.nat(4), fc.nat(4), fc.nat(4)),
+      // The application's window: open (started 0-999 ms ago) or ended.
+      startedAgoMs: fc.oneof(fc.integer({ min: 0, max: 999 }), fc.constant(1500)),
+      ns: fc.nat(2),
+      n: fc.integer({ min: 1, max: 4 }),
+    }),
+    { numRuns: 200, seed: SEED + 2 },
+  );
+  let granted = 0;
+  for (const c of cases) {
+    if (c.reserved.reduce((a, r) => a + r, 0) > c.rate) continue;
+    const open = c.startedAgoMs < 1000;
+    const appStarts = c.starts.reduce((a, s) => a + s, 0);
+    if (open && appStarts > c.rate) continue; // a window never holds more than the rate
+    const windowAt = millisToSql(nowMs - c.startedAgoMs);
+    const used = c.reserved.reduce((a, r, i) => a + Math.min(c.starts[i] as number, r), 0);
+    const ledger = startFloorLedger(
+      {
+        ratePerSecond: c.rate,
+        window: { startedAt: nowMs - c.startedAgoMs, starts: appStarts },
+        reservedRate: BigInt(c.reserved.reduce((a, r) => a + r, 0)),
+        windowReservedStarts: BigInt(used),
+      },
+      NAMES.map((k, i) => [k, { reserved: BigInt(c.reserved[i] as number), windowStarts: BigInt(c.starts[i] as number) }] as const),
+      nowMs,
+    );
+    let fits = 0;
+    while (fits < c.n && ledger.room(NAMES[c.ns] as string) >= 1n) {
+      ledger.take(NAMES[c.ns] as string);
+      fits++;
+    }
+    const ok = await rolledBack(async (tx) => {
+      await rows(tx, true);
+      await tx.exec(
+        sql`UPDATE orbit_application_resources SET rate_per_second = ${c.rate}, window_started_at = ${windowAt}, window_starts = ${appStarts}, pending_starts = ${c.n},
+               reserved_rate_per_second = ${c.reserved.reduce((a, r) => a + r, 0)}, window_reserved_starts = ${used}
+             WHERE application_id = ${applicationId}`,
+      );
+      for (const [i, o] of owners.entries())
+        await tx.exec(
+          sql`UPDATE orbit_namespace_resources SET reserved_rate_per_second = ${c.reserved[i]}, window_started_at = ${windowAt}, window_starts = ${c.starts[i]},
+                 pending_starts = ${i === c.ns ? c.n : 0} WHERE namespace_id = ${o.namespaceId}`,
+        );
+      const owner = owners[c.ns] as { namespaceId: Buffer; queueId: Buffer };
+      await tx.exec(
+        sql`UPDATE orbit_queues SET rate_per_second = 1000, window_started_at = NULL, window_starts = 0, pending_starts = ${c.n} WHERE queue_id = ${owner.queueId}`,
+      );
+      try {
+        for (const statement of startWindowsGuardedStatements(applicationId, [{ ...owner, count: c.n }], sql`CAST(${millisToSql(nowMs)} AS DATETIME(6))`))
+          await tx.exec(statement);
+      } catch (error) {
+        if ((error as { errno?: number }).errno === 1048) return false;
+        throw error;
+      }
+      const after = await rows(tx);
+      assert.equal(
+        after.app.window_reserved_starts,
+        expectedFigures(after.app.window_started_at, after.namespaces).window_reserved_starts,
+        `the used part kept: ${JSON.stringify(c)}`,
+      );
+      return true;
+    });
+    if (ok) {
+      granted++;
+      assert.equal(fits, c.n, `the guard granted ${c.n} starts where the floors allow ${fits}: ${JSON.stringify(c)}`);
+    }
+  }
+  assert.ok(granted > 20, `the guard granted ${granted} cases`);
 });

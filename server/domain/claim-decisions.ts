@@ -238,6 +238,8 @@ export interface NamespaceQuota {
   reservedRate: bigint;
   /** Its starts in the application's current window (0 when that window has ended or is not its). */
   windowStarts: bigint;
+  /** Its reservations not yet started. */
+  pendingStarts: bigint;
 }
 
 /**
@@ -245,11 +247,19 @@ export interface NamespaceQuota {
  * (domain/floors.ts): concurrency - a namespace's idle reservation is its own, every other
  * namespace's is off limits - and the rate, where what is idle of each namespace's rate
  * reservation in the current window is kept the same way (reservations not yet started count
- * as the rate's usage, as they do without floors). Without floors it is `levelRoom`.
+ * as the rate's usage, as they do without floors). The application row knows the idle part of
+ * the rate floors from the window's starts only, not which namespace's reservations are
+ * waiting to start, so that rule alone would count another namespace's waiting reservations
+ * twice - as usage and as its idle floor; a namespace may therefore always claim what is left
+ * of its own rate floor (reserved - its starts in the window - its reservations waiting), which
+ * is within what the others' rooms left it. The Start decides the rate exactly
+ * (start-window.ts `startFloorLedger`). Without floors it is `levelRoom`.
  */
 export class ApplicationClaimRoom {
   private readonly concurrency: FloorLedger;
   private readonly rate: FloorLedger;
+  /** What is left of each namespace's own rate floor in this window. */
+  private readonly ownRate: Map<string, bigint>;
 
   constructor(app: ApplicationQuota, namespaces: Iterable<readonly [string, NamespaceQuota]>, nowMs: number) {
     const list = [...namespaces];
@@ -266,11 +276,18 @@ export class ApplicationClaimRoom {
       },
       list.map(([k, n]) => [k, { reserved: n.reservedRate, usage: windowOpen ? n.windowStarts : 0n }] as const),
     );
+    this.ownRate = new Map(list.map(([k, n]) => [k, n.reservedRate - (windowOpen ? n.windowStarts : 0n) - n.pendingStarts]));
+  }
+
+  private rateRoom(namespace: string): bigint {
+    const own = this.ownRate.get(namespace) ?? 0n;
+    const shared = this.rate.room(namespace);
+    return own > shared ? own : shared;
   }
 
   /** What a claim in `namespace` may still reserve at the application level (never negative). */
   room(namespace: string): number {
-    const room = Math.min(Number(this.concurrency.room(namespace)), Number(this.rate.room(namespace)));
+    const room = Math.min(Number(this.concurrency.room(namespace)), Number(this.rateRoom(namespace)));
     return Math.max(0, room);
   }
 
@@ -280,9 +297,9 @@ export class ApplicationClaimRoom {
    */
   ownRoom(namespace: string): number {
     const concurrency = this.concurrency.room(namespace);
-    const rate = this.rate.room(namespace);
-    const binding = concurrency <= rate ? this.concurrency : this.rate;
-    return Math.max(0, Math.min(this.room(namespace), Number(binding.idle(namespace))));
+    const rate = this.rateRoom(namespace);
+    const own = concurrency <= rate ? this.concurrency.idle(namespace) : (this.ownRate.get(namespace) ?? 0n);
+    return Math.max(0, Math.min(this.room(namespace), Number(own)));
   }
 
   /** `n` attempts reserved in `namespace`: active at once; the rate's floor is used only when they start. */
@@ -290,5 +307,6 @@ export class ApplicationClaimRoom {
     if (n === 0) return;
     this.concurrency.take(namespace, BigInt(n));
     this.rate.takeShared(BigInt(n));
+    this.ownRate.set(namespace, (this.ownRate.get(namespace) ?? 0n) - BigInt(n));
   }
 }

@@ -77,8 +77,7 @@ describe('namespace floors, two server processes', () => {
       assert.equal(refused.body.error.code, 'APPLICATION_FULL');
       assert.equal(refused.body.error.details.level, 'application');
     }
-    // Refusals while room was kept for the floors say so (without naming the namespaces).
-    assert.ok(all.some((a) => a.status === 429 && a.body.error.details.reserved_by_other_namespaces === true) || accepted('c') === 15);
+    // That refusals kept by the floors say so is test/integration/namespace-floors-api.test.ts's (deterministic there).
     const [app] = await t.db.rows<{ unfinished_tasks: string; idle_reserved_unfinished_tasks: string }>(
       'SELECT unfinished_tasks, idle_reserved_unfinished_tasks FROM orbit_application_resources WHERE application_id = UNHEX(?)',
       [tenants.a.applicationId],

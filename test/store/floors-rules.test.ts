@@ -20,7 +20,7 @@ import { sql } from '../../server/store/database/sql.ts';
 import type { Transaction } from '../../server/store/database/database.ts';
 import { millisToSql } from '../../server/time.ts';
 import { idleOf, roomFor } from '../../server/domain/floors.ts';
-import { startFloorLedger } from '../../server/domain/start-window.ts';
+import { startFloorLedger, windowAfterStarts, windowOfRow } from '../../server/domain/start-window.ts';
 import {
   reservationStatements,
   startWindowsGuardedStatements,
@@ -287,4 +287,38 @@ test('the guarded Start with rate floors never grants what the floors refuse, an
     }
   }
   assert.ok(granted > 20, `the guard granted ${granted} cases`);
+});
+
+test('a window opened by the guarded Start at a microsecond and used by the careful one keeps the used part of the rate floors', async () => {
+  await rolledBack(async (tx) => {
+    await rows(tx, true);
+    const [a, b] = owners as [{ namespaceId: Buffer; queueId: Buffer }, { namespaceId: Buffer; queueId: Buffer }];
+    await tx.exec(
+      sql`UPDATE orbit_application_resources SET rate_per_second = 10, window_started_at = NULL, window_starts = 0, pending_starts = 4, reserved_rate_per_second = 6, window_reserved_starts = 0
+           WHERE application_id = ${applicationId}`,
+    );
+    await tx.exec(sql`UPDATE orbit_namespace_resources SET reserved_rate_per_second = 3, pending_starts = 3 WHERE namespace_id = ${a.namespaceId}`);
+    await tx.exec(sql`UPDATE orbit_namespace_resources SET reserved_rate_per_second = 3, pending_starts = 1 WHERE namespace_id = ${b.namespaceId}`);
+    await tx.exec(
+      sql`UPDATE orbit_queues SET rate_per_second = 1000, window_started_at = NULL, window_starts = 0, pending_starts = 3 WHERE queue_id = ${a.queueId}`,
+    );
+    await tx.exec(
+      sql`UPDATE orbit_queues SET rate_per_second = 1000, window_started_at = NULL, window_starts = 0, pending_starts = 1 WHERE queue_id = ${b.queueId}`,
+    );
+    // The one-round-trip Start of 3 in a, at a time with microseconds (NOW(6) in production).
+    const now = sql`CAST('2030-06-01 12:00:00.123456' AS DATETIME(6))`;
+    for (const statement of startWindowsGuardedStatements(applicationId, [{ ...a, count: 3 }], now)) await tx.exec(statement);
+    // Then the careful path starts 1 in b, in the same window, as it decides: from the row, in milliseconds.
+    const [app] = await tx.rows<{ window_started_at: string; window_starts: number }>(
+      sql`SELECT window_started_at, window_starts FROM orbit_application_resources WHERE application_id = ${applicationId}`,
+    );
+    const window = windowAfterStarts(windowOfRow(app as { window_started_at: string; window_starts: number }), 1, Date.UTC(2030, 5, 1, 12, 0, 0, 500));
+    for (const statement of usageStatements(applicationId, { pending: -1, window }, [
+      { ...b, change: { pending: -1, window: { startedAt: window.startedAt, starts: 1 } }, starts: 1 },
+    ]))
+      await tx.exec(statement);
+    const after = await rows(tx);
+    assert.equal(after.app.window_reserved_starts, '4', 'a used 3 of its floor, b 1 of its own');
+    assert.equal(after.app.window_reserved_starts, expectedFigures(after.app.window_started_at, after.namespaces).window_reserved_starts);
+  });
 });

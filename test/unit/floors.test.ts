@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
+import { ApplicationClaimRoom } from '../../server/domain/claim-decisions.ts';
 import { fitsBesideAllFloors, FloorLedger, idleChange, idleOf, reservationsFit, roomFor } from '../../server/domain/floors.ts';
 
 const SEED = 20261203;
@@ -93,4 +94,32 @@ test('idleChange is the change of idleOf, and reservations fit while their sum i
 test('a ledger refuses to guess about a namespace it was not given', () => {
   const ledger = new FloorLedger({ limit: 5n, usage: 0n, idleReserved: 0n }, []);
   assert.throws(() => ledger.room('missing'), /was not read under its lock/);
+});
+
+test("claims: another namespace's reservations waiting to start within its rate floor take nothing from this one's floor", () => {
+  // rate 10, a and b each reserve 5 starts a second; a has claimed 5 (its floor), none started.
+  const app = {
+    maxConcurrency: 100,
+    activeAttempts: 5n,
+    pendingStarts: 5n,
+    ratePerSecond: 10,
+    window: { startedAt: null, starts: 0 },
+    idleReservedConcurrency: 0n,
+    reservedRate: 10n,
+    windowReservedStarts: 0n,
+  };
+  const namespace = (pending: bigint) => ({ reservedConcurrency: 0n, activeAttempts: pending, reservedRate: 5n, windowStarts: 0n, pendingStarts: pending });
+  const room = new ApplicationClaimRoom(
+    app,
+    [
+      ['a', namespace(5n)],
+      ['b', namespace(0n)],
+    ],
+    Date.UTC(2030, 0, 1),
+  );
+  assert.equal(room.room('b'), 5, 'b has its whole floor');
+  assert.equal(room.ownRoom('b'), 5, 'and it is its own: not shared out by fairness');
+  assert.equal(room.room('a'), 0, 'a has used its floor, and the rest is b’s');
+  room.take('b', 2);
+  assert.equal(room.room('b'), 3);
 });

@@ -87,6 +87,7 @@ function namespaceQuotas(app: ApplicationQuotaRow, rows: Map<string, NamespaceUs
       activeAttempts: BigInt(n.active_attempts),
       reservedRate: BigInt(n.reserved_rate_per_second),
       windowStarts: n.window_started_at !== null && n.window_started_at === app.window_started_at ? BigInt(n.window_starts) : 0n,
+      pendingStarts: BigInt(n.pending_starts),
     },
   ]);
 }

@@ -211,7 +211,7 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
   );
 
   // 2. Queue rows: which ones and their names by a plain read, then their counters, locked by
-  //    primary key in ascending order when locking (namespace rows are never locked).
+  //    primary key in ascending order when locking (the identity rows of namespaces are never locked).
   const labels = await q.rows<QueueLabel>(
     sql`SELECT${scatter} q.queue_id, q.application_id, n.name AS namespace, q.name
        FROM orbit_queues q LEFT JOIN orbit_namespaces n ON n.namespace_id = q.namespace_id

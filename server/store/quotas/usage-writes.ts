@@ -336,7 +336,9 @@ export function windowAdvanceGuarded(n: number, now: SQL, idleReserved: SQL = sq
   const ended = sql`window_started_at IS NULL OR window_started_at + INTERVAL 1 SECOND <= ${now}`;
   return [
     sql`IF(${ended}, IF(${n} + ${idleReserved} <= rate_per_second, ${n}, NULL), IF(window_starts + ${n} + ${idleReserved} <= rate_per_second, window_starts + ${n}, NULL))`,
-    sql`IF(${ended}, ${now}, window_started_at)`,
+    // A new window opens at the millisecond, as the exact form writes it (millisToSql): the
+    // namespaces' windows are compared with the application's by equality.
+    sql`IF(${ended}, CAST(${now} AS DATETIME(3)), window_started_at)`,
     sql`pending_starts - ${n}`,
   ];
 }

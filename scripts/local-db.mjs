@@ -94,12 +94,7 @@ export async function stopPrivateDatabase({ root = DEFAULT_ROOT, log = () => {} 
 
 function privatePaths(root) {
   const dir = path.join(root, '.local', 'mariadb');
-  let socket = path.join(dir, 'mariadb.sock');
-  // Unix socket paths are limited to 107 bytes; mariadbd aborts on longer ones.
-  if (Buffer.byteLength(socket) > 100) {
-    const hash = crypto.createHash('sha256').update(dir).digest('hex').slice(0, 12);
-    socket = path.join(os.tmpdir(), `orbit-mariadb-${hash}.sock`);
-  }
+  const socket = socketPathIn(dir);
   return {
     localDir: path.join(root, '.local'),
     dir,
@@ -115,6 +110,15 @@ function privatePaths(root) {
     initSql: path.join(dir, 'init.sql'),
     lock: path.join(dir, 'lock'),
   };
+}
+
+/** `<dir>/mariadb.sock`, or a name in the system's temporary directory unique to `dir` when that path is too long. */
+export function socketPathIn(dir) {
+  const socket = path.join(dir, 'mariadb.sock');
+  // Unix socket paths are limited to 107 bytes; mariadbd aborts on longer ones.
+  if (Buffer.byteLength(socket) <= 100) return socket;
+  const hash = crypto.createHash('sha256').update(dir).digest('hex').slice(0, 12);
+  return path.join(os.tmpdir(), `orbit-mariadb-${hash}.sock`);
 }
 
 async function ensurePrivateServer({ root, log, why }) {
@@ -208,32 +212,38 @@ function refusesRoot(port, login, p) {
   );
 }
 
-function findServerBinaries() {
+/** The first of `names` found as an executable file on PATH or in the usual server directories, or null. */
+export function findExecutable(names) {
   const dirs = [...new Set([...(process.env.PATH || '').split(path.delimiter).filter(Boolean), ...BINARY_DIRS])];
-  const find = (names) => {
-    for (const name of names) {
-      for (const dir of dirs) {
-        const candidate = path.join(dir, name);
-        try {
-          fs.accessSync(candidate, fs.constants.X_OK);
-          if (fs.statSync(candidate).isFile()) return candidate;
-        } catch {
-          // keep looking
-        }
+  for (const name of names) {
+    for (const dir of dirs) {
+      const candidate = path.join(dir, name);
+      try {
+        fs.accessSync(candidate, fs.constants.X_OK);
+        if (fs.statSync(candidate).isFile()) return candidate;
+      } catch {
+        // keep looking
       }
     }
-    return null;
-  };
-  const server = find(['mariadbd', 'mysqld']);
-  const installDb = find(['mariadb-install-db', 'mysql_install_db']);
+  }
+  return null;
+}
+
+export function findServerBinaries() {
+  const server = findExecutable(['mariadbd', 'mysqld']);
+  const installDb = findExecutable(['mariadb-install-db', 'mysql_install_db']);
   return server && installDb ? { server, installDb } : null;
 }
 
-function runningAsRoot() {
+export function runningAsRoot() {
   return typeof process.getuid === 'function' && process.getuid() === 0;
 }
 
-async function initialiseDatadir(p, bins, log) {
+/**
+ * Runs mariadb-install-db into `p.dataPartial`, then renames it to `p.data` (`p.dir` is its working
+ * directory, `p.installLog` its output, `p.rel` how the messages name `p.dir`).
+ */
+export async function initialiseDatadir(p, bins, log) {
   log(`orbit: initialising ${path.join(p.rel, 'data')} (first run)`);
   // Install into a scratch directory and rename it at the end, so an interrupted
   // install never leaves a half-initialised datadir behind.
@@ -377,7 +387,7 @@ function systemPort() {
   });
 }
 
-function portIsFree(port) {
+export function portIsFree(port) {
   return new Promise((resolve) => {
     const srv = net.createServer();
     srv.once('error', () => resolve(false));
@@ -386,8 +396,9 @@ function portIsFree(port) {
 }
 
 // A lock file with our pid, so concurrent `npm start` / `npm test` runs do not both
-// initialise or start the server. Stale locks (dead owner) are taken over.
-async function withLock(lockFile, log, fn) {
+// initialise or start the server. Stale locks (dead owner) are taken over. `what` names what
+// the owner is starting, in the messages.
+export async function withLock(lockFile, log, fn, what = 'the private MariaDB') {
   const deadline = Date.now() + LOCK_TIMEOUT_MS;
   let announced = false;
   for (;;) {
@@ -405,10 +416,10 @@ async function withLock(lockFile, log, fn) {
       continue;
     }
     if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for process ${owner} to finish starting the private MariaDB (${lockFile})`);
+      throw new Error(`timed out waiting for process ${owner} to finish starting ${what} (${lockFile})`);
     }
     if (!announced) {
-      log(`orbit: waiting for process ${owner}, which is starting the private MariaDB`);
+      log(`orbit: waiting for process ${owner}, which is starting ${what}`);
       announced = true;
     }
     await sleep(250);
@@ -423,7 +434,7 @@ async function withLock(lockFile, log, fn) {
 // ---------------------------------------------------------------------------
 // Process helpers
 
-function readPid(file) {
+export function readPid(file) {
   try {
     const pid = Number.parseInt(fs.readFileSync(file, 'utf8').trim(), 10);
     return Number.isInteger(pid) && pid > 0 ? pid : null;
@@ -437,7 +448,7 @@ function readPort(file) {
   return port && port < 65536 ? port : null;
 }
 
-function isAlive(pid) {
+export function isAlive(pid) {
   try {
     process.kill(pid, 0);
   } catch (err) {
@@ -454,16 +465,21 @@ function isAlive(pid) {
 
 /** Is pid alive and (where /proc lets us check) a server running on our datadir? Guards against pid reuse. */
 function isOurServer(pid, p) {
+  return runsWithArgument(pid, `--datadir=${p.data}`);
+}
+
+/** Is pid alive and (where /proc lets us check) a process with `arg` among its arguments? */
+export function runsWithArgument(pid, arg) {
   if (!isAlive(pid)) return false;
   if (!fs.existsSync('/proc/self/cmdline')) return true; // no /proc (macOS): trust the pid file
   try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`--datadir=${p.data}\0`);
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`${arg}\0`);
   } catch {
     return false;
   }
 }
 
-function fileSize(file) {
+export function fileSize(file) {
   try {
     return fs.statSync(file).size;
   } catch {
@@ -479,7 +495,7 @@ function fileMtime(file) {
   }
 }
 
-function readFrom(file, offset) {
+export function readFrom(file, offset) {
   try {
     const buf = fs.readFileSync(file);
     return buf.subarray(Math.min(offset, buf.length)).toString('utf8');
@@ -488,12 +504,12 @@ function readFrom(file, offset) {
   }
 }
 
-function displayPath(file) {
+export function displayPath(file) {
   const rel = path.relative(process.cwd(), file);
   return rel && !rel.startsWith('..') && !path.isAbsolute(rel) ? rel : file;
 }
 
-function tail(text, lines) {
+export function tail(text, lines) {
   return text
     .trimEnd()
     .split('\n')

@@ -94,6 +94,7 @@ const LONGEST_FIRST = [
   'test/contract/fuzz-http-bodies.test.ts',
   'test/contract/fuzz-http-requests.test.ts',
   'test/integration/pages-browser.test.ts',
+  'test/integration/galera-cluster.test.ts',
   'test/integration/readme-scenario.test.ts',
   'test/integration/database-freeze.test.ts',
   'test/integration/sdk-package.test.ts',

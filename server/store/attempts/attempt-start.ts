@@ -6,7 +6,7 @@
  *   start-window.ts decides, tasks LEASED → RUNNING and attempts RESERVED → RUNNING, each
  *   followed by a `ROW_COUNT()` guard (usage-writes.ts `rowCountGuard`). A full window, a lease that ran
  *   out, a duplicate Start or a cancelled reservation fails a guard, and nothing is written.
- * - `startCareful`: locks in lock order (application row → queue rows → task rows → attempt
+ * - `startCareful`: locks in lock order (application row → namespace rows → queue rows → task rows → attempt
  *   rows), grants in order while both windows have room, and answers each item (`started`,
  *   `rate_limited`, lease lost).
  * - `startAttempts`: the fast path, then the careful one when it misses. The differential test

@@ -3,7 +3,7 @@
  * (attempt-start.ts), the result (attempt-complete.ts), release and recovery share, renew, and
  * the settlement engine.
  *
- * Every transaction here locks in lock order - application row → queue rows → task rows →
+ * Every transaction here locks in lock order - application row → namespace rows → queue rows → task rows →
  * attempt rows (each set ascending) → permits - in ONE round trip of locking reads, decides in
  * JavaScript from what it read, and writes in a second round trip. Counter changes are derived
  * from the state change of the locked rows (an attempt that leaves RESERVED gives back one active

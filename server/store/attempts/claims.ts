@@ -2,15 +2,17 @@
  * Claim: reserve up to `max` attempts for a worker session in ONE transaction of two round trips.
  *
  * Round trip 1 takes the locks in lock order and reads everything that decides the grant:
- *   identity rows (shared) → session row → application row → queue rows (ascending id)
+ *   identity rows (shared) → session row → application row → namespace rows (floors) → queue rows (ascending id)
  *   → candidate tasks: per queue, highest priority first, then oldest available_at, at most
  *     `max`, with `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on each other's rows;
  *   plus the session's held attempts, the nodes waiting for room, and NOW(6) (database time
  *   decides windows and leases).
  * Room = min(session capacity left,
  *            application: max_concurrency - active, rate - starts in the current window - pending starts,
+ *                         each less the other namespaces' idle floors (domain/floors.ts),
  *            per queue:   the same, and nothing from a paused queue),
- * then at most the node's fair share when several nodes wait on the same scarce room.
+ * then at most the node's fair share of the shared part when several nodes wait on the same
+ * scarce room (a namespace's own idle floor is not shared out).
  * Keyed tasks need a free permit (permit rows are the last lock, an extra round trip only when
  * keyed tasks are among the candidates); tasks whose key is full are passed over and the pick
  * is repeated without those keys.

@@ -284,10 +284,20 @@ export async function initialiseDatadir(p, bins, log) {
   if (code !== 0) {
     fs.rmSync(p.dataPartial, { recursive: true, force: true });
     throw new Error(
-      `${path.basename(bins.installDb)} failed (exit ${code}); see ${path.join(p.rel, 'install.log')}:\n` + tail(fs.readFileSync(p.installLog, 'utf8'), 15),
+      `${path.basename(bins.installDb)} failed (exit ${code}); see ${path.join(p.rel, 'install.log')}:\n` +
+        installErrors(fs.readFileSync(p.installLog, 'utf8')),
     );
   }
   fs.renameSync(p.dataPartial, p.data);
+}
+
+/**
+ * What a failed install said: its error lines (the server's `[ERROR]`s, a shell's "…: error"),
+ * else its last lines - its tail alone is the same advice about grant tables whatever failed.
+ */
+function installErrors(text) {
+  const errors = text.split('\n').filter((line) => /\[ERROR\]|\bERROR\b|error:|FATAL|Aborting/i.test(line) && !/look at the grant tables/.test(line));
+  return errors.length > 0 ? errors.slice(-12).join('\n') : tail(text, 15);
 }
 
 function startServer(p, bins, port) {

@@ -134,8 +134,8 @@ async function run(side: Side, s: Scenario) {
   await db.exec('UPDATE orbit_queues SET key_concurrency = ? WHERE application_id = UNHEX(?)', [s.keyConcurrency, tenant.applicationId]);
   const principal = await credentialAuthenticate(db, tenant.token);
   const session: SessionInfo = await sessionOpen(db, { principal, nodeId: 'differential', queues: ['jobs'], capacity: 16 });
-  // Claimable now by the database's clock: a task's available_at comes from the process's
-  // estimate of it (DatabaseClock), which may run a few milliseconds ahead.
+  // Claimable now by the database's clock, whatever the process's estimate of it (DatabaseClock,
+  // which never runs ahead of it but may lag by a round trip) gave each task.
   await db.exec('UPDATE orbit_tasks SET available_at = NOW(6) - INTERVAL 1 SECOND WHERE application_id = UNHEX(?)', [tenant.applicationId]);
   const [claim] = await attemptClaimGroup(db, [{ session, max: 16 }], LEASE_SECONDS);
   assert.ok(claim?.ok);

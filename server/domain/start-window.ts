@@ -94,3 +94,16 @@ export function startFloorLedger(
 export function floorRetryAfterMs(window: WindowState, nowMs: number): number {
   return windowIsOpen(window, nowMs) ? Math.max(1, (window.startedAt as number) + WINDOW_MS - nowMs) : WINDOW_MS;
 }
+
+/**
+ * A namespace's starts in the application window that `applicationWindowStartedAt` names: a
+ * namespace row's `window_starts` count the starts of the application window its
+ * `window_started_at` names (store/quotas/usage-writes.ts writes them so), and none of another.
+ * Whether that window is still open is the caller's to ask (`windowIsOpen`).
+ */
+export function namespaceStartsInWindow(
+  namespace: { window_started_at: string | null; window_starts: number },
+  applicationWindowStartedAt: string | null,
+): number {
+  return namespace.window_started_at !== null && namespace.window_started_at === applicationWindowStartedAt ? namespace.window_starts : 0;
+}

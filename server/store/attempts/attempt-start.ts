@@ -17,7 +17,7 @@
  * process in the fast path.
  */
 import { idToHex as hex, type IdBytes } from '../../ids.ts';
-import { floorRetryAfterMs, startFloorLedger, tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { floorRetryAfterMs, namespaceStartsInWindow, startFloorLedger, tryStart, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import { leaseEndMs } from '../../domain/leases.ts';
 import { leaseEndSql } from './lease-end.ts';
 import { millisToSql, sqlToMillis } from '../../time.ts';
@@ -62,7 +62,7 @@ export async function startCareful(db: Database, params: { applicationId: IdByte
             k,
             {
               reserved: BigInt(n.reserved_rate_per_second),
-              windowStarts: n.window_started_at !== null && n.window_started_at === locked.app.window_started_at ? BigInt(n.window_starts) : 0n,
+              windowStarts: BigInt(namespaceStartsInWindow(n, locked.app.window_started_at)),
             },
           ] as const,
       ),

@@ -22,7 +22,7 @@
  */
 import { OrbitError } from '../../errors.ts';
 import { idToHex as hex, newId, type IdBytes } from '../../ids.ts';
-import { windowAfterStarts, windowOfRow, type WindowState } from '../../domain/start-window.ts';
+import { namespaceStartsInWindow, windowAfterStarts, windowOfRow, type WindowState } from '../../domain/start-window.ts';
 import { PermitTally, type PermitRef } from '../../domain/permits.ts';
 import { leaseEndMs } from '../../domain/leases.ts';
 import { taskEventsEnabled, taskEventsFromRows } from '../records/task-events.ts';
@@ -88,7 +88,7 @@ function namespaceQuotas(app: ApplicationQuotaRow, rows: Map<string, NamespaceUs
       reservedConcurrency: BigInt(n.reserved_concurrency),
       activeAttempts: BigInt(n.active_attempts),
       reservedRate: BigInt(n.reserved_rate_per_second),
-      windowStarts: n.window_started_at !== null && n.window_started_at === app.window_started_at ? BigInt(n.window_starts) : 0n,
+      windowStarts: BigInt(namespaceStartsInWindow(n, app.window_started_at)),
       pendingStarts: BigInt(n.pending_starts),
     },
   ]);

@@ -11,36 +11,23 @@ import type { Principal } from '../../domain/principal.ts';
 import type { components } from '../../generated/openapi.ts';
 import { floorEffects, type ConfigureEffect } from '../../domain/configure-effects.ts';
 import { firstFloorAboveLimit, floorSumsAfter, type Floors } from '../../domain/floor-sums.ts';
-import { startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';
+import { namespaceStartsInWindow, startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';
 import { sqlToMillis } from '../../time.ts';
 import { auditInsert } from '../records/audit.ts';
 import { eventInsert } from '../records/events.ts';
 import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts';
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import { sql } from '../database/sql.ts';
-import type { Database, Queryable, Transaction } from '../database/database.ts';
-import type { ApplicationResourcesRow, NamespaceResourcesRow, NamespaceRow } from '../database/schema.ts';
+import type { Database, Queryable } from '../database/database.ts';
+import type { ApplicationResourcesRow, NamespaceRow } from '../database/schema.ts';
 import { lockRows } from '../database/lock-order.ts';
-import { namespaceRowsLock } from './namespace-resources.ts';
+import { namespaceRowsLock, type NamespaceUsageRow } from './namespace-resources.ts';
 import { reservationStatements } from './usage-writes.ts';
 
 export type NamespaceResources = components['schemas']['NamespaceResources'];
 
 /** A namespace's row as the API shows it, with its name and environment and the application's window to count its starts by. */
-type ListedRow = Pick<NamespaceRow, 'name' | 'environment'> &
-  Pick<
-    NamespaceResourcesRow,
-    | 'namespace_id'
-    | 'revision'
-    | 'reserved_unfinished_tasks'
-    | 'reserved_concurrency'
-    | 'reserved_rate_per_second'
-    | 'unfinished_tasks'
-    | 'active_attempts'
-    | 'pending_starts'
-    | 'window_started_at'
-    | 'window_starts'
-  > & { application_window_started_at: string | null; now: string };
+type ListedRow = Pick<NamespaceRow, 'name' | 'environment'> & NamespaceUsageRow & { application_window_started_at: string | null; now: string };
 
 /** The columns of ListedRow, of `ns` (orbit_namespaces), `r` (orbit_namespace_resources) and `a` (orbit_application_resources). */
 const LISTED_COLUMNS = sql.raw(`ns.name, ns.environment, r.namespace_id, r.revision, r.reserved_unfinished_tasks, r.reserved_concurrency,
@@ -52,7 +39,7 @@ const LISTED_COLUMNS = sql.raw(`ns.name, ns.environment, r.namespace_id, r.revis
  * they are of the window the application row names (usage-writes.ts), and that one is still open.
  */
 function startsThisSecond(row: Pick<ListedRow, 'window_started_at' | 'window_starts' | 'application_window_started_at' | 'now'>): number {
-  if (row.window_started_at === null || row.window_started_at !== row.application_window_started_at) return 0;
+  if (namespaceStartsInWindow(row, row.application_window_started_at) === 0) return 0;
   return startsInCurrentWindow(windowOfRow(row), sqlToMillis(row.now));
 }
 
@@ -170,7 +157,7 @@ export async function namespaceFloorsConfigure(
     if (!app) throw new OrbitError('INTERNAL', 'the application has no resources row');
     const locked = (await namespaceRowsLock(tx, [target.namespace_id])).get(target.namespace_id.toString('hex'));
     if (!locked) throw new OrbitError('INTERNAL', 'the namespace has no resources row');
-    const revision = await lockedRevision(tx, principal.applicationId, target.namespace_id);
+    const { revision } = locked;
     if (revision !== params.expectedRevision) throw revisionConflict(params.expectedRevision, revision);
     const before = floorsOf(locked);
     assertFloorsFit(app, before, params.floors);
@@ -207,15 +194,6 @@ export async function namespaceFloorsConfigure(
     return { response: after, resourceId: target.namespace_id };
   });
   return { namespaceResources: response, deduplicated };
-}
-
-/** The revision of a namespace row this transaction holds locked (namespaceRowsLock reads its usage, not its revision): a plain read. */
-async function lockedRevision(tx: Transaction, applicationId: IdBytes, namespaceId: IdBytes): Promise<string> {
-  const [row] = await tx.rows<Pick<NamespaceResourcesRow, 'revision'>>(
-    sql`SELECT revision FROM orbit_namespace_resources WHERE application_id = ${applicationId} AND namespace_id = ${namespaceId}`,
-  );
-  if (!row) throw new OrbitError('INTERNAL', 'the namespace has no resources row');
-  return row.revision;
 }
 
 /**

@@ -10,10 +10,11 @@ import type { Transaction } from '../database/database.ts';
 import type { NamespaceResourcesRow } from '../database/schema.ts';
 import { distinctIdsAscending, lockRows } from '../database/lock-order.ts';
 
-/** What the decisions read of a namespace row. */
+/** What the decisions (and configure's compare-and-set) read of a namespace row. */
 export type NamespaceUsageRow = Pick<
   NamespaceResourcesRow,
   | 'namespace_id'
+  | 'revision'
   | 'reserved_unfinished_tasks'
   | 'reserved_concurrency'
   | 'reserved_rate_per_second'
@@ -24,7 +25,7 @@ export type NamespaceUsageRow = Pick<
   | 'window_starts'
 >;
 
-const USAGE_COLUMNS = sql.raw(`namespace_id, reserved_unfinished_tasks, reserved_concurrency, reserved_rate_per_second,
+const USAGE_COLUMNS = sql.raw(`namespace_id, revision, reserved_unfinished_tasks, reserved_concurrency, reserved_rate_per_second,
   unfinished_tasks, active_attempts, pending_starts, window_started_at, window_starts`);
 
 /**

@@ -51,6 +51,8 @@ import { auditInsert } from '../records/audit.ts';
 import { byIdAscending, lockRows, type LockLevel } from '../database/lock-order.ts';
 import { statementText, valueList, type Database, type Queryable, type Row, type Statement, type Transaction } from '../database/database.ts';
 import type { ApplicationResourcesRow, AttemptRow, KeyPermitRow, NamespaceResourcesRow, NamespaceRow, QueueRow } from '../database/schema.ts';
+import { idleOf } from '../../domain/floors.ts';
+import { namespaceStartsInWindow } from '../../domain/start-window.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import type { ResultSetHeader } from 'mysql2/promise';
 
@@ -319,15 +321,13 @@ async function check(q: Queryable, applicationId: IdBytes | null, lock: boolean)
     const app = applications.find((a) => a.application_id.equals(row.application_id));
     const sums = floorSums.get(hex(row.application_id)) ?? Object.fromEntries(FLOOR_FIGURES.map((f) => [f, 0n]));
     const r = (n: string | number) => BigInt(n);
-    const max0 = (n: bigint) => (n > 0n ? n : 0n);
     const min = (a: bigint, b: bigint) => (a < b ? a : b);
     sums.reserved_unfinished_tasks += r(row.reserved_unfinished_tasks);
     sums.reserved_concurrency += r(row.reserved_concurrency);
     sums.reserved_rate_per_second += r(row.reserved_rate_per_second);
-    sums.idle_reserved_unfinished_tasks += max0(r(row.reserved_unfinished_tasks) - r(recount.unfinished_tasks));
-    sums.idle_reserved_concurrency += max0(r(row.reserved_concurrency) - r(recount.active_attempts));
-    const inWindow = row.window_started_at !== null && row.window_started_at === app?.window_started_at;
-    sums.window_reserved_starts += min(inWindow ? r(row.window_starts) : 0n, r(row.reserved_rate_per_second));
+    sums.idle_reserved_unfinished_tasks += idleOf({ reserved: r(row.reserved_unfinished_tasks), usage: r(recount.unfinished_tasks) });
+    sums.idle_reserved_concurrency += idleOf({ reserved: r(row.reserved_concurrency), usage: r(recount.active_attempts) });
+    sums.window_reserved_starts += min(r(namespaceStartsInWindow(row, app?.window_started_at ?? null)), r(row.reserved_rate_per_second));
     floorSums.set(hex(row.application_id), sums as Record<FloorFigure, bigint>);
   }
   for (const [key, sums] of floorSums) {

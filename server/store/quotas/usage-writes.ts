@@ -26,7 +26,8 @@
  */
 import type { IdBytes } from '../../ids.ts';
 import { millisToSql } from '../../time.ts';
-import type { WindowState } from '../../domain/start-window.ts';
+import { namespaceStartsInWindow, type WindowState } from '../../domain/start-window.ts';
+import { idleOf } from '../../domain/floors.ts';
 import { permitOrder, type PermitRef, type PermitTally } from '../../domain/permits.ts';
 import { sql, type SQL } from '../database/sql.ts';
 import type { Queryable } from '../database/database.ts';
@@ -460,13 +461,12 @@ export function reservationStatements(
   after: Reservations,
   applicationWindowStartedAt: string | null,
 ): SQL[] {
-  const max0 = (n: bigint) => (n > 0n ? n : 0n);
   const min = (a: bigint, b: bigint) => (a < b ? a : b);
   const b = (n: string | number) => BigInt(n);
-  const idle = (reserved: number, usage: string | number) => max0(b(reserved) - b(usage));
+  const idle = (reserved: number, usage: string | number) => idleOf({ reserved: b(reserved), usage: b(usage) });
   const idleUnfinished = idle(after.reserved_unfinished_tasks, before.unfinished_tasks) - idle(before.reserved_unfinished_tasks, before.unfinished_tasks);
   const idleConcurrency = idle(after.reserved_concurrency, before.active_attempts) - idle(before.reserved_concurrency, before.active_attempts);
-  const starts = before.window_started_at !== null && before.window_started_at === applicationWindowStartedAt ? b(before.window_starts) : 0n;
+  const starts = b(namespaceStartsInWindow(before, applicationWindowStartedAt));
   const usedRate = min(starts, b(after.reserved_rate_per_second)) - min(starts, b(before.reserved_rate_per_second));
   const delta = (column: string, n: bigint | number) => sql`${sql.raw(column)} = ${sql.raw(column)} + ${Number(n)}`;
   return [

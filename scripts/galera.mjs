@@ -55,6 +55,7 @@ import {
   runningAsRoot,
   runsWithArgument,
   socketPathIn,
+  spawnServer,
   tail,
   withLock,
 } from './local-db.mjs';
@@ -262,24 +263,14 @@ function spawnNode(node, bins, { bootstrap, position }) {
   // An empty data directory is fine for a joiner: the SST fills it.
   fs.mkdirSync(node.data, { recursive: true, mode: 0o700 });
   const args = [`--defaults-file=${node.cnf}`, ...(bootstrap ? ['--wsrep-new-cluster'] : []), ...(position ? [`--wsrep-start-position=${position}`] : [])];
-  const logOffsets = { error: fileSize(node.errorLog), server: fileSize(node.serverLog) };
-  const out = fs.openSync(node.serverLog, 'a');
-  let child;
-  try {
-    fs.writeSync(out, `\n$ ${bins.server} ${args.join(' ')}\n`);
-    logOffsets.server = fileSize(node.serverLog);
-    // TMPDIR: the joiner's SST script makes its scratch directory there (mktemp -d).
-    child = spawn(bins.server, args, { detached: true, stdio: ['ignore', out, out], cwd: node.dir, env: { ...process.env, TMPDIR: node.tmp } });
-  } finally {
-    fs.closeSync(out);
-  }
-  child.unref();
-  child.exitInfo = null;
-  child.on('exit', (code, signal) => {
-    child.exitInfo = signal ? `signal ${signal}` : `exit code ${code}`;
-  });
-  child.on('error', (err) => {
-    child.exitInfo = err.message;
+  // TMPDIR: the joiner's SST script makes its scratch directory there (mktemp -d).
+  const { child, logOffsets } = spawnServer({
+    server: bins.server,
+    args,
+    dir: node.dir,
+    serverLog: node.serverLog,
+    errorLog: node.errorLog,
+    env: { ...process.env, TMPDIR: node.tmp },
   });
   // mariadbd writes the same pid there once it runs; written now, a status or stop sees it at once.
   if (child.pid) fs.writeFileSync(node.pidFile, `${child.pid}\n`);
@@ -535,42 +526,49 @@ export async function startCluster({ dir = DEFAULT_DIR, ports, log = console.err
   const { bins } = requirements;
   const paths = clusterPaths(dir);
   fs.mkdirSync(paths.dir, { recursive: true, mode: 0o700 });
-  return withLock(
-    paths.lock,
-    log,
-    async () => {
-      const deadline = Date.now() + timeoutMs;
-      const stored = readSettings(paths);
-      const running = paths.nodes.filter((node) => runningPid(node));
-      if (running.length > 0 && ports && stored && clusterPorts(checkPorts({ ...stored.ports, ...ports })).join() !== clusterPorts(stored.ports).join()) {
-        throw new Error(`the cluster under ${paths.rel} is running on other ports (${JSON.stringify(stored.ports)}); stop it first to change them`);
-      }
-      const settings = {
-        ports: checkPorts({ ...DEFAULT_PORTS, ...stored?.ports, ...(running.length === 0 ? ports : {}) }),
-        sstPassword: stored?.sstPassword ?? crypto.randomBytes(18).toString('base64url'),
-      };
-      writeSettings(paths, settings);
+  return underClusterLock(paths, log, async () => {
+    const deadline = Date.now() + timeoutMs;
+    const stored = readSettings(paths);
+    const running = paths.nodes.filter((node) => runningPid(node));
+    if (running.length > 0 && ports && stored && clusterPorts(checkPorts({ ...stored.ports, ...ports })).join() !== clusterPorts(stored.ports).join()) {
+      throw new Error(`the cluster under ${paths.rel} is running on other ports (${JSON.stringify(stored.ports)}); stop it first to change them`);
+    }
+    const settings = {
+      ports: checkPorts({ ...DEFAULT_PORTS, ...stored?.ports, ...(running.length === 0 ? ports : {}) }),
+      sstPassword: stored?.sstPassword ?? crypto.randomBytes(18).toString('base64url'),
+    };
+    writeSettings(paths, settings);
 
-      const alreadyRunning = running.length === NODE_COUNT;
-      const positions = new Map();
-      if (running.length === 0) {
-        if (!fs.existsSync(paths.nodes[0].data)) await createCluster(paths, settings, bins, deadline, log);
-        const first = await chooseBootstrapNode(paths, settings, bins, log, positions);
-        await startNode(first, { settings, bins, bootstrap: true, size: 1, deadline, log, positions });
-        await setUpAccounts(first, settings);
-      }
-      for (const node of paths.nodes) {
-        const alive = paths.nodes.filter((n) => runningPid(n)).length;
-        if (runningPid(node)) await waitForNode(node, { size: 1, deadline });
-        else await startNode(node, { settings, bins, bootstrap: false, size: alive + 1, deadline, log, positions });
-      }
-      const states = [];
-      for (const node of paths.nodes) states.push(await waitForNode(node, { size: NODE_COUNT, deadline }));
-      const nodes = paths.nodes.map((node, i) => nodeSummary(node, settings, states[i]));
-      return { dir: paths.dir, alreadyRunning, url: nodes[0].url, nodes };
-    },
-    `the Galera cluster under ${paths.rel}`,
-  );
+    const alreadyRunning = running.length === NODE_COUNT;
+    const positions = new Map();
+    if (running.length === 0) {
+      if (!fs.existsSync(paths.nodes[0].data)) await createCluster(paths, settings, bins, deadline, log);
+      const first = await chooseBootstrapNode(paths, settings, bins, log, positions);
+      await startNode(first, { settings, bins, bootstrap: true, size: 1, deadline, log, positions });
+      await setUpAccounts(first, settings);
+    }
+    for (const node of paths.nodes) {
+      const alive = paths.nodes.filter((n) => runningPid(n)).length;
+      if (runningPid(node)) await waitForNode(node, { size: 1, deadline });
+      else await startNode(node, { settings, bins, bootstrap: false, size: alive + 1, deadline, log, positions });
+    }
+    const states = [];
+    for (const node of paths.nodes) states.push(await waitForNode(node, { size: NODE_COUNT, deadline }));
+    const nodes = paths.nodes.map((node, i) => nodeSummary(node, settings, states[i]));
+    return { dir: paths.dir, alreadyRunning, url: nodes[0].url, nodes };
+  });
+}
+
+/** `fn` while this process holds the cluster's lock (one start, stop or join at a time). */
+function underClusterLock(paths, log, fn) {
+  return withLock(paths.lock, log, fn, `the Galera cluster under ${paths.rel}`);
+}
+
+/** Node `number` (1 to NODE_COUNT) of the cluster at `paths`. */
+function nodeOf(paths, number) {
+  const node = paths.nodes[number - 1];
+  if (!node) throw new Error(`no node ${number}: a cluster has nodes 1 to ${NODE_COUNT}`);
+  return node;
 }
 
 /**
@@ -581,22 +579,16 @@ export async function startClusterNode({ dir = DEFAULT_DIR, node: number, log = 
   const requirements = galeraRequirements();
   if (!requirements.ok) throw new Error(`cannot start a Galera node: ${requirements.reason}`);
   const paths = clusterPaths(dir);
-  const node = paths.nodes[number - 1];
-  if (!node) throw new Error(`no node ${number}: a cluster has nodes 1 to ${NODE_COUNT}`);
-  return withLock(
-    paths.lock,
-    log,
-    async () => {
-      const settings = readSettings(paths);
-      if (!settings) throw new Error(`no cluster under ${paths.rel} (start it first)`);
-      if (runningPid(node)) throw new Error(`${node.name} is running already`);
-      const alive = paths.nodes.filter((n) => runningPid(n)).length;
-      if (alive === 0) throw new Error(`no node of ${paths.rel} is running for ${node.name} to join (start the cluster instead)`);
-      await startNode(node, { settings, bins: requirements.bins, bootstrap: false, size: alive + 1, deadline: Date.now() + timeoutMs, log });
-      return nodeSummary(node, settings, await queryNode(node));
-    },
-    `the Galera cluster under ${paths.rel}`,
-  );
+  const node = nodeOf(paths, number);
+  return underClusterLock(paths, log, async () => {
+    const settings = readSettings(paths);
+    if (!settings) throw new Error(`no cluster under ${paths.rel} (start it first)`);
+    if (runningPid(node)) throw new Error(`${node.name} is running already`);
+    const alive = paths.nodes.filter((n) => runningPid(n)).length;
+    if (alive === 0) throw new Error(`no node of ${paths.rel} is running for ${node.name} to join (start the cluster instead)`);
+    await startNode(node, { settings, bins: requirements.bins, bootstrap: false, size: alive + 1, deadline: Date.now() + timeoutMs, log });
+    return nodeSummary(node, settings, await queryNode(node));
+  });
 }
 
 /** The pid of node `number`'s server, or null when it is not running. */
@@ -612,46 +604,35 @@ export function clusterNodePid({ dir = DEFAULT_DIR, node: number }) {
 export async function stopCluster({ dir = DEFAULT_DIR, log = () => {}, timeoutMs = STOP_TIMEOUT_MS } = {}) {
   const paths = clusterPaths(dir);
   if (!fs.existsSync(paths.dir)) return [];
-  return withLock(
-    paths.lock,
-    log,
-    async () => {
-      const stopped = [];
-      for (const node of [...paths.nodes].reverse()) {
-        const pid = readPid(node.pidFile);
-        if (!pid) continue;
-        if (!runningPid(node)) {
-          fs.rmSync(node.pidFile, { force: true });
-          log(`orbit: ${node.name} is not running (removed its stale pid file, pid ${pid})`);
-          continue;
-        }
-        log(`orbit: stopping ${node.name} (pid ${pid})`);
-        await stopNode(node, pid, Date.now() + timeoutMs);
-        stopped.push(node.name);
+  return underClusterLock(paths, log, async () => {
+    const stopped = [];
+    for (const node of [...paths.nodes].reverse()) {
+      const pid = readPid(node.pidFile);
+      if (!pid) continue;
+      if (!runningPid(node)) {
+        fs.rmSync(node.pidFile, { force: true });
+        log(`orbit: ${node.name} is not running (removed its stale pid file, pid ${pid})`);
+        continue;
       }
-      return stopped;
-    },
-    `the Galera cluster under ${paths.rel}`,
-  );
+      log(`orbit: stopping ${node.name} (pid ${pid})`);
+      await stopNode(node, pid, Date.now() + timeoutMs);
+      stopped.push(node.name);
+    }
+    return stopped;
+  });
 }
 
 /** Stops node `number` (1, 2 or 3) cleanly: it leaves the cluster at once. False when it was not running. */
 export async function stopClusterNode({ dir = DEFAULT_DIR, node: number, log = () => {}, timeoutMs = STOP_TIMEOUT_MS }) {
   const paths = clusterPaths(dir);
-  const node = paths.nodes[number - 1];
-  if (!node) throw new Error(`no node ${number}: a cluster has nodes 1 to ${NODE_COUNT}`);
-  return withLock(
-    paths.lock,
-    log,
-    async () => {
-      const pid = runningPid(node);
-      if (!pid) return false;
-      log(`orbit: stopping ${node.name} (pid ${pid})`);
-      await stopNode(node, pid, Date.now() + timeoutMs);
-      return true;
-    },
-    `the Galera cluster under ${paths.rel}`,
-  );
+  const node = nodeOf(paths, number);
+  return underClusterLock(paths, log, async () => {
+    const pid = runningPid(node);
+    if (!pid) return false;
+    log(`orbit: stopping ${node.name} (pid ${pid})`);
+    await stopNode(node, pid, Date.now() + timeoutMs);
+    return true;
+  });
 }
 
 /** Each node's pid and wsrep state, as far as it answers. */

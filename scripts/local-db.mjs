@@ -329,13 +329,22 @@ function startServer(p, bins, port) {
   ];
   if (runningAsRoot()) args.push('--user=root'); // mariadbd refuses to run as root otherwise
 
-  const logOffsets = { error: fileSize(p.errorLog), server: fileSize(p.serverLog) };
-  const out = fs.openSync(p.serverLog, 'a');
+  return spawnServer({ server: bins.server, args, dir: p.dir, serverLog: p.serverLog, errorLog: p.errorLog });
+}
+
+/**
+ * Starts `server` with `args` in the background, detached, its output appended to `serverLog`
+ * after the command line. `child.exitInfo` says how it ended once it has; `logOffsets` are where
+ * this start's lines begin in `errorLog` and `serverLog`, for the messages of a failed start.
+ */
+export function spawnServer({ server, args, dir, serverLog, errorLog, env = process.env }) {
+  const logOffsets = { error: fileSize(errorLog), server: fileSize(serverLog) };
+  const out = fs.openSync(serverLog, 'a');
   let child;
   try {
-    fs.writeSync(out, `\n$ ${bins.server} ${args.join(' ')}\n`);
-    logOffsets.server = fileSize(p.serverLog);
-    child = spawn(bins.server, args, { detached: true, stdio: ['ignore', out, out], cwd: p.dir });
+    fs.writeSync(out, `\n$ ${server} ${args.join(' ')}\n`);
+    logOffsets.server = fileSize(serverLog);
+    child = spawn(server, args, { detached: true, stdio: ['ignore', out, out], cwd: dir, env });
   } finally {
     fs.closeSync(out);
   }

@@ -459,3 +459,20 @@ export const rawNumberLiteral: fc.Arbitrary<string> = fc.constantFrom(
   '1E+2',
   '100.0',
 );
+
+/**
+ * Runs `fn` and proves it wrote nothing: `readable` (the rows a test names, so that a difference
+ * is readable) and the whole database's fingerprint are the same after it as before.
+ */
+export async function assertWritesNothing<T>(
+  db: Database,
+  options: { readable: () => Promise<unknown>; what: string; fingerprint?: FingerprintOptions },
+  fn: () => Promise<T>,
+): Promise<T> {
+  const rows = await options.readable();
+  const fingerprint = await dbFingerprint(db, options.fingerprint);
+  const result = await fn();
+  assert.deepEqual(await options.readable(), rows, options.what);
+  assert.deepEqual(await dbFingerprint(db, options.fingerprint), fingerprint, 'nothing at all in the database changed');
+  return result;
+}

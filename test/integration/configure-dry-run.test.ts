@@ -16,7 +16,7 @@ import { createCredential, createTenant, type TestTenant } from '../helpers/tena
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
-import { dbFingerprint } from '../helpers/fuzz-common.ts';
+import { assertWritesNothing } from '../helpers/fuzz-common.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { credentialRevoke } from '../../server/store/tenancy/credentials.ts';
 import { createOrbitClient } from '../../sdk/index.ts';
@@ -64,12 +64,7 @@ describe('configure dry run', () => {
 
   /** Runs `fn` (dry runs) and proves it wrote nothing: the rows above, and the whole database. */
   async function writesNothing<T>(fn: () => Promise<T>): Promise<T> {
-    const rows = await written();
-    const fingerprint = await dbFingerprint(t.db, FINGERPRINT);
-    const result = await fn();
-    assert.deepEqual(await written(), rows, 'no limit, revision, audit record, event or receipt');
-    assert.deepEqual(await dbFingerprint(t.db, FINGERPRINT), fingerprint, 'nothing at all in the database changed');
-    return result;
+    return assertWritesNothing(t.db, { readable: written, what: 'no limit, revision, audit record, event or receipt', fingerprint: FINGERPRINT }, fn);
   }
 
   const appBody = (revision: string, limits: Record<string, unknown>): Record<string, unknown> => ({

@@ -19,7 +19,7 @@ import { createCredential, createTenant, type TestTenant } from '../helpers/tena
 import { assertCountersMatchRecount } from '../helpers/recount.ts';
 import { call, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
 import { connectRaw, type RawSession } from '../helpers/ws-session.ts';
-import { dbFingerprint } from '../helpers/fuzz-common.ts';
+import { assertWritesNothing } from '../helpers/fuzz-common.ts';
 import { NAMESPACE_ACTIONS } from '../../server/domain/actions.ts';
 import { createOrbitClient } from '../../sdk/index.ts';
 
@@ -71,12 +71,7 @@ describe('namespace floors through the API', () => {
     };
   }
   async function writesNothing<T>(fn: () => Promise<T>): Promise<T> {
-    const rows = await written();
-    const fingerprint = await dbFingerprint(t.db, FINGERPRINT);
-    const result = await fn();
-    assert.deepEqual(await written(), rows, 'no floor, revision, sum, audit record, event or receipt');
-    assert.deepEqual(await dbFingerprint(t.db, FINGERPRINT), fingerprint, 'nothing at all in the database changed');
-    return result;
+    return assertWritesNothing(t.db, { readable: written, what: 'no floor, revision, sum, audit record, event or receipt', fingerprint: FINGERPRINT }, fn);
   }
 
   before(async () => {

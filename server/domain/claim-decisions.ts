@@ -16,7 +16,7 @@
  *                         and while their payloads stay within MAX_CLAIMED_PAYLOAD_BYTES (the
  *                         first attempt of a claim always goes, whatever its size)
  */
-import { claimRoomUnderRate, startsInCurrentWindow, windowIsOpen, type WindowState } from './start-window.ts';
+import { claimRoomUnderRate, idleReservedRate, startsInCurrentWindow, windowIsOpen, type WindowState } from './start-window.ts';
 import { FloorLedger } from './floors.ts';
 import type { PermitTally, PermitRef } from './permits.ts';
 
@@ -272,7 +272,7 @@ export class ApplicationClaimRoom {
       {
         limit: BigInt(app.ratePerSecond),
         usage: BigInt(startsInCurrentWindow(app.window, nowMs)) + BigInt(app.pendingStarts),
-        idleReserved: app.reservedRate - (windowOpen ? app.windowReservedStarts : 0n),
+        idleReserved: idleReservedRate(app, nowMs),
       },
       list.map(([k, n]) => [k, { reserved: n.reservedRate, usage: windowOpen ? n.windowStarts : 0n }] as const),
     );

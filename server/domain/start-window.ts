@@ -69,6 +69,17 @@ export interface RateFloors {
 }
 
 /**
+ * The idle part of the rate floors at `nowMs`: what the namespaces' starts in the application's
+ * current window leave of their reservations (`windowReservedStarts`, the used part, summed) -
+ * all of them when no window is open. Never negative.
+ */
+export function idleReservedRate(floors: Pick<RateFloors, 'window' | 'reservedRate' | 'windowReservedStarts'>, nowMs: number): bigint {
+  if (!windowIsOpen(floors.window, nowMs)) return floors.reservedRate;
+  const idle = floors.reservedRate - floors.windowReservedStarts;
+  return idle > 0n ? idle : 0n;
+}
+
+/**
  * The application's room for Starts namespace by namespace under the rate floors: a
  * namespace's starts in the current window use its own reservation first; what is idle of the
  * others' is not its to take. `namespaces`: each one's reservation and its starts in the window
@@ -84,7 +95,7 @@ export function startFloorLedger(
     {
       limit: BigInt(floors.ratePerSecond),
       usage: BigInt(open ? floors.window.starts : 0),
-      idleReserved: floors.reservedRate - (open ? floors.windowReservedStarts : 0n),
+      idleReserved: idleReservedRate(floors, nowMs),
     },
     [...namespaces].map(([k, n]) => [k, { reserved: n.reserved, usage: open ? n.windowStarts : 0n }] as const),
   );

@@ -12,7 +12,7 @@ import { idempotentMutation, type ReceiptIdentity } from '../records/receipts.ts
 import { credentialsStillValid, noLongerValid } from '../tenancy/credentials.ts';
 import { configureEffects, type ConfigureEffect } from '../../domain/configure-effects.ts';
 import { firstFloorAboveLimit } from '../../domain/floor-sums.ts';
-import { startsInCurrentWindow, windowIsOpen, windowOfRow } from '../../domain/start-window.ts';
+import { idleReservedRate, startsInCurrentWindow, windowOfRow } from '../../domain/start-window.ts';
 import { sqlToMillis } from '../../time.ts';
 import { sql } from '../database/sql.ts';
 import type { Database, Queryable, Transaction } from '../database/database.ts';
@@ -69,16 +69,12 @@ const COLUMNS = sql.raw(`application_id, revision, max_unfinished_tasks, unfinis
                  reserved_rate_per_second, idle_reserved_unfinished_tasks, idle_reserved_concurrency, window_reserved_starts,
                  window_started_at, window_starts, NOW(6) AS now`);
 
-/**
- * The idle part of the rate floors: what the namespaces' starts in the application's current
- * window leave of their reservations (`window_reserved_starts` is the used part, summed), all of
- * them when no window is open.
- */
-function idleReservedRate(row: ResourcesRow): bigint {
-  const reserved = BigInt(row.reserved_rate_per_second);
-  if (!windowIsOpen(windowOfRow(row), sqlToMillis(row.now))) return reserved;
-  const idle = reserved - BigInt(row.window_reserved_starts);
-  return idle > 0n ? idle : 0n;
+/** The idle part of the rate floors as the row leaves it now (domain/start-window.ts). */
+function idleReservedRateOf(row: ResourcesRow): bigint {
+  return idleReservedRate(
+    { window: windowOfRow(row), reservedRate: BigInt(row.reserved_rate_per_second), windowReservedStarts: BigInt(row.window_reserved_starts) },
+    sqlToMillis(row.now),
+  );
 }
 
 function toResources(row: ResourcesRow): ApplicationResources {
@@ -96,7 +92,7 @@ function toResources(row: ResourcesRow): ApplicationResources {
     reserved_rate_per_second: Number(row.reserved_rate_per_second),
     idle_reserved_unfinished_tasks: row.idle_reserved_unfinished_tasks,
     idle_reserved_concurrency: row.idle_reserved_concurrency,
-    idle_reserved_rate_per_second: idleReservedRate(row).toString(),
+    idle_reserved_rate_per_second: idleReservedRateOf(row).toString(),
   };
 }
 

@@ -27,8 +27,6 @@ export interface NamespaceFloor {
   usage: bigint;
 }
 
-export const NO_FLOOR: NamespaceFloor = { reserved: 0n, usage: 0n };
-
 const max0 = (n: bigint) => (n > 0n ? n : 0n);
 
 /** The part of a namespace's reservation it is not using. */
@@ -43,7 +41,8 @@ export function roomFor(level: FloorLevel, own: NamespaceFloor): bigint {
 
 /**
  * The guarded fast paths' test, without reading the namespace's row: `n` more fit beside every
- * floor's idle part. Whenever it holds, roomFor(level, any namespace) >= n, so it never admits
+ * floor's idle part (its SQL form: usage-writes.ts `unfinishedGuardedStatements`, held to this by
+ * test/store/floors-rules.test.ts). Whenever it holds, roomFor(level, any namespace) >= n, so it never admits
  * what the exact rule would refuse; when it does not, the careful path decides by roomFor.
  */
 export function fitsBesideAllFloors(level: FloorLevel, n: bigint): boolean {

@@ -19,7 +19,7 @@ import { createTenant } from '../helpers/tenants.ts';
 import { sql } from '../../server/store/database/sql.ts';
 import type { Transaction } from '../../server/store/database/database.ts';
 import { millisToSql } from '../../server/time.ts';
-import { idleOf, roomFor } from '../../server/domain/floors.ts';
+import { fitsBesideAllFloors, idleOf, roomFor } from '../../server/domain/floors.ts';
 import { startFloorLedger, windowAfterStarts, windowOfRow } from '../../server/domain/start-window.ts';
 import {
   reservationStatements,
@@ -205,8 +205,11 @@ test('the guarded admission never admits what the floors refuse; when it does no
       assert.equal(app.idle_reserved_unfinished_tasks, expectedFigures(app.window_started_at, namespaces).idle_reserved_unfinished_tasks, 'idle kept');
       return true;
     });
+    // The SQL guard is fitsBesideAllFloors (the queues have room to spare here)...
+    assert.equal(admitted, fitsBesideAllFloors({ limit: BigInt(c.limit), usage: BigInt(usage), idleReserved: BigInt(idle) }, BigInt(c.n)), JSON.stringify(c));
     if (admitted) {
       fast++;
+      // ...and so never admits what the floors refuse.
       assert.ok(exactRoom >= BigInt(c.n), `the guard admitted ${c.n} where the floors leave ${exactRoom}: ${JSON.stringify(c)}`);
     }
   }

@@ -220,8 +220,11 @@ export async function attemptClaimGroup(db: Database, requests: ClaimRequest[], 
     // what the claims before it left, and while it is scarce each takes at most its fair share
     // among every node waiting for it - the group's own nodes included.
     // Under the floors (domain/floors.ts) that room is each namespace's own.
-    const roomAtStart = new ApplicationClaimRoom(applicationQuotaOf(app), namespaceQuotas(app, namespaceRowsByHex(namespaceRows, namespaceIds.length)), nowMs);
-    const room = new ApplicationClaimRoom(applicationQuotaOf(app), namespaceQuotas(app, namespaceRowsByHex(namespaceRows, namespaceIds.length)), nowMs);
+    // Two ledgers of the same rows: the room as the group began (what fair shares are of) and the room left.
+    const quota = applicationQuotaOf(app);
+    const namespaces = namespaceQuotas(app, namespaceRowsByHex(namespaceRows, namespaceIds.length));
+    const roomAtStart = new ApplicationClaimRoom(quota, namespaces, nowMs);
+    const room = new ApplicationClaimRoom(quota, namespaces, nowMs);
     const otherWaitingNodes = Number(waitingNodes[0]?.nodes ?? 0) + nodeIds.length - 1;
     const shared: PickState = {
       queues: new Map(

@@ -41,6 +41,8 @@ export interface ServerConfig {
   checkLockOrder: boolean;
   /** Test mode: every statement is checked to route to one shard by application_id (docs/scale-out.md); a violation fails it. */
   checkShardRouting: boolean;
+  /** ORBIT_SINGLE_STATEMENTS: one statement per command (unset: only on a Galera cluster; see store/database/single-statements.ts). */
+  singleStatements?: boolean;
   logLevel: string;
 }
 
@@ -160,10 +162,18 @@ function raw(env: NodeJS.ProcessEnv, name: string): string | undefined {
  * The test-mode database checks (lock order, shard routing) as the environment asks for them:
  * the server reads them with the rest of its configuration, the admin commands with this.
  */
-export function databaseChecksFromEnv(env: NodeJS.ProcessEnv = process.env): { checkLockOrder: boolean; checkShardRouting: boolean } {
+export function databaseChecksFromEnv(env: NodeJS.ProcessEnv = process.env): {
+  checkLockOrder: boolean;
+  checkShardRouting: boolean;
+  singleStatements?: boolean;
+} {
+  // ORBIT_SINGLE_STATEMENTS=1: every statement a command of its own, as on a Galera cluster
+  // (single-statements.ts), on any server - how the tests prove both ways agree.
+  const single = intFromEnv(env, 'ORBIT_SINGLE_STATEMENTS', -1, 0, 1);
   return {
     checkLockOrder: intFromEnv(env, 'ORBIT_CHECK_LOCK_ORDER', 0, 0, 1) === 1,
     checkShardRouting: intFromEnv(env, 'ORBIT_CHECK_SHARD_ROUTING', 0, 0, 1) === 1,
+    ...(single === -1 ? {} : { singleStatements: single === 1 }),
   };
 }
 
@@ -202,24 +212,43 @@ export function redactUrl(url: string): string {
 
 const DATABASE_NAME = /^[A-Za-z0-9_]+$/;
 
-/** Checks a database URL: mysql:, a host, a port from 1 to 65535 if given, a database name. Returns it unchanged. */
+/**
+ * The URL of each host a database URL names, in order. `mysql://user@h1:3306,h2:3306/orbit`
+ * names several (the nodes of a Galera cluster, docs/scale-out.md): the same user, password,
+ * database and options on each. A URL with one host is returned as it is.
+ */
+export function databaseHostUrls(url: string): string[] {
+  const match = /^(mysql:\/\/(?:[^@/]*@)?)([^/?#]*)(.*)$/s.exec(url);
+  if (!match || !match[2]?.includes(',')) return [url];
+  const [, head, hosts, tail] = match as unknown as [string, string, string, string];
+  return hosts.split(',').map((host) => `${head}${host}${tail}`);
+}
+
+/**
+ * Checks a database URL: mysql:, a host (or several, comma-separated: databaseHostUrls), a port
+ * from 1 to 65535 if given, a database name. Returns it unchanged.
+ */
 export function checkDatabaseUrl(url: string, name = 'ORBIT_DATABASE_URL'): string {
   const bad = () =>
-    new ConfigError(`${name} must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got ${JSON.stringify(redactUrl(url))}`);
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw bad();
+    new ConfigError(
+      `${name} must be mysql://user:password@host:port/database (cluster nodes: host1:port1,host2:port2; database name of [A-Za-z0-9_]), got ${JSON.stringify(redactUrl(url))}`,
+    );
+  for (const hostUrl of databaseHostUrls(url)) {
+    let parsed: URL;
+    try {
+      parsed = new URL(hostUrl);
+    } catch {
+      throw bad();
+    }
+    if (parsed.protocol !== 'mysql:' || !parsed.hostname || parsed.port === '0') throw bad();
+    let database: string;
+    try {
+      database = decodeURIComponent(parsed.pathname.replace(/^\//, ''));
+    } catch {
+      throw bad();
+    }
+    if (!DATABASE_NAME.test(database)) throw bad();
   }
-  if (parsed.protocol !== 'mysql:' || !parsed.hostname || parsed.port === '0') throw bad();
-  let database: string;
-  try {
-    database = decodeURIComponent(parsed.pathname.replace(/^\//, ''));
-  } catch {
-    throw bad();
-  }
-  if (!DATABASE_NAME.test(database)) throw bad();
   return url;
 }
 

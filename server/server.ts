@@ -5,7 +5,7 @@
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { createNodeWebSocket } from '@hono/node-ws';
-import { databaseProblem, type ServerConfig } from './config.ts';
+import { databaseProblem, redactUrl, type ServerConfig } from './config.ts';
 import { createLogger, type Logger } from './log.ts';
 import { createMetrics, databaseObserver } from './metrics.ts';
 import { createDatabase } from './store/database/database.ts';
@@ -81,6 +81,9 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     timeoutMs: config.databaseTimeoutMs,
     checkLockOrder: config.checkLockOrder,
     checkShardRouting: config.checkShardRouting,
+    ...(config.singleStatements === undefined ? {} : { singleStatements: config.singleStatements }),
+    // Several hosts in ORBIT_DATABASE_URL (a cluster's nodes): say when the pool moves on.
+    onHostChange: (url, cause) => log.warn({ host: redactUrl(url), err: cause }, 'database host lost: using the next host of ORBIT_DATABASE_URL'),
     // Statements, round trips and connection hold per operation, in /metrics.
     observer: databaseObserver(metrics),
   });

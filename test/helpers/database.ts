@@ -21,6 +21,10 @@ export function testServerUrl(): string {
 export const CHECK_LOCK_ORDER = process.env.ORBIT_CHECK_LOCK_ORDER === '1';
 /** `npm test` sets ORBIT_CHECK_SHARD_ROUTING=1: every statement of the tests' database and of the servers they start is checked to route by application_id. */
 export const CHECK_SHARD_ROUTING = process.env.ORBIT_CHECK_SHARD_ROUTING === '1';
+/** ORBIT_SINGLE_STATEMENTS=1: the tests' own database handles send one statement per command too (as on a cluster). */
+function singleStatementsFromEnv(): { singleStatements?: boolean } {
+  return process.env.ORBIT_SINGLE_STATEMENTS === '1' ? { singleStatements: true } : {};
+}
 
 /**
  * The server settings of an in-process test server: the defaults, with the lock-order check as
@@ -30,6 +34,7 @@ export function testConfig(): ServerConfig {
   return loadConfig({
     ORBIT_CHECK_LOCK_ORDER: CHECK_LOCK_ORDER ? '1' : '0',
     ORBIT_CHECK_SHARD_ROUTING: CHECK_SHARD_ROUTING ? '1' : '0',
+    ...(process.env.ORBIT_SINGLE_STATEMENTS ? { ORBIT_SINGLE_STATEMENTS: process.env.ORBIT_SINGLE_STATEMENTS } : {}),
     ORBIT_DB_TIMEOUT_MS: '30000',
   });
 }
@@ -112,7 +117,14 @@ export async function freshDatabase(label = 'test', options: { migrate?: boolean
   if (options.migrate) await migrate(url);
   else await cloneTemplate(name);
   // Generous per-wait timeouts: the tests' own reads must not fail because the machine is busy.
-  const db = createDatabase({ url, connectionLimit: 30, timeoutMs: 30_000, checkLockOrder: CHECK_LOCK_ORDER, checkShardRouting: CHECK_SHARD_ROUTING });
+  const db = createDatabase({
+    url,
+    connectionLimit: 30,
+    timeoutMs: 30_000,
+    checkLockOrder: CHECK_LOCK_ORDER,
+    checkShardRouting: CHECK_SHARD_ROUTING,
+    ...singleStatementsFromEnv(),
+  });
   return {
     name,
     url,

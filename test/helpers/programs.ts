@@ -110,6 +110,7 @@ export function adminEnv(databaseUrl: string): Record<string, string | undefined
     ORBIT_DATABASE_URL: databaseUrl,
     ORBIT_CHECK_LOCK_ORDER: process.env.ORBIT_CHECK_LOCK_ORDER,
     ORBIT_CHECK_SHARD_ROUTING: process.env.ORBIT_CHECK_SHARD_ROUTING,
+    ORBIT_SINGLE_STATEMENTS: process.env.ORBIT_SINGLE_STATEMENTS,
   };
 }
 

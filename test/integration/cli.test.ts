@@ -93,7 +93,7 @@ describe('orbit-server, spawned', () => {
     assert.doesNotMatch(result.stdout + result.stderr, /hunter2/);
     assertUsageFailure(
       result,
-      `orbit-server: ORBIT_DATABASE_URL must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@127.0.0.1:${port}/"`,
+      `orbit-server: ORBIT_DATABASE_URL must be mysql://user:password@host:port/database (cluster nodes: host1:port1,host2:port2; database name of [A-Za-z0-9_]), got "mysql://orbit:***@127.0.0.1:${port}/"`,
     );
     assertSameAsInProcess(result, await serverArgsInProcess([], env));
   });

@@ -192,7 +192,7 @@ describe('orbit-admin wrong arguments', () => {
       assert.doesNotMatch(result.stdout + result.stderr, /hunter2/);
       assertUsageFailure(
         result,
-        `orbit-admin: ORBIT_DATABASE_URL must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got ${JSON.stringify(url.replace('hunter2', '***'))}`,
+        `orbit-admin: ORBIT_DATABASE_URL must be mysql://user:password@host:port/database (cluster nodes: host1:port1,host2:port2; database name of [A-Za-z0-9_]), got ${JSON.stringify(url.replace('hunter2', '***'))}`,
       );
     }
   });
@@ -239,12 +239,12 @@ describe('orbit-server arguments and environment', () => {
       [
         'ORBIT_DATABASE_URL',
         'mysql://orbit:hunter2@db:3306/',
-        'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:3306/"',
+        'must be mysql://user:password@host:port/database (cluster nodes: host1:port1,host2:port2; database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:3306/"',
       ],
       [
         'ORBIT_DATABASE_URL',
         'mysql://orbit:hunter2@db:0/orbit',
-        'must be mysql://user:password@host:port/database (database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:0/orbit"',
+        'must be mysql://user:password@host:port/database (cluster nodes: host1:port1,host2:port2; database name of [A-Za-z0-9_]), got "mysql://orbit:***@db:0/orbit"',
       ],
     ];
     for (const [name, value, problem] of cases) {

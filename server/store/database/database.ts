@@ -13,9 +13,10 @@ import { LockOrderCheck, LockOrderViolation, isLockingRead, rememberedByText, sp
 import { assertRoutable, ShardRoutingViolation } from './shard-routing.ts';
 import { encodedBytesBound, mergeResults, PacketLimit, planRoundTrips, type BatchStatement } from './packets.ts';
 import { DeadlineExceeded, remainingMs } from '../../deadline.ts';
-import { DEFAULT_DATABASE_TIMEOUT_MS as DEFAULT_TIMEOUT_MS } from '../../config.ts';
+import { databaseHostUrls, DEFAULT_DATABASE_TIMEOUT_MS as DEFAULT_TIMEOUT_MS } from '../../config.ts';
 import mysql, { type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import { sql, type SQL } from './sql.ts';
+import { singleStatements } from './single-statements.ts';
 
 export { rowsStatement, PacketTooLarge, type BatchStatement } from './packets.ts';
 
@@ -155,7 +156,46 @@ const UNREACHABLE_CODES = new Set([
  * fix, which /readyz reports, not a bug of the request (a table this build lacks is refused at
  * start-up: migrations are checked before the server listens).
  */
-const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031, 1044, 1045, 1049, 1146]);
+const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031, 1044, 1045, 1049, 1146, 1047, 1180]);
+
+/**
+ * Errors that say "this database host is gone, or not usable as a member of its cluster": the
+ * connection failed or was lost, a statement was cut off, the server is shutting down or killed the
+ * connection, or a Galera node is not in the primary component (1047, "WSREP has not yet prepared
+ * node for application use") or lost it during a COMMIT (1180). With several hosts in the URL,
+ * the pool moves to the next one (createDatabase).
+ */
+const HOST_LOST_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'PROTOCOL_CONNECTION_LOST',
+  'PROTOCOL_SEQUENCE_TIMEOUT',
+]);
+const HOST_LOST_ERRNOS = new Set([1047, 1053, 1180, 1927]);
+
+export function isHostLost(error: unknown): boolean {
+  const e = error as { code?: string; errno?: number } | null;
+  if (e === null || typeof e !== 'object') return false;
+  return (e.code !== undefined && HOST_LOST_CODES.has(e.code)) || (e.errno !== undefined && HOST_LOST_ERRNOS.has(e.errno));
+}
+
+/**
+ * What the database layer knows of the servers it talks to, learned from the first connection
+ * (`SHOW VARIABLES LIKE 'wsrep_on'`) unless the options say.
+ */
+export interface ServerTraits {
+  known: boolean;
+  /** A Galera node (wsrep_on): plain reads are causal (`wsrep_sync_wait = 1`), and statements go one per command. */
+  cluster: boolean;
+  /** Every statement sent as a command of its own (single-statements.ts): on a cluster, always. */
+  singleStatements: boolean;
+}
 
 export function isDatabaseUnreachable(error: unknown): boolean {
   const e = error as { code?: string; errno?: number } | null;
@@ -178,11 +218,20 @@ function waitBudgetMs(timeoutMs: number, what: string): number {
  * One round trip on `conn` of `statements` statements (told to the observer), cut off after
  * `timeoutMs` (0: never) or at the request's deadline, whichever comes first.
  */
-function sender(conn: PoolConnection, timeoutMs: number, observer: DatabaseObserver | undefined) {
-  return async (sql: string, params: unknown[], statements = 1) => {
+function sender(conn: PoolConnection, timeoutMs: number, observer: DatabaseObserver | undefined, single: ServerTraits) {
+  const one = async (sql: string, params: unknown[], statements: number) => {
     const timeout = waitBudgetMs(timeoutMs, 'a statement was sent');
     observer?.roundTrip(statements);
     return (await conn.query(timeout > 0 ? { sql, timeout } : { sql }, params))[0];
+  };
+  return async (sql: string, params: unknown[], statements = 1) => {
+    if (!single.singleStatements) return one(sql, params, statements);
+    const pieces = singleStatements(sql, params);
+    if (pieces.length === 1) return one(sql, params, 1);
+    // One command each, in order; the first that fails stops the rest, as the server would.
+    const results: unknown[] = [];
+    for (const piece of pieces) results.push(await one(piece.text, piece.params, 1));
+    return results as never;
   };
 }
 
@@ -201,8 +250,8 @@ function resultList(result: unknown, statements: number): unknown[] {
   return statements === 1 ? [result] : (result as unknown[]);
 }
 
-function queryable(conn: PoolConnection, timeoutMs: number, packets: PacketLimit, observer: DatabaseObserver | undefined): Queryable {
-  const send = sender(conn, timeoutMs, observer);
+function queryable(conn: PoolConnection, timeoutMs: number, packets: PacketLimit, observer: DatabaseObserver | undefined, traits: ServerTraits): Queryable {
+  const send = sender(conn, timeoutMs, observer, traits);
   const query = (sql: Statement, params: unknown[]) => send(...statementText(sql, params));
   return {
     async rows<T>(sql: Statement, params: unknown[] = []) {
@@ -242,12 +291,13 @@ function transactionQueryable(
   lockOrder: LockOrderCheck | null,
   shardRouting: boolean,
   observer: DatabaseObserver | undefined,
-): Transaction & { readonly finished: boolean } {
+  traits: ServerTraits,
+): Transaction & { readonly finished: boolean; beforeCommit(): void } {
   let begun = false;
   let finished = false;
-  const query = sender(conn, timeoutMs, observer);
+  const query = sender(conn, timeoutMs, observer, traits);
   /** One round trip of `statements` statements; their results as a list. */
-  async function send(sql: string, params: unknown[], statements: number): Promise<unknown[]> {
+  async function send(sql: string, params: unknown[], statements: number, committing = false): Promise<unknown[]> {
     if (finished) throw new Error('the transaction has already committed');
     if (shardRouting) {
       try {
@@ -257,6 +307,7 @@ function transactionQueryable(
       }
     }
     lockOrder?.observe(sql, params);
+    if (committing) lockOrder?.beforeCommit();
     let out: unknown[];
     if (begun) out = resultList(await query(sql, params, statements), statements);
     else {
@@ -278,7 +329,7 @@ function transactionQueryable(
       // A plain statement may be several joined by the caller: count them.
       const statements = count < 0 ? splitStatements(trip.text).length : trip.slots.length;
       const text = commit && last ? `${trip.text};\nCOMMIT` : trip.text;
-      const out = await send(text, trip.params, statements + (commit && last ? 1 : 0));
+      const out = await send(text, trip.params, statements + (commit && last ? 1 : 0), commit && last);
       if (commit && last) out.pop(); // the COMMIT's own header
       results.push(...out);
       slots.push(...trip.slots);
@@ -290,6 +341,9 @@ function transactionQueryable(
   return {
     get finished() {
       return finished;
+    },
+    beforeCommit() {
+      lockOrder?.beforeCommit();
     },
     async rows<T>(sql: Statement, params: unknown[] = []) {
       const [text, values] = statementText(sql, params);
@@ -347,6 +401,14 @@ export interface DatabaseOptions {
   checkShardRouting?: boolean;
   /** Told of every round trip and transaction (orbit-server counts them in /metrics). */
   observer?: DatabaseObserver;
+  /**
+   * Send every statement as a command of its own (single-statements.ts). Unset: only on a Galera
+   * node, where a multi-statement command is not atomic. Tests set it to run the suite that way
+   * on a single server.
+   */
+  singleStatements?: boolean;
+  /** Told when the pool moves to the next host of the URL (its URL, the password redacted by the caller). */
+  onHostChange?: (url: string, cause: unknown) => void;
 }
 
 /** What the database layer tells about the work it sends (cheap callbacks: they run on every round trip). */
@@ -411,8 +473,13 @@ async function acquireFrom(pool: Pool, timeoutMs: number): Promise<PoolConnectio
 export function createDatabase(options: DatabaseOptions): Database {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const connectionLimit = options.connectionLimit ?? 20;
-  const pool = mysql.createPool(poolOptions(options.url, timeoutMs || 10_000, connectionLimit));
+  const hostUrls = databaseHostUrls(options.url);
   const packets = new PacketLimit();
+  const traits: ServerTraits = {
+    known: options.singleStatements !== undefined,
+    cluster: false,
+    singleStatements: options.singleStatements ?? false,
+  };
   // Runs before any other statement on each new connection. Strict mode is not a preference:
   // the guarded statements (`IF(room, …, NULL)` on NOT NULL columns) must FAIL, not store a 0
   // with a warning, whatever the server's own default is.
@@ -435,15 +502,75 @@ export function createDatabase(options: DatabaseOptions): Database {
       packets.learn(Number(rows?.[0]?.max_allowed_packet));
     });
   };
-  pool.pool.on('connection', onConnection as never);
-  /** A connection from the pool within the per-wait timeout and the request's deadline. */
-  function acquire(): Promise<PoolConnection> {
-    return acquireFrom(pool, waitBudgetMs(timeoutMs, 'a database connection was free'));
+  /**
+   * The host in use and its pools. With several hosts in the URL (the nodes of a cluster), a
+   * failure that says the host is lost (isHostLost) moves every later request to the next one, in
+   * turn: the request that met the failure is answered 503, the ones after it are served. There
+   * is no moving back: the hosts are equals.
+   */
+  interface Host {
+    index: number;
+    pool: Pool;
+    probePool: Pool | null;
+  }
+  function openHost(index: number): Host {
+    const pool = mysql.createPool(poolOptions(hostUrls[index] as string, timeoutMs || 10_000, connectionLimit));
+    pool.pool.on('connection', onConnection as never);
+    return { index, pool, probePool: null };
+  }
+  let active = openHost(0);
+  const hostOf = new WeakMap<PoolConnection, Host>();
+  function failOver(from: Host | undefined, cause: unknown): void {
+    if (hostUrls.length === 1 || from === undefined || from !== active || !isHostLost(cause)) return;
+    active = openHost((from.index + 1) % hostUrls.length);
+    options.onHostChange?.(hostUrls[active.index] as string, cause);
+    // Connections still out finish (or fail) on their own; the old pool closes behind them.
+    from.pool.end().catch(() => {});
+    from.probePool?.end().catch(() => {});
+  }
+  /** Learns what the server is (once), on a connection just taken from the pool. */
+  async function learnTraits(conn: PoolConnection): Promise<void> {
+    const [rows] = (await conn.query(
+      timeoutMs > 0 ? { sql: "SHOW VARIABLES LIKE 'wsrep_on'", timeout: timeoutMs } : { sql: "SHOW VARIABLES LIKE 'wsrep_on'" },
+    )) as unknown as [Array<{ Value?: string }>];
+    const cluster = String(rows[0]?.Value ?? '').toUpperCase() === 'ON';
+    traits.cluster = cluster;
+    traits.singleStatements = options.singleStatements ?? cluster;
+    traits.known = true;
+  }
+  /** A connection from the active host's pool within the per-wait timeout and the request's deadline. */
+  async function acquire(): Promise<PoolConnection> {
+    const host = active;
+    let conn: PoolConnection;
+    try {
+      conn = await acquireFrom(host.pool, waitBudgetMs(timeoutMs, 'a database connection was free'));
+      if (!traits.known) {
+        await learnTraits(conn).catch((error) => {
+          conn.destroy();
+          throw error;
+        });
+      }
+    } catch (error) {
+      failOver(host, error);
+      throw error;
+    }
+    hostOf.set(conn, host);
+    return conn;
   }
   /** Gives a connection back, or destroys it when it cannot be trusted any more. */
   function giveBack(conn: PoolConnection, error?: unknown): void {
+    if (error !== undefined) failOver(hostOf.get(conn), error);
     if (error !== undefined && connectionIsBroken(error)) conn.destroy();
     else conn.release();
+  }
+  /**
+   * A plain read on a cluster node waits until the node has applied what the cluster committed
+   * before it (`wsrep_sync_wait = 1`, for this statement only): a client that wrote through one
+   * node and reads through another sees its write. Reads inside transactions do not wait: a
+   * write decided on a stale read fails certification and the transaction is retried whole.
+   */
+  function causal(text: string): string {
+    return traits.cluster && /^\s*SELECT\b/i.test(text) && splitStatements(text).length === 1 ? `SET STATEMENT wsrep_sync_wait = 1 FOR ${text}` : text;
   }
   /**
    * Ends a failed transaction: ROLLBACK, then the connection goes back to the pool (or is
@@ -452,6 +579,7 @@ export function createDatabase(options: DatabaseOptions): Database {
    * connection is not in the pool, and the server rolls back anyway if it never answers).
    */
   async function endFailed(conn: PoolConnection, error: unknown): Promise<void> {
+    failOver(hostOf.get(conn), error);
     if (connectionIsBroken(error)) {
       // Nothing more can be sent on it; the server rolls back what it has when the
       // connection goes away (or commits, if the COMMIT had already reached it: the
@@ -475,7 +603,7 @@ export function createDatabase(options: DatabaseOptions): Database {
   /** Runs `fn` on `conn` (statements cut off after `statementTimeoutMs`), then gives the connection back or destroys it. */
   async function using<T>(conn: PoolConnection, statementTimeoutMs: number, fn: (q: Queryable) => Promise<T>): Promise<T> {
     try {
-      const result = await fn(queryable(conn, statementTimeoutMs, packets, options.observer));
+      const result = await fn(queryable(conn, statementTimeoutMs, packets, options.observer, traits));
       giveBack(conn);
       return result;
     } catch (error) {
@@ -511,13 +639,14 @@ export function createDatabase(options: DatabaseOptions): Database {
     }
     return send();
   }
-  let probePool: Pool | null = null;
   const database: Database = {
-    pool,
+    get pool() {
+      return active.pool;
+    },
     packets,
     rows: (sql, params) => {
       const [text, values] = statementText(sql, params);
-      return routed(text, () => withConnection((q) => q.rows(text, values)));
+      return routed(text, () => withConnection((q) => q.rows(causal(text), values)));
     },
     exec: (sql, params) => {
       const [text, values] = statementText(sql, params);
@@ -547,9 +676,11 @@ export function createDatabase(options: DatabaseOptions): Database {
             options.checkLockOrder ? new LockOrderCheck() : null,
             options.checkShardRouting === true,
             observer,
+            traits,
           );
           result = await fn(tx);
-          if (!tx.finished) await sender(conn, timeoutMs, observer)('COMMIT', []);
+          if (!tx.finished) tx.beforeCommit();
+          if (!tx.finished) await sender(conn, timeoutMs, observer, traits)('COMMIT', []);
         } catch (error) {
           await endFailed(conn, error);
           observer?.transactionHeld((performance.now() - startedAt) / 1000);
@@ -577,16 +708,24 @@ export function createDatabase(options: DatabaseOptions): Database {
       return { maxAllowedPacket };
     },
     async probe<T>(fn: (q: Queryable) => Promise<T>, probeTimeoutMs: number): Promise<T> {
-      if (!probePool) {
-        probePool = mysql.createPool(poolOptions(options.url, probeTimeoutMs, 2));
-        probePool.pool.on('connection', onConnection as never);
+      const host = active;
+      if (!host.probePool) {
+        host.probePool = mysql.createPool(poolOptions(hostUrls[host.index] as string, probeTimeoutMs, 2));
+        host.probePool.pool.on('connection', onConnection as never);
       }
       const startedAt = Date.now();
-      const conn = await acquireFrom(probePool, probeTimeoutMs);
+      let conn: PoolConnection;
+      try {
+        conn = await acquireFrom(host.probePool, probeTimeoutMs);
+      } catch (error) {
+        failOver(host, error);
+        throw error;
+      }
+      hostOf.set(conn, host);
       return using(conn, Math.max(1, probeTimeoutMs - (Date.now() - startedAt)), fn);
     },
     async close() {
-      await Promise.all([pool.end(), probePool?.end()]);
+      await Promise.all([active.pool.end(), active.probePool?.end()]);
     },
   };
   return database;

@@ -144,7 +144,7 @@ function declaredLevel(statement: string): string | null {
 }
 
 /** The positions of `char` in `text` outside quoted strings and identifiers (a backslash escapes inside quotes). */
-function unquotedPositions(text: string, char: string): number[] {
+export function unquotedPositions(text: string, char: string): number[] {
   const out: number[] = [];
   let quote: string | null = null;
   for (let i = 0; i < text.length; i++) {
@@ -304,11 +304,31 @@ export class LockOrderCheck {
 
   /** Locking reads of the text last observed, by statement index, whose returned rows carry the primary key. */
   private capture: Array<{ index: number; level: LockLevel; columns: readonly string[] }> = [];
+  private insertsEvents = false;
+  private writesApplicationRow = false;
+
+  /**
+   * The feed's rule, checked where the transaction commits: a transaction that inserts events
+   * writes the application row (not only locks it). On one server the row lock alone orders the
+   * application's events; on a Galera cluster locks are local to a node, and only a write puts
+   * the row in the transaction's certification keys, so two nodes' event inserts for one
+   * application are ordered (the second one sees the first, or fails and is retried whole).
+   */
+  beforeCommit(): void {
+    if (this.insertsEvents && !this.writesApplicationRow) {
+      throw new LockOrderViolation(
+        `feed order: a transaction inserted events without writing its application row (orbit_application_resources)\n  statements: ${this.history.join(' | ')}`,
+      );
+    }
+  }
 
   observe(sql: string, params: readonly unknown[] = []): void {
     let offset = 0;
     this.capture = [];
     for (const [index, statement] of splitStatements(sql).entries()) {
+      if (/^\s*INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_events\b/i.test(statement)) this.insertsEvents = true;
+      if (/^\s*(?:UPDATE\s+(?:\w+\s*,\s*)*orbit_application_resources\b|INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_application_resources\b)/i.test(statement))
+        this.writesApplicationRow = true;
       const own = params.slice(offset);
       offset += placeholderCount(statement);
       const tables = [...lockedTables(statement)].sort(

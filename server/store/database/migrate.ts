@@ -1,13 +1,20 @@
 /**
  * Numbered SQL migrations (`migrations/NNNN_name.sql`), applied in order and recorded in
  * `orbit_schema_migrations` with a checksum: an applied file that changed afterwards is an error,
- * never silently skipped. A named lock (`GET_LOCK`) keeps two migrators from racing.
+ * never silently skipped.
+ *
+ * Two migrators never run at once, on one server or on the nodes of a Galera cluster: the lock is
+ * a row of the ledger itself (version 0, `migrationLockRow`), inserted by the migrator that holds
+ * it and deleted when it is done. A row replicates, where a named lock (`GET_LOCK`) is local to
+ * the node that grants it; two migrators inserting it on two nodes at once are decided by
+ * certification (one gets a deadlock or duplicate-key error and waits). A migrator that died
+ * holding it leaves a row whose lease runs out (`LOCK_LEASE_SECONDS`, renewed after each file).
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import mysql from 'mysql2/promise';
 import { SQL_MODE } from './database.ts';
-import { checkDatabaseUrl } from '../../config.ts';
+import { checkDatabaseUrl, databaseHostUrls } from '../../config.ts';
 
 import { MIGRATIONS_DIR } from '../../paths.ts';
 
@@ -42,9 +49,9 @@ const LEDGER_DDL = `CREATE TABLE IF NOT EXISTS orbit_schema_migrations (
   PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='已应用的数据库迁移'`;
 
-/** `mysql://user@host:port/db` → the database name and a URL of the server itself. */
+/** `mysql://user@host:port/db` → the database name and a URL of the server itself (of its first host, when it names several). */
 export function splitDatabaseUrl(url: string): { serverUrl: string; database: string } {
-  const parsed = new URL(checkDatabaseUrl(url));
+  const parsed = new URL(databaseHostUrls(checkDatabaseUrl(url))[0] as string);
   const database = decodeURIComponent(parsed.pathname.replace(/^\//, ''));
   parsed.pathname = '/';
   return { serverUrl: parsed.toString(), database };
@@ -92,8 +99,83 @@ export interface MigrateResult {
   current: string;
 }
 
-/** Creates the database when missing and applies pending migrations. */
+/** How long the migration lock row holds without renewal (a migrator renews it after each file). */
+export const LOCK_LEASE_SECONDS = 600;
+/** How long a migrator waits for another one's lock before it gives up. */
+const LOCK_WAIT_MS = 120_000;
+
+/**
+ * The ledger row that is the migration lock: version 0 (no migration has it), the holder's
+ * token in `checksum`, the lease's end in `applied_at`. Every read of the ledger leaves it out.
+ */
+export const migrationLockRow = { version: 0, name: 'migration lock' } as const;
+
+type Connection = mysql.Connection;
+
+/** Takes the migration lock, waiting while another migrator holds it (see the top). */
+async function takeMigrationLock(conn: Connection, token: string, log: (line: string) => void): Promise<void> {
+  const waitUntil = Date.now() + LOCK_WAIT_MS;
+  let said = false;
+  for (;;) {
+    try {
+      // Over a lease that ran out, in the same statement: the row is the holder's only when its
+      // token is the one written.
+      await conn.query(
+        `INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at)
+         VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? SECOND)
+         ON DUPLICATE KEY UPDATE
+           checksum = IF(applied_at < UTC_TIMESTAMP(6), VALUES(checksum), checksum),
+           applied_at = IF(checksum = VALUES(checksum), VALUES(applied_at), applied_at)`,
+        [migrationLockRow.version, migrationLockRow.name, token, LOCK_LEASE_SECONDS],
+      );
+      const [[row]] = (await conn
+        .query('SET STATEMENT wsrep_sync_wait = 1 FOR SELECT checksum FROM orbit_schema_migrations WHERE version = 0')
+        .catch((error: { errno?: number }) => {
+          // Not a Galera build: the variable is unknown (1193); a plain read is causal there.
+          if (error.errno === 1193 || error.errno === 1064) return conn.query('SELECT checksum FROM orbit_schema_migrations WHERE version = 0');
+          throw error;
+        })) as unknown as [[{ checksum: string } | undefined]];
+      if (row?.checksum === token) return;
+    } catch (error) {
+      // Two migrators inserting it on two nodes at once: certification lets one through.
+      const errno = (error as { errno?: number }).errno;
+      if (errno !== 1213 && errno !== 1062) throw error;
+    }
+    if (Date.now() > waitUntil) throw new Error('another migration holds the migration lock (the ledger row of version 0) and did not finish within 120 s');
+    if (!said) log('waiting for another migration to finish');
+    said = true;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function renewMigrationLock(conn: Connection, token: string): Promise<void> {
+  const [result] = (await conn.query(
+    'UPDATE orbit_schema_migrations SET applied_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND WHERE version = 0 AND checksum = ?',
+    [LOCK_LEASE_SECONDS, token],
+  )) as unknown as [{ affectedRows: number }];
+  if (result.affectedRows !== 1) throw new Error('the migration lock was lost (its lease ran out and another migrator took it); run the migration again');
+}
+
+/**
+ * Creates the database when missing and applies pending migrations. With several hosts in the
+ * URL, on the first that answers.
+ */
 export async function migrate(url: string, log: (line: string) => void = () => {}): Promise<MigrateResult> {
+  let lastError: unknown;
+  for (const hostUrl of databaseHostUrls(checkDatabaseUrl(url))) {
+    try {
+      return await migrateHost(hostUrl, log);
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code !== 'ECONNREFUSED' && code !== 'ETIMEDOUT' && code !== 'EHOSTUNREACH' && code !== 'ENOTFOUND' && (error as { errno?: number }).errno !== 1047)
+        throw error;
+      lastError = error;
+    }
+  }
+  throw lastError;
+}
+
+async function migrateHost(url: string, log: (line: string) => void): Promise<MigrateResult> {
   const { serverUrl, database } = splitDatabaseUrl(url);
   const server = await mysql.createConnection({ uri: serverUrl });
   try {
@@ -103,12 +185,13 @@ export async function migrate(url: string, log: (line: string) => void = () => {
   }
   const conn = await mysql.createConnection({ uri: url, multipleStatements: true, timezone: 'Z', dateStrings: true });
   try {
-    await conn.query(`SET SESSION time_zone = '+00:00'; SET SESSION sql_mode = '${SQL_MODE}'`);
-    const [[lock]] = (await conn.query("SELECT GET_LOCK('orbit:migrate', 120) AS got")) as unknown as [[{ got: number }]];
-    if (lock?.got !== 1) throw new Error('another migration holds the orbit:migrate lock');
+    await conn.query("SET SESSION time_zone = '+00:00'");
+    await conn.query(`SET SESSION sql_mode = '${SQL_MODE}'`);
+    await conn.query(LEDGER_DDL);
+    const token = randomBytes(32).toString('hex');
+    await takeMigrationLock(conn, token, log);
     try {
-      await conn.query(LEDGER_DDL);
-      const [applied] = (await conn.query('SELECT version, name, checksum FROM orbit_schema_migrations ORDER BY version')) as unknown as [
+      const [applied] = (await conn.query('SELECT version, name, checksum FROM orbit_schema_migrations WHERE version > 0 ORDER BY version')) as unknown as [
         { version: number; name: string; checksum: string }[],
       ];
       const files = readMigrationFiles();
@@ -128,11 +211,12 @@ export async function migrate(url: string, log: (line: string) => void = () => {
           file.checksum,
         ]);
         newlyApplied.push(migrationLabel(file.version, file.name));
+        await renewMigrationLock(conn, token);
       }
       const newest = files.at(-1);
       return { applied: newlyApplied, current: newest ? migrationLabel(newest.version, newest.name) : 'none' };
     } finally {
-      await conn.query("SELECT RELEASE_LOCK('orbit:migrate')");
+      await conn.query('DELETE FROM orbit_schema_migrations WHERE version = 0 AND checksum = ?', [token]);
     }
   } finally {
     await conn.end();
@@ -154,7 +238,7 @@ export async function migrationStatus(
 ): Promise<MigrationStatus> {
   let applied: AppliedMigration[];
   try {
-    applied = await rows('SELECT version, name, checksum FROM orbit_schema_migrations ORDER BY version');
+    applied = await rows('SELECT version, name, checksum FROM orbit_schema_migrations WHERE version > 0 ORDER BY version');
   } catch (error) {
     if ((error as { errno?: number }).errno === 1146) applied = [];
     else throw error;

@@ -148,6 +148,8 @@ export const applicationResources = mysqlTable('orbit_application_resources', {
   idle_reserved_unfinished_tasks: uint64('idle_reserved_unfinished_tasks').notNull().default('0'),
   idle_reserved_concurrency: uint64('idle_reserved_concurrency').notNull().default('0'),
   window_reserved_starts: uint64('window_reserved_starts').notNull().default('0'),
+  // 0011_event_order.sql: bumped by the transactions that insert events and change no usage.
+  event_writes: uint64('event_writes').notNull().default('0'),
 });
 
 /** 0010_namespace_floors.sql: a namespace's reservations inside its application's limits, and its usage. */

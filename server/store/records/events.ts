@@ -1,8 +1,9 @@
 /**
- * The ordered event feed. Rule: an application's events are inserted only while its
- * `orbit_application_resources` row is locked by the same transaction. Sequence numbers come
- * from AUTO_INCREMENT at insert time, so under that lock one application's events commit in
- * sequence order, and a reader paging with `after=` never skips an event that commits later.
+ * The ordered event feed. Rule: an application's events are inserted only by a transaction that
+ * holds its `orbit_application_resources` row locked and writes it. Sequence numbers come from
+ * AUTO_INCREMENT at insert time, so under that lock one application's events commit in sequence
+ * order, and a reader paging with `after=` never skips an event that commits later. The write is
+ * for a Galera cluster, where the lock is local to a node (`eventInsert`, 0011_event_order.sql).
  */
 import { newId, idToHex, type IdBytes } from '../../ids.ts';
 import { sqlToRfc3339 } from '../../time.ts';
@@ -21,8 +22,18 @@ export interface EventRecord {
   queue?: string | null;
 }
 
+/**
+ * One event, and a write of its application row (`event_writes`) in the same round trip: what
+ * configuration and state changes use, which change no usage. The hot paths insert theirs with
+ * `eventInsertStatement` beside the usage UPDATEs of the same row. Either way the transaction
+ * writes the application row, which orders the feed on a cluster too (0011_event_order.sql; the
+ * lock-order check holds every transaction to it).
+ */
 export async function eventInsert(tx: Queryable, event: EventRecord): Promise<void> {
-  await tx.exec(eventInsertStatement([event]).toSql());
+  await tx.batch([
+    eventInsertStatement([event]).toSql(),
+    sql`UPDATE orbit_application_resources SET event_writes = event_writes + 1 WHERE application_id = ${event.applicationId}`,
+  ]);
 }
 
 /**

@@ -23,6 +23,7 @@ export interface Metrics {
   dbStatements: Counter<'operation'>;
   dbRoundTrips: Counter<'operation'>;
   dbTransactionHeld: Histogram<'operation'>;
+  dbTransactionRetries: Counter<'operation' | 'reason' | 'outcome'>;
   fastPath: Counter<'operation' | 'result'>;
   prunedRows: Counter<'table'>;
   workerSessions: Gauge;
@@ -108,6 +109,12 @@ export function createMetrics(): Metrics {
       labelNames: ['operation'],
       registers: [registry],
     }),
+    dbTransactionRetries: new Counter({
+      name: 'orbit_db_transaction_retries_total',
+      help: 'Transactions that failed with a deadlock (on a Galera cluster: a certification failure too) or a lock-wait timeout, by operation, reason and outcome (retried whole, or gave_up: answered 503)',
+      labelNames: ['operation', 'reason', 'outcome'],
+      registers: [registry],
+    }),
     dbTransactionHeld: new Histogram({
       name: 'orbit_db_transaction_held_seconds',
       help: 'How long a transaction held its connection, from its start to its COMMIT or ROLLBACK (the hot rows it locks are held for at most this long), by operation',
@@ -143,6 +150,9 @@ export function databaseObserver(metrics: Metrics): DatabaseObserver {
     },
     transactionHeld(seconds) {
       metrics.dbTransactionHeld.observe({ operation: currentOperation() }, seconds);
+    },
+    transactionRetry(reason, outcome) {
+      metrics.dbTransactionRetries.inc({ operation: currentOperation(), reason, outcome });
     },
   };
 }

@@ -229,6 +229,21 @@ describe('documented metrics are counted', () => {
       broken.applicationId,
     ]);
 
+    // A transaction run again: a submission waits for the application row this test holds locked,
+    // past the server's lock-wait timeout (ER_LOCK_WAIT_TIMEOUT), and is retried whole; the row is
+    // let go once the retry is counted, and the submission succeeds.
+    const holder = await t.db.pool.getConnection();
+    try {
+      await holder.query('START TRANSACTION');
+      await holder.query('SELECT application_id FROM orbit_application_resources WHERE application_id = UNHEX(?) FOR UPDATE', [tenant.applicationId]);
+      const waiting = http('POST', '/v1/queues/jobs/tasks', { payload: { waits: true } });
+      await waitFor(async () => (await scrape(server.url)).samples.has('orbit_db_transaction_retries_total'));
+      await holder.query('ROLLBACK');
+      assert.equal((await waiting).status, 200);
+    } finally {
+      holder.release();
+    }
+
     // A subscription: the lag gauges.
     assert.equal((await http('POST', '/v1/subscriptions', { name: 'lagging', reason: '指标', from: 'beginning' })).status, 200);
 

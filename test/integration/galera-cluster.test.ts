@@ -18,6 +18,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { waitFor } from '../helpers/wait.ts';
+import { migrate } from '../../server/store/database/migrate.ts';
+import { createDatabase, type Database } from '../../server/store/database/database.ts';
+import { sqlToMillis } from '../../server/time.ts';
+import { createTenant } from '../helpers/tenants.ts';
+import { assertCountersMatchRecount } from '../helpers/recount.ts';
+import { adminEnv, adminInProcess } from '../helpers/programs.ts';
+import { call, configureQueue, startServerProcess, type ServerProcess } from '../helpers/server-process.ts';
+import { startWorkerProcess, type WorkerProcess } from '../helpers/worker-process.ts';
+import { readLevels, startSampler, startSubmitters, transactionRetries } from '../helpers/cluster-load.ts';
 import {
   clusterNodePid,
   freeClusterPorts,
@@ -153,6 +162,237 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
     await waitForMembers([1, 2, 3], 3);
     assert.match(logSince(3, offset), /mariabackup SST completed on joiner/);
     assert.deepEqual(await notesOn(3), ['written through node 1', 'written while node 2 was down', 'written through node 2']);
+  });
+
+  describe('Orbit on the cluster', () => {
+    const LEASE_SECONDS = 2;
+    /** The bound of a request that meets a lost node: ORBIT_DB_TIMEOUT_MS, then 503. */
+    const DB_TIMEOUT_MS = 3000;
+    const SERVER_ENV = {
+      ORBIT_LEASE_SECONDS: String(LEASE_SECONDS),
+      ORBIT_RECOVERY_INTERVAL_MS: '200',
+      ORBIT_DB_TIMEOUT_MS: String(DB_TIMEOUT_MS),
+      ORBIT_AUTH_CACHE_MS: '0',
+    };
+    const databases: Database[] = [];
+    const servers: ServerProcess[] = [];
+    const workers: WorkerProcess[] = [];
+    let dbName: string;
+    /** A database handle per node (plain reads causal: wsrep_sync_wait). */
+    let onNodes: Database[];
+
+    /** node (1-based) → its URL of the test's database; `hosts` more nodes after it, for failover. */
+    const databaseUrl = (node: number, hosts: number[] = []) => {
+      const port = (n: number) => new URL(nodeUrls[n - 1] as string).port;
+      return `mysql://root@${[node, ...hosts].map((n) => `127.0.0.1:${port(n)}`).join(',')}/${dbName}`;
+    };
+
+    before(async () => {
+      dbName = `orbit_galera_${process.pid}`;
+      await migrate(databaseUrl(1, [2, 3]));
+      onNodes = [1, 2, 3].map((node) => createDatabase({ url: databaseUrl(node), connectionLimit: 4, timeoutMs: 30_000, checkLockOrder: true }));
+      databases.push(...onNodes);
+    });
+    after(async () => {
+      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await Promise.all(servers.splice(0).map((s) => s.stop()));
+      await Promise.all(databases.map((db) => db.close().catch(() => {})));
+    });
+
+    async function configure(url: string, token: string, app: { unfinished: number; concurrency: number }, queues: Record<string, number>) {
+      const r = await call(url, 'GET', '/v1/application/resources', { token });
+      const configured = await call(url, 'POST', '/v1/application/resources:configure', {
+        token,
+        key: `app-${r.body.data.revision}`,
+        body: {
+          expected_revision: r.body.data.revision,
+          reason: 'cluster test',
+          max_unfinished_tasks: app.unfinished,
+          max_concurrency: app.concurrency,
+          rate_per_second: 100000,
+        },
+      });
+      assert.equal(configured.status, 200, JSON.stringify(configured.body));
+      for (const [queue, concurrency] of Object.entries(queues)) await configureQueue(url, token, queue, { max_concurrency: concurrency });
+    }
+
+    /** Every node: the counters equal a recount, and `orbit-admin verify` finds no difference. */
+    async function assertEveryNodeRecounts(): Promise<void> {
+      for (const [i, db] of onNodes.entries()) {
+        await assertCountersMatchRecount(db);
+        const verified = await adminInProcess(['verify'], adminEnv(databaseUrl(i + 1)));
+        assert.equal(verified.code, 0, `orbit-admin verify on node ${i + 1}: ${verified.stdout}${verified.stderr}`);
+      }
+    }
+
+    /** Each task's attempts: a task ran again only after its earlier run's lease expired; one success each. */
+    async function assertNoTaskRanTwice(db: Database): Promise<void> {
+      const attempts = await db.rows<{ task_id: Buffer; state: string; started_at: string | null; lease_expires_at: string }>(
+        'SELECT task_id, state, started_at, lease_expires_at FROM orbit_attempts ORDER BY task_id, claimed_at, attempt_id',
+      );
+      const byTask = new Map<string, typeof attempts>();
+      for (const a of attempts) byTask.set(a.task_id.toString('hex'), [...(byTask.get(a.task_id.toString('hex')) ?? []), a]);
+      for (const [taskId, list] of byTask) {
+        assert.ok(list.filter((a) => a.state === 'SUCCEEDED').length <= 1, `task ${taskId} succeeded more than once`);
+        const started = list.filter((a) => a.started_at !== null);
+        for (let i = 0; i + 1 < started.length; i++) {
+          const [earlier, later] = [started[i]!, started[i + 1]!];
+          assert.equal(earlier.state, 'EXPIRED', `task ${taskId}: an earlier run ended ${earlier.state}, not by expiry`);
+          assert.ok(sqlToMillis(earlier.lease_expires_at) <= sqlToMillis(later.started_at!), `task ${taskId}: ran again before the earlier lease expired`);
+        }
+      }
+    }
+
+    /** Every 200 exists exactly once on every node; the answers for one key named one task. */
+    async function assertAcceptedOnEveryNode(accepted: Map<string, Set<string>>): Promise<void> {
+      const ids = new Set<string>();
+      for (const [key, named] of accepted) {
+        assert.equal(named.size, 1, `key ${key} was answered with different tasks: ${[...named].join(', ')}`);
+        ids.add([...named][0] as string);
+      }
+      for (const [i, db] of onNodes.entries()) {
+        const rows = await db.rows<{ task_id: Buffer }>('SELECT task_id FROM orbit_tasks');
+        const onNode = rows.map((r) => r.task_id.toString('hex'));
+        assert.equal(new Set(onNode).size, onNode.length, `node ${i + 1}: a task twice`);
+        assert.deepEqual(new Set(onNode), ids, `node ${i + 1} holds exactly the accepted tasks`);
+      }
+    }
+
+    async function drained(db: Database): Promise<void> {
+      await waitFor(async () => (await readLevels(db)).unfinished === 0, 120_000);
+    }
+
+    test('two servers on two nodes at one hot application row: limits exact, certification failures retried or 503', async () => {
+      const tenant = await createTenant(onNodes[0]!, { namespace: 'hot', queues: ['a', 'b'], resourceAccess: true });
+      servers.push(...(await Promise.all([1, 3].map((node) => startServerProcess(databaseUrl(node), SERVER_ENV)))));
+      const urls = servers.map((s) => s.url);
+      await configure(urls[0]!, tenant.token, { unfinished: 40, concurrency: 5 }, { a: 3, b: 3 });
+      const sampler = startSampler(() => onNodes[1]!);
+      const submitters = startSubmitters(urls, tenant.token, ['a', 'b'], 16, 'hot');
+      // At the limit: the unfinished limit reached before any worker takes a task.
+      await waitFor(async () => (await readLevels(onNodes[1]!)).unfinished === 40);
+      workers.push(
+        ...urls.map((url, i) => startWorkerProcess({ url, token: tenant.token, queues: ['a', 'b'], capacity: 4, node: `hot-${i}`, workMs: [5, 30] })),
+      );
+      await waitFor(async () => (await readLevels(onNodes[1]!)).succeeded >= 120, 120_000);
+      await submitters.stop();
+      await drained(onNodes[1]!);
+      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await sampler.stop();
+
+      const statuses = new Set(submitters.answers.map((a) => a.status));
+      assert.deepEqual(
+        [...statuses].filter((s) => ![200, 429, 503].includes(s)),
+        [],
+        'every answer is 200, 429 (a limit) or 503',
+      );
+      for (const a of submitters.answers.filter((x) => x.status === 503)) assert.equal(a.code, 'UNAVAILABLE');
+      assert.ok(sampler.samples > 20, `sampled ${sampler.samples} times`);
+      assert.ok(sampler.peak.unfinished <= 40, `unfinished peaked at ${sampler.peak.unfinished} > 40`);
+      assert.ok(sampler.peak.active <= 5, `active attempts peaked at ${sampler.peak.active} > 5`);
+      for (const [queue, n] of Object.entries(sampler.peak.activeByQueue)) assert.ok(n <= 3, `queue ${queue}: ${n} active > 3`);
+      assert.equal(sampler.peak.active, 5, 'the concurrency limit was reached');
+      const retries = await Promise.all(urls.map(transactionRetries));
+      const retried = retries.reduce((sum, r) => sum + r.retried, 0);
+      const gaveUp = retries.reduce((sum, r) => sum + r.gave_up, 0);
+      if (process.env.ORBIT_TEST_VERBOSE) console.log('hot row', { answers: submitters.answers.length, retried, gaveUp, peak: sampler.peak });
+      assert.ok(retried > 0, 'the two nodes did conflict (certification failures, retried whole)');
+      await assertAcceptedOnEveryNode(submitters.accepted);
+      await assertNoTaskRanTwice(onNodes[0]!);
+      await assertEveryNodeRecounts();
+      await Promise.all(servers.splice(0).map((s) => s.stop()));
+      await onNodes[0]!.exec('DELETE FROM orbit_attempts');
+      await onNodes[0]!.exec('DELETE FROM orbit_tasks');
+      // The next test counts the tasks of its own application as every task there is.
+      await assertCountersMatchRecount(onNodes[2]!);
+    });
+
+    test('a node SIGKILLed under load, down longer than a lease, then back by IST: nothing lost, nothing twice, limits held', async () => {
+      const tenant = await createTenant(onNodes[0]!, { namespace: 'loss', queues: ['a', 'b'], resourceAccess: true });
+      // Server i on node i, the other two nodes after it in its URL (failover).
+      servers.push(
+        ...(await Promise.all(
+          [1, 2, 3].map((node) =>
+            startServerProcess(
+              databaseUrl(
+                node,
+                [1, 2, 3].filter((n) => n !== node),
+              ),
+              SERVER_ENV,
+            ),
+          ),
+        )),
+      );
+      const urls = servers.map((s) => s.url);
+      await configure(urls[0]!, tenant.token, { unfinished: 60, concurrency: 6 }, { a: 4, b: 4 });
+      let readFrom = 0; // node 1 is never killed
+      const sampler = startSampler(() => onNodes[readFrom]!);
+      const submitters = startSubmitters(urls, tenant.token, ['a', 'b'], 16, 'loss');
+      workers.push(
+        ...urls.map((url, i) => startWorkerProcess({ url, token: tenant.token, queues: ['a', 'b'], capacity: 3, node: `loss-${i}`, workMs: [10, 60] })),
+      );
+      await waitFor(async () => (await readLevels(onNodes[0]!)).succeeded >= 30, 120_000);
+
+      // Node 2 dies hard, mid-load.
+      const pid = clusterNodePid({ dir, node: 2 });
+      assert.ok(pid);
+      process.kill(pid, 'SIGKILL');
+      const killedAt = Date.now();
+      await waitFor(async () => clusterNodePid({ dir, node: 2 }) === null);
+      await waitForMembers([1, 3], 2);
+      // Server 2 serves again, through another node; the others never stopped.
+      await waitFor(async () => submitters.acceptedSince(killedAt, 1) >= 5 && submitters.acceptedSince(killedAt) >= 30, 60_000);
+      // Down for longer than a lease: leases run out and recovery works while it is gone.
+      const [{ now }] = (await onNodes[0]!.rows<{ now: string }>('SELECT NOW(6) AS now')) as [{ now: string }];
+      const downUntil = sqlToMillis(now) + (LEASE_SECONDS + 1) * 1000;
+      await waitFor(async () => sqlToMillis(((await onNodes[0]!.rows<{ now: string }>('SELECT NOW(6) AS now'))[0] as { now: string }).now) >= downUntil);
+      const succeededWhileDown = (await readLevels(onNodes[0]!)).succeeded;
+
+      // Back, with what it missed (IST from its recovered position).
+      const offset = logSize(2);
+      await startClusterNode({ dir, node: 2 });
+      await waitForMembers([1, 2, 3], 3);
+      assert.match(logSince(2, offset), /WSREP: IST received|SST completed/);
+      const rejoinedAt = Date.now();
+      await waitFor(async () => submitters.acceptedSince(rejoinedAt) >= 30, 60_000);
+      await submitters.stop();
+      readFrom = 1; // the rejoined node, from now on
+      await drained(onNodes[1]!);
+      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await sampler.stop();
+
+      const answers = submitters.answers;
+      const bad = answers.filter((a) => ![200, 429, 503].includes(a.status));
+      if (bad.length > 0) {
+        for (const s of servers) {
+          const errors = s.logs.filter((l) => Number(l.level) >= 50 && !String(l.msg).startsWith('the database is unavailable'));
+          console.error(errors.slice(0, 3).map((l) => JSON.stringify(l).slice(0, 3000)));
+        }
+      }
+      assert.deepEqual(bad.slice(0, 5), [], 'every request answered 200, 429 (a limit) or 503 - never 500, never unanswered');
+      const slow503 = answers.filter((a) => a.status === 503 && a.ms > DB_TIMEOUT_MS + 3000);
+      assert.deepEqual(slow503.slice(0, 5), [], `every 503 within the bound (${DB_TIMEOUT_MS} ms, and 3 s of slack for a loaded machine)`);
+      assert.ok(sampler.samples > 20, `sampled ${sampler.samples} times`);
+      assert.ok(sampler.peak.unfinished <= 60, `unfinished peaked at ${sampler.peak.unfinished} > 60`);
+      assert.ok(sampler.peak.active <= 6, `active attempts peaked at ${sampler.peak.active} > 6`);
+      for (const [queue, n] of Object.entries(sampler.peak.activeByQueue)) assert.ok(n <= 4, `queue ${queue}: ${n} active > 4`);
+      if (process.env.ORBIT_TEST_VERBOSE) {
+        const byStatus: Record<string, number> = {};
+        for (const a of answers) byStatus[a.status] = (byStatus[a.status] ?? 0) + 1;
+        console.log('node loss', byStatus, { succeededWhileDown, peak: sampler.peak });
+      }
+      await assertAcceptedOnEveryNode(submitters.accepted);
+      for (const db of onNodes) {
+        const states = await db.rows<{ state: string; n: string }>('SELECT state, COUNT(*) AS n FROM orbit_tasks GROUP BY state');
+        assert.deepEqual(
+          states.map((r) => r.state),
+          ['SUCCEEDED'],
+        );
+      }
+      await assertNoTaskRanTwice(onNodes[2]!);
+      await assertEveryNodeRecounts();
+      for (const s of servers) assert.equal((await fetch(`${s.url}/readyz`)).status, 200, `${s.url} is ready again`);
+    });
   });
 
   test('stops cleanly: node 3, node 2, then node 1, which may bootstrap the next start', async () => {

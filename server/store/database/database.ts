@@ -198,8 +198,10 @@ export interface ServerTraits {
 }
 
 export function isDatabaseUnreachable(error: unknown): boolean {
-  const e = error as { code?: string; errno?: number } | null;
+  const e = error as { code?: string; errno?: number; message?: string } | null;
   if (e === null || typeof e !== 'object') return false;
+  // mysql2's pool closed under a connection it was opening (the pool moved to another host): no code.
+  if (e.code === undefined && e.message === 'Pool is closed.') return true;
   return connectionIsBroken(e) || (e.code !== undefined && UNREACHABLE_CODES.has(e.code)) || (e.errno !== undefined && UNREACHABLE_ERRNOS.has(e.errno));
 }
 
@@ -417,6 +419,12 @@ export interface DatabaseObserver {
   roundTrip(statements: number): void;
   /** A transaction ended (committed or not) after holding its connection this long, from its start to its end. */
   transactionHeld(seconds: number): void;
+  /**
+   * A transaction failed with a deadlock (1213: on a Galera cluster, a certification failure or
+   * a brute-force abort too) or a lock-wait timeout (1205), and was run again whole (`retried`) or
+   * not, its retries spent (`gave_up`: the caller answers 503).
+   */
+  transactionRetry?(reason: 'deadlock' | 'lock_wait_timeout', outcome: 'retried' | 'gave_up'): void;
 }
 
 export { DEFAULT_DATABASE_TIMEOUT_MS } from '../../config.ts';
@@ -540,22 +548,27 @@ export function createDatabase(options: DatabaseOptions): Database {
   }
   /** A connection from the active host's pool within the per-wait timeout and the request's deadline. */
   async function acquire(): Promise<PoolConnection> {
-    const host = active;
-    let conn: PoolConnection;
-    try {
-      conn = await acquireFrom(host.pool, waitBudgetMs(timeoutMs, 'a database connection was free'));
-      if (!traits.known) {
-        await learnTraits(conn).catch((error) => {
-          conn.destroy();
-          throw error;
-        });
+    for (let tries = 0; ; tries++) {
+      const host = active;
+      let conn: PoolConnection;
+      try {
+        conn = await acquireFrom(host.pool, waitBudgetMs(timeoutMs, 'a database connection was free'));
+        if (!traits.known) {
+          await learnTraits(conn).catch((error) => {
+            conn.destroy();
+            throw error;
+          });
+        }
+      } catch (error) {
+        failOver(host, error);
+        // The pool moved to another host while this waited (its pool was closed under it, or this
+        // very failure moved it): once more, on the host now in use - nothing was sent yet.
+        if (host !== active && tries < hostUrls.length) continue;
+        throw error;
       }
-    } catch (error) {
-      failOver(host, error);
-      throw error;
+      hostOf.set(conn, host);
+      return conn;
     }
-    hostOf.set(conn, host);
-    return conn;
   }
   /** Gives a connection back, or destroys it when it cannot be trusted any more. */
   function giveBack(conn: PoolConnection, error?: unknown): void {
@@ -685,6 +698,10 @@ export function createDatabase(options: DatabaseOptions): Database {
           await endFailed(conn, error);
           observer?.transactionHeld((performance.now() - startedAt) / 1000);
           if (error instanceof LockOrderViolation) failLoudly(error);
+          if (isRetryableTransactionError(error)) {
+            const reason = (error as { errno?: number }).errno === DEADLOCK ? 'deadlock' : 'lock_wait_timeout';
+            observer?.transactionRetry?.(reason, attempt < retries ? 'retried' : 'gave_up');
+          }
           if (attempt < retries && isRetryableTransactionError(error)) {
             await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
             continue;

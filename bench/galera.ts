@@ -101,7 +101,13 @@ async function runShape(shape: Shape): Promise<Run> {
   try {
     const tenant = await createTenant(dbs[0] as Database, { namespace: 'bench', queues: ['bench'] });
     await (dbs[0] as Database).exec('UPDATE orbit_queues SET max_concurrency = 100000, rate_per_second = 1000000');
-    servers.push(...(await Promise.all(urls.map((url) => startServerProcess(url, { ORBIT_LOG_LEVEL: 'info', ...PRODUCTION_BOUNDS, ...(shape === 'single-split' ? { ORBIT_SINGLE_STATEMENTS: '1' } : {}) })))));
+    servers.push(
+      ...(await Promise.all(
+        urls.map((url) =>
+          startServerProcess(url, { ORBIT_LOG_LEVEL: 'info', ...PRODUCTION_BOUNDS, ...(shape === 'single-split' ? { ORBIT_SINGLE_STATEMENTS: '1' } : {}) }),
+        ),
+      )),
+    );
     const http = servers.map((s) => s.url);
     const before = await counters(http);
 
@@ -150,7 +156,8 @@ async function runShape(shape: Shape): Promise<Run> {
 
     for (const db of dbs) {
       const [row] = await db.rows<{ succeeded: string; total: string }>("SELECT SUM(state = 'SUCCEEDED') AS succeeded, COUNT(*) AS total FROM orbit_tasks");
-      if (Number(row?.succeeded) !== TASKS - refused || Number(row?.total) !== TASKS - refused) throw new Error(`${shape}: ${JSON.stringify(row)} of ${TASKS - refused}`);
+      if (Number(row?.succeeded) !== TASKS - refused || Number(row?.total) !== TASKS - refused)
+        throw new Error(`${shape}: ${JSON.stringify(row)} of ${TASKS - refused}`);
       await assertCountersMatchRecount(db);
     }
     return {
@@ -202,7 +209,12 @@ try {
     const mine = runs.filter((r) => r.shape === shape);
     const enqueue = median(mine.map((r) => r.enqueuePerSecond));
     const drain = median(mine.map((r) => r.drainPerSecond));
-    const failures = mine.reduce((s, r) => s + r.retried + r.gaveUp, 0) / Math.max(1, mine.reduce((s, r) => s + r.transactions, 0));
+    const failures =
+      mine.reduce((s, r) => s + r.retried + r.gaveUp, 0) /
+      Math.max(
+        1,
+        mine.reduce((s, r) => s + r.transactions, 0),
+      );
     console.log(
       `${shape.padEnd(12)}  enqueue ${fmt(enqueue).padStart(6)}/s (${fmt(enqueue / median(base.map((r) => r.enqueuePerSecond)), 2)}×)  drain ${fmt(drain).padStart(6)}/s (${fmt(drain / median(base.map((r) => r.drainPerSecond)), 2)}×)  certification failures ${fmt(100 * failures, 2)}% of transactions`,
     );

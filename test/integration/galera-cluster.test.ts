@@ -164,6 +164,62 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
     assert.deepEqual(await notesOn(3), ['written through node 1', 'written while node 2 was down', 'written through node 2']);
   });
 
+  test('a transaction another node aborts is retried whole or fails whole, never half-committed (statements one command each)', async () => {
+    const url = `${nodeUrls[0]}/galera_check`;
+    let retries = 0;
+    const db = createDatabase({
+      url,
+      connectionLimit: 2,
+      timeoutMs: 30_000,
+      observer: { roundTrip: () => {}, transactionHeld: () => {}, transactionRetry: () => void (retries += 1) },
+    });
+    try {
+      await onNode(1, async (connection) => {
+        await connection.query('CREATE TABLE galera_check.hot (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB');
+        await connection.query('CREATE TABLE galera_check.spread (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB');
+        await connection.query('INSERT INTO galera_check.hot VALUES (1, 0)');
+        await connection.query(`INSERT INTO galera_check.spread VALUES ${Array.from({ length: 40 }, (_, i) => `(${i}, 0)`).join(', ')}`);
+      });
+      // Node 2 commits to the hot row as fast as it can: node 1's transactions holding it are aborted.
+      let hammering = true;
+      const hammer = onNode(2, async (connection) => {
+        while (hammering) {
+          await connection.query('UPDATE galera_check.hot SET n = n + 1 WHERE id = 1');
+          // Paced, so that node 1's transactions also get through between its commits.
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      });
+      let committed = 0;
+      let failed = 0;
+      const statements = [
+        'UPDATE galera_check.hot SET n = n + 1 WHERE id = 1',
+        ...Array.from({ length: 40 }, (_, i) => `UPDATE galera_check.spread SET n = n + 1 WHERE id = ${i}`),
+      ];
+      // Until both have happened: transactions committed, and transactions aborted and retried.
+      for (let i = 0; i < 2000 && (committed < 5 || retries < 3); i++) {
+        await db
+          .oneShot(statements.join(';\n'))
+          .then(() => void (committed += 1))
+          .catch((error: { errno?: number }) => {
+            assert.equal(error.errno, 1213, 'a failure is a deadlock (certification) error, nothing else');
+            failed += 1;
+          });
+      }
+      hammering = false;
+      await hammer;
+      const counts = await onNode(1, async (connection) => {
+        await connection.query('SET SESSION wsrep_sync_wait = 1');
+        const [rows] = await connection.query<mysql.RowDataPacket[]>('SELECT DISTINCT n FROM galera_check.spread');
+        return rows.map((row) => Number(row.n));
+      });
+      if (process.env.ORBIT_TEST_VERBOSE) console.log('aborted transactions', { committed, failed, retries });
+      assert.ok(committed >= 5 && retries >= 3, `${committed} committed, ${retries} retried`);
+      assert.deepEqual(counts, [committed], 'every row was changed by exactly the transactions that committed');
+    } finally {
+      await db.close();
+    }
+  });
+
   describe('Orbit on the cluster', () => {
     const LEASE_SECONDS = 2;
     /** The bound of a request that meets a lost node: ORBIT_DB_TIMEOUT_MS, then 503. */

@@ -228,11 +228,16 @@ function sender(conn: PoolConnection, timeoutMs: number, observer: DatabaseObser
   };
   return async (sql: string, params: unknown[], statements = 1) => {
     if (!single.singleStatements) return one(sql, params, statements);
-    const pieces = singleStatements(sql, params);
-    if (pieces.length === 1) return one(sql, params, 1);
-    // One command each, in order; the first that fails stops the rest, as the server would.
+    const commands = singleStatements(sql, params);
+    if (commands.length === 1) return one(sql, params, statements);
+    // In order; the first that fails stops the rest, as the server would. The results as one
+    // multi-statement command would have them: one per statement.
     const results: unknown[] = [];
-    for (const piece of pieces) results.push(await one(piece.text, piece.params, 1));
+    for (const command of commands) {
+      const result = await one(command.text, command.params, command.statements);
+      if (command.statements === 1) results.push(result);
+      else results.push(...(result as unknown[]));
+    }
     return results as never;
   };
 }

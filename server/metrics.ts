@@ -111,7 +111,7 @@ export function createMetrics(): Metrics {
     }),
     dbTransactionRetries: new Counter({
       name: 'orbit_db_transaction_retries_total',
-      help: 'Transactions that failed with a deadlock (on a Galera cluster: a certification failure too) or a lock-wait timeout, by operation, reason and outcome (retried whole, or gave_up: answered 503)',
+      help: 'Transactions that failed with a deadlock (on a Galera cluster: a certification failure too) or a lock-wait timeout, by operation, reason and outcome (retried whole, or gave_up: its retries spent - answered 503, or a fast path that falls back to its careful path)',
       labelNames: ['operation', 'reason', 'outcome'],
       registers: [registry],
     }),

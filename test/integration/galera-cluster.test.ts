@@ -184,7 +184,10 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       let hammering = true;
       const hammer = onNode(2, async (connection) => {
         while (hammering) {
-          await connection.query('UPDATE galera_check.hot SET n = n + 1 WHERE id = 1');
+          // Its own commits lose to node 1's at times too (a deadlock error): it goes on.
+          await connection.query('UPDATE galera_check.hot SET n = n + 1 WHERE id = 1').catch((error: { errno?: number }) => {
+            if (error.errno !== 1213) throw error;
+          });
           // Paced, so that node 1's transactions also get through between its commits.
           await new Promise((resolve) => setTimeout(resolve, 10));
         }

@@ -1,9 +1,9 @@
 /**
- * The migration lock is a row of the ledger (server/store/database/migrate.ts), so that it holds
+ * The migration lock is a row of orbit_migration_lock (server/store/database/migrate.ts), so that it holds
  * across the nodes of a Galera cluster, where `GET_LOCK` is local to a node: two migrators started
  * at once on one empty database apply each migration once between them; a migrator waits while
  * another holds the lock, and goes on when it is released; a lock whose lease ran out (its holder
- * died) is taken over; the lock row never shows as a migration.
+ * died) is taken over; no lock row is left behind.
  */
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -33,9 +33,13 @@ async function ledger(url: string): Promise<Array<{ version: number }>> {
   return onDatabase(url, async (conn) => (await conn.query('SELECT version FROM orbit_schema_migrations ORDER BY version'))[0] as Array<{ version: number }>);
 }
 
+async function locks(url: string): Promise<unknown[]> {
+  return onDatabase(url, async (conn) => (await conn.query('SELECT lock_name FROM orbit_migration_lock'))[0] as unknown[]);
+}
+
 const versions = readMigrationFiles().map((file) => file.version);
 
-describe('the migration lock (a ledger row)', () => {
+describe('the migration lock (a row)', () => {
   after(async () => {
     const server = await mysql.createConnection({ uri: testServerUrl() });
     try {
@@ -52,8 +56,9 @@ describe('the migration lock (a ledger row)', () => {
     assert.deepEqual(
       (await ledger(url)).map((row) => row.version),
       versions,
-      'the ledger holds the migrations and no lock row',
+      'the ledger holds the migrations',
     );
+    assert.deepEqual(await locks(url), [], 'no lock left');
     const status = await onDatabase(url, (conn) => migrationStatus(async (sql) => (await conn.query(sql))[0] as never));
     assert.deepEqual(status, { pending: [], mismatch: null });
   });
@@ -63,15 +68,14 @@ describe('the migration lock (a ledger row)', () => {
     await migrate(url);
     // Another holder, with a lease far from over.
     await onDatabase(url, (conn) =>
-      conn.query(
-        "INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (0, 'migration lock', ?, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
-        ['a'.repeat(64)],
-      ),
+      conn.query("INSERT INTO orbit_migration_lock (lock_name, holder, expires_at) VALUES ('migrate', ?, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)", [
+        'a'.repeat(64),
+      ]),
     );
     const lines: string[] = [];
     const running = migrate(url, (line) => lines.push(line));
     await waitFor(async () => lines.includes('waiting for another migration to finish'));
-    await onDatabase(url, (conn) => conn.query('DELETE FROM orbit_schema_migrations WHERE version = 0'));
+    await onDatabase(url, (conn) => conn.query('DELETE FROM orbit_migration_lock'));
     assert.deepEqual((await running).applied, []);
     assert.deepEqual(
       (await ledger(url)).map((row) => row.version),
@@ -83,10 +87,9 @@ describe('the migration lock (a ledger row)', () => {
     const url = newDatabaseUrl();
     await migrate(url);
     await onDatabase(url, (conn) =>
-      conn.query(
-        "INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (0, 'migration lock', ?, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)",
-        ['b'.repeat(64)],
-      ),
+      conn.query("INSERT INTO orbit_migration_lock (lock_name, holder, expires_at) VALUES ('migrate', ?, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)", [
+        'b'.repeat(64),
+      ]),
     );
     const lines: string[] = [];
     assert.deepEqual((await migrate(url, (line) => lines.push(line))).applied, []);

@@ -45,6 +45,13 @@ describe('singleStatements', () => {
     ]);
   });
 
+  test('semicolons and question marks inside comments are text too, as the server and mysql2 read them', () => {
+    assert.deepEqual(commands('UPDATE t SET a = ? /* a; b? */ WHERE id = 1; -- c; d?\nUPDATE t SET b = ? # e; f?\n', [1, 2]), [
+      ['UPDATE t SET a = ? /* a; b? */ WHERE id = 1', [1], 1],
+      ['-- c; d?\nUPDATE t SET b = ? # e; f?', [2], 1],
+    ]);
+  });
+
   test('parameters that do not match the placeholders are refused', () => {
     assert.throws(() => singleStatements('UPDATE t SET a = ?; UPDATE t SET b = ?', [1]), /1 parameters for 2 placeholders/);
     assert.throws(() => singleStatements('SELECT 1', [1]), /1 parameters for 0 placeholders/);

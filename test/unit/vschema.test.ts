@@ -14,7 +14,7 @@ const migrationTables = fs
   .readdirSync(path.join(root, 'migrations'))
   .filter((f) => f.endsWith('.sql'))
   .flatMap((f) => [...fs.readFileSync(path.join(root, 'migrations', f), 'utf8').matchAll(/CREATE TABLE (orbit_[a-z_]+)/g)].map((m) => m[1] as string));
-const allTables = [...migrationTables, 'orbit_schema_migrations']; // the ledger is created by the migrator itself
+const allTables = [...migrationTables, 'orbit_schema_migrations', 'orbit_migration_lock']; // the ledger and the lock are created by the migrator itself
 
 test('every table of the migrations is in the VSchema, per-application tables with application_id as primary vindex', () => {
   assert.equal(vschema.sharded, true);

@@ -160,10 +160,11 @@ const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031, 1044, 1045, 10
 
 /**
  * Errors that say "this database host is gone, or not usable as a member of its cluster": the
- * connection failed or was lost, a statement was cut off, the server is shutting down or killed the
- * connection, or a Galera node is not in the primary component (1047, "WSREP has not yet prepared
- * node for application use") or lost it during a COMMIT (1180). With several hosts in the URL,
- * the pool moves to the next one (createDatabase).
+ * connection failed or was lost, the server is shutting down, or a Galera node is not in the
+ * primary component (1047, "WSREP has not yet prepared node for application use") or lost it
+ * during a COMMIT (1180). With several hosts in the URL, the pool moves to the next one
+ * (createDatabase). Not a statement cut off by its timeout, nor a connection killed by an operator:
+ * one slow statement says nothing of the host, and moving a whole process for it would flap.
  */
 const HOST_LOST_CODES = new Set([
   'ECONNREFUSED',
@@ -175,9 +176,8 @@ const HOST_LOST_CODES = new Set([
   'ENOTFOUND',
   'EAI_AGAIN',
   'PROTOCOL_CONNECTION_LOST',
-  'PROTOCOL_SEQUENCE_TIMEOUT',
 ]);
-const HOST_LOST_ERRNOS = new Set([1047, 1053, 1180, 1927]);
+const HOST_LOST_ERRNOS = new Set([1047, 1053, 1180]);
 
 export function isHostLost(error: unknown): boolean {
   const e = error as { code?: string; errno?: number } | null;
@@ -191,8 +191,10 @@ export function isHostLost(error: unknown): boolean {
  */
 export interface ServerTraits {
   known: boolean;
-  /** A Galera node (wsrep_on): plain reads are causal (`wsrep_sync_wait = 1`), and statements go one per command. */
+  /** A Galera node (wsrep_on): statements go one write per command (single-statements.ts). */
   cluster: boolean;
+  /** A MariaDB Galera node: plain reads are causal (`SET STATEMENT wsrep_sync_wait = 1 FOR …`, MariaDB's syntax). */
+  causalReads: boolean;
   /** Every statement sent as a command of its own (single-statements.ts): on a cluster, always. */
   singleStatements: boolean;
 }
@@ -299,12 +301,12 @@ function transactionQueryable(
   shardRouting: boolean,
   observer: DatabaseObserver | undefined,
   traits: ServerTraits,
-): Transaction & { readonly finished: boolean; beforeCommit(): void } {
+): Transaction & { readonly finished: boolean; afterCommit(): void } {
   let begun = false;
   let finished = false;
   const query = sender(conn, timeoutMs, observer, traits);
   /** One round trip of `statements` statements; their results as a list. */
-  async function send(sql: string, params: unknown[], statements: number, committing = false): Promise<unknown[]> {
+  async function send(sql: string, params: unknown[], statements: number): Promise<unknown[]> {
     if (finished) throw new Error('the transaction has already committed');
     if (shardRouting) {
       try {
@@ -314,7 +316,6 @@ function transactionQueryable(
       }
     }
     lockOrder?.observe(sql, params);
-    if (committing) lockOrder?.beforeCommit();
     let out: unknown[];
     if (begun) out = resultList(await query(sql, params, statements), statements);
     else {
@@ -336,7 +337,7 @@ function transactionQueryable(
       // A plain statement may be several joined by the caller: count them.
       const statements = count < 0 ? splitStatements(trip.text).length : trip.slots.length;
       const text = commit && last ? `${trip.text};\nCOMMIT` : trip.text;
-      const out = await send(text, trip.params, statements + (commit && last ? 1 : 0), commit && last);
+      const out = await send(text, trip.params, statements + (commit && last ? 1 : 0));
       if (commit && last) out.pop(); // the COMMIT's own header
       results.push(...out);
       slots.push(...trip.slots);
@@ -349,8 +350,8 @@ function transactionQueryable(
     get finished() {
       return finished;
     },
-    beforeCommit() {
-      lockOrder?.beforeCommit();
+    afterCommit() {
+      lockOrder?.afterCommit();
     },
     async rows<T>(sql: Statement, params: unknown[] = []) {
       const [text, values] = statementText(sql, params);
@@ -427,7 +428,7 @@ export interface DatabaseObserver {
   /**
    * A transaction failed with a deadlock (1213: on a Galera cluster, a certification failure or
    * a brute-force abort too) or a lock-wait timeout (1205), and was run again whole (`retried`) or
-   * not, its retries spent (`gave_up`: the caller answers 503).
+   * not, its retries spent (`gave_up`: the caller answers 503, or a fast path hands over to its careful path).
    */
   transactionRetry?(reason: 'deadlock' | 'lock_wait_timeout', outcome: 'retried' | 'gave_up'): void;
 }
@@ -488,11 +489,7 @@ export function createDatabase(options: DatabaseOptions): Database {
   const connectionLimit = options.connectionLimit ?? 20;
   const hostUrls = databaseHostUrls(options.url);
   const packets = new PacketLimit();
-  const traits: ServerTraits = {
-    known: options.singleStatements !== undefined,
-    cluster: false,
-    singleStatements: options.singleStatements ?? false,
-  };
+  const traits: ServerTraits = { known: false, cluster: false, causalReads: false, singleStatements: options.singleStatements ?? false };
   // Runs before any other statement on each new connection. Strict mode is not a preference:
   // the guarded statements (`IF(room, …, NULL)` on NOT NULL columns) must FAIL, not store a 0
   // with a warning, whatever the server's own default is.
@@ -533,21 +530,33 @@ export function createDatabase(options: DatabaseOptions): Database {
   }
   let active = openHost(0);
   const hostOf = new WeakMap<PoolConnection, Host>();
+  const retired = new Set<Host>();
+  async function retire(host: Host): Promise<void> {
+    if (!retired.delete(host)) return;
+    await Promise.all([host.pool.end().catch(() => {}), host.probePool?.end().catch(() => {})]);
+  }
   function failOver(from: Host | undefined, cause: unknown): void {
     if (hostUrls.length === 1 || from === undefined || from !== active || !isHostLost(cause)) return;
     active = openHost((from.index + 1) % hostUrls.length);
     options.onHostChange?.(hostUrls[active.index] as string, cause);
-    // Connections still out finish (or fail) on their own; the old pool closes behind them.
-    from.pool.end().catch(() => {});
-    from.probePool?.end().catch(() => {});
+    // Nothing new is taken from the old pool. Its connections still out finish what they are doing
+    // (or fail on their own: the host is likely gone) and come back; it is closed once they have
+    // had a request's time to, or at close().
+    retired.add(from);
+    const timer = setTimeout(() => void retire(from), 2 * Math.max(timeoutMs, 1000));
+    timer.unref();
   }
   /** Learns what the server is (once), on a connection just taken from the pool. */
   async function learnTraits(conn: PoolConnection): Promise<void> {
-    const [rows] = (await conn.query(
-      timeoutMs > 0 ? { sql: "SHOW VARIABLES LIKE 'wsrep_on'", timeout: timeoutMs } : { sql: "SHOW VARIABLES LIKE 'wsrep_on'" },
-    )) as unknown as [Array<{ Value?: string }>];
-    const cluster = String(rows[0]?.Value ?? '').toUpperCase() === 'ON';
+    const text = "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'version')";
+    const [rows] = (await conn.query(timeoutMs > 0 ? { sql: text, timeout: timeoutMs } : { sql: text })) as unknown as [
+      Array<{ Variable_name: string; Value: string }>,
+    ];
+    const value = (name: string) => String(rows.find((row) => row.Variable_name === name)?.Value ?? '');
+    const cluster = value('wsrep_on').toUpperCase() === 'ON';
     traits.cluster = cluster;
+    traits.causalReads = cluster && /mariadb/i.test(value('version'));
+    // ORBIT_SINGLE_STATEMENTS=0 on a cluster: the operator's choice, against the docs (scale-out.md).
     traits.singleStatements = options.singleStatements ?? cluster;
     traits.known = true;
   }
@@ -588,7 +597,9 @@ export function createDatabase(options: DatabaseOptions): Database {
    * write decided on a stale read fails certification and the transaction is retried whole.
    */
   function causal(text: string): string {
-    return traits.cluster && /^\s*SELECT\b/i.test(text) && splitStatements(text).length === 1 ? `SET STATEMENT wsrep_sync_wait = 1 FOR ${text}` : text;
+    return traits.causalReads && /^\s*(?:\(\s*)?(?:SELECT|WITH)\b/i.test(text) && splitStatements(text).length === 1
+      ? `SET STATEMENT wsrep_sync_wait = 1 FOR ${text}`
+      : text;
   }
   /**
    * Ends a failed transaction: ROLLBACK, then the connection goes back to the pool (or is
@@ -697,8 +708,8 @@ export function createDatabase(options: DatabaseOptions): Database {
             traits,
           );
           result = await fn(tx);
-          if (!tx.finished) tx.beforeCommit();
           if (!tx.finished) await sender(conn, timeoutMs, observer, traits)('COMMIT', []);
+          tx.afterCommit();
         } catch (error) {
           await endFailed(conn, error);
           observer?.transactionHeld((performance.now() - startedAt) / 1000);
@@ -747,7 +758,7 @@ export function createDatabase(options: DatabaseOptions): Database {
       return using(conn, Math.max(1, probeTimeoutMs - (Date.now() - startedAt)), fn);
     },
     async close() {
-      await Promise.all([active.pool.end(), active.probePool?.end()]);
+      await Promise.all([active.pool.end(), active.probePool?.end(), ...[...retired].map(retire)]);
     },
   };
   return database;

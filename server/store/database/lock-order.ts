@@ -143,7 +143,11 @@ function declaredLevel(statement: string): string | null {
   return /\/\* lock: ([a-z]+) \*\//.exec(statement)?.[1] ?? null;
 }
 
-/** The positions of `char` in `text` outside quoted strings and identifiers (a backslash escapes inside quotes). */
+/**
+ * The positions of `char` in `text` outside quoted strings and identifiers (a backslash escapes
+ * inside quotes) and outside comments (`/* … *\/`, `-- ` and `#` to the end of the line), as the
+ * server and mysql2's placeholders see the text.
+ */
 export function unquotedPositions(text: string, char: string): number[] {
   const out: number[] = [];
   let quote: string | null = null;
@@ -153,7 +157,13 @@ export function unquotedPositions(text: string, char: string): number[] {
       if (c === '\\') i++;
       else if (c === quote) quote = null;
     } else if (c === "'" || c === '"' || c === '`') quote = c;
-    else if (c === char) out.push(i);
+    else if (c === '/' && text[i + 1] === '*') {
+      const end = text.indexOf('*/', i + 2);
+      i = end < 0 ? text.length : end + 1;
+    } else if (c === '#' || (c === '-' && text[i + 1] === '-' && /[ \t\r\n]/.test(text[i + 2] ?? '\n'))) {
+      const end = text.indexOf('\n', i);
+      i = end < 0 ? text.length : end;
+    } else if (c === char) out.push(i);
   }
   return out;
 }
@@ -306,15 +316,19 @@ export class LockOrderCheck {
   private capture: Array<{ index: number; level: LockLevel; columns: readonly string[] }> = [];
   private insertsEvents = false;
   private writesApplicationRow = false;
+  /** Statements of the text last observed that write the application row: by index, UPDATE or INSERT. */
+  private applicationWrites: Array<{ index: number; update: boolean }> = [];
 
   /**
-   * The feed's rule, checked where the transaction commits: a transaction that inserts events
-   * writes the application row (not only locks it). On one server the row lock alone orders the
-   * application's events; on a Galera cluster locks are local to a node, and only a write puts
-   * the row in the transaction's certification keys, so two nodes' event inserts for one
-   * application are ordered (the second one sees the first, or fails and is retried whole).
+   * The feed's rule, checked once the transaction has committed: a transaction that inserts
+   * events changed the application row (not only locked it, nor ran an UPDATE that matched it and
+   * changed nothing). On one server the row lock alone orders the application's events; on a
+   * Galera cluster locks are local to a node, and only a changed row is in the transaction's
+   * certification keys, so two nodes' event inserts for one application are ordered (the second
+   * one sees the first, or fails and is retried whole). After the commit, because the one-round-
+   * trip transactions send their COMMIT with the writes: only then are their results known.
    */
-  beforeCommit(): void {
+  afterCommit(): void {
     if (this.insertsEvents && !this.writesApplicationRow) {
       throw new LockOrderViolation(
         `feed order: a transaction inserted events without writing its application row (orbit_application_resources)\n  statements: ${this.history.join(' | ')}`,
@@ -325,10 +339,13 @@ export class LockOrderCheck {
   observe(sql: string, params: readonly unknown[] = []): void {
     let offset = 0;
     this.capture = [];
+    this.applicationWrites = [];
     for (const [index, statement] of splitStatements(sql).entries()) {
       if (/^\s*INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_events\b/i.test(statement)) this.insertsEvents = true;
-      if (/^\s*(?:UPDATE\s+(?:\w+\s*,\s*)*orbit_application_resources\b|INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_application_resources\b)/i.test(statement))
-        this.writesApplicationRow = true;
+      const write = /^\s*(?:(UPDATE)\s+(?:\w+\s*,\s*)*orbit_application_resources\b|INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_application_resources\b)/i.exec(
+        statement,
+      );
+      if (write) this.applicationWrites.push({ index, update: write[1] !== undefined });
       const own = params.slice(offset);
       offset += placeholderCount(statement);
       const tables = [...lockedTables(statement)].sort(
@@ -374,6 +391,11 @@ export class LockOrderCheck {
 
   /** The results of the text last observed, one per statement: records the keys of rows that locking reads returned. */
   locked(results: readonly unknown[]): void {
+    for (const { index, update } of this.applicationWrites) {
+      const header = results[index] as { affectedRows?: number; changedRows?: number } | undefined;
+      if (((update ? header?.changedRows : header?.affectedRows) ?? 0) > 0) this.writesApplicationRow = true;
+    }
+    this.applicationWrites = [];
     for (const { index, level, columns } of this.capture) {
       const rows = results[index];
       if (!Array.isArray(rows) || columns.length === 0) continue;

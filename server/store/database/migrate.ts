@@ -4,11 +4,12 @@
  * never silently skipped.
  *
  * Two migrators never run at once, on one server or on the nodes of a Galera cluster: the lock is
- * a row of the ledger itself (version 0, `migrationLockRow`), inserted by the migrator that holds
- * it and deleted when it is done. A row replicates, where a named lock (`GET_LOCK`) is local to
- * the node that grants it; two migrators inserting it on two nodes at once are decided by
- * certification (one gets a deadlock or duplicate-key error and waits). A migrator that died
- * holding it leaves a row whose lease runs out (`LOCK_LEASE_SECONDS`, renewed after each file).
+ * a row (`orbit_migration_lock`), inserted by the migrator that holds it and deleted when it is
+ * done. A row replicates, where a named lock (`GET_LOCK`) is local to the node that grants it; two
+ * migrators inserting it on two nodes at once are decided by certification (one gets a deadlock or
+ * duplicate-key error, and waits). Its holder renews a lease on it (`LOCK_LEASE_SECONDS`); a
+ * migrator that died holding it leaves a row whose lease soon runs out, and the next one takes it
+ * over. The named lock is taken too, which is what older builds take.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -99,18 +100,37 @@ export interface MigrateResult {
   current: string;
 }
 
-/** How long the migration lock row holds without renewal (a migrator renews it after each file). */
-export const LOCK_LEASE_SECONDS = 600;
+/** How long the migration lock holds without renewal; its holder renews it every third of that. */
+export const LOCK_LEASE_SECONDS = 30;
 /** How long a migrator waits for another one's lock before it gives up. */
 const LOCK_WAIT_MS = 120_000;
 
 /**
- * The ledger row that is the migration lock: version 0 (no migration has it), the holder's
- * token in `checksum`, the lease's end in `applied_at`. Every read of the ledger leaves it out.
+ * The migration lock's table, created by the migrator (like the ledger): one row while a migrator
+ * holds the lock. A table of its own, so that an older build reading the ledger during a migration
+ * sees nothing it does not know.
  */
-export const migrationLockRow = { version: 0, name: 'migration lock' } as const;
+const LOCK_DDL = `CREATE TABLE IF NOT EXISTS orbit_migration_lock (
+  lock_name VARCHAR(32) NOT NULL COMMENT '锁名（固定为 migrate）',
+  application_id BINARY(16) NOT NULL DEFAULT x'00000000000000000000000000000000' COMMENT '固定为全零：迁移锁不属于任何应用（保持每表都有应用标识的约定）',
+  holder CHAR(64) NOT NULL COMMENT '持有锁的迁移进程的随机令牌',
+  expires_at DATETIME(6) NOT NULL COMMENT '租约到期时间（UTC）；持有者定期续期，过期的锁可被接管',
+  PRIMARY KEY (lock_name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='迁移锁：一行即持有；行会复制到集群的每个节点，GET_LOCK 只在一个节点有效'`;
 
 type Connection = mysql.Connection;
+
+/** A causal read on a Galera node (it waits for what the cluster committed first); a plain read elsewhere. */
+async function causalRows<T>(conn: Connection, text: string, params: unknown[] = []): Promise<T[]> {
+  try {
+    return (await conn.query(`SET STATEMENT wsrep_sync_wait = 1 FOR ${text}`, params))[0] as T[];
+  } catch (error) {
+    // Not a Galera build (1193: no such variable) or not MariaDB (1064: no SET STATEMENT).
+    const errno = (error as { errno?: number }).errno;
+    if (errno !== 1193 && errno !== 1064) throw error;
+    return (await conn.query(text, params))[0] as T[];
+  }
+}
 
 /** Takes the migration lock, waiting while another migrator holds it (see the top). */
 async function takeMigrationLock(conn: Connection, token: string, log: (line: string) => void): Promise<void> {
@@ -118,42 +138,62 @@ async function takeMigrationLock(conn: Connection, token: string, log: (line: st
   let said = false;
   for (;;) {
     try {
-      // Over a lease that ran out, in the same statement: the row is the holder's only when its
-      // token is the one written.
+      // A lease that ran out is taken over in the same statement. (MySQL assigns left to right:
+      // the second IF sees the holder the first one wrote, so only a takeover moves the lease.)
       await conn.query(
-        `INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at)
-         VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? SECOND)
+        `INSERT INTO orbit_migration_lock (lock_name, holder, expires_at)
+         VALUES ('migrate', ?, UTC_TIMESTAMP(6) + INTERVAL ? SECOND)
          ON DUPLICATE KEY UPDATE
-           checksum = IF(applied_at < UTC_TIMESTAMP(6), VALUES(checksum), checksum),
-           applied_at = IF(checksum = VALUES(checksum), VALUES(applied_at), applied_at)`,
-        [migrationLockRow.version, migrationLockRow.name, token, LOCK_LEASE_SECONDS],
+           holder = IF(expires_at < UTC_TIMESTAMP(6), VALUES(holder), holder),
+           expires_at = IF(holder = VALUES(holder), VALUES(expires_at), expires_at)`,
+        [token, LOCK_LEASE_SECONDS],
       );
-      const [[row]] = (await conn
-        .query('SET STATEMENT wsrep_sync_wait = 1 FOR SELECT checksum FROM orbit_schema_migrations WHERE version = 0')
-        .catch((error: { errno?: number }) => {
-          // Not a Galera build: the variable is unknown (1193); a plain read is causal there.
-          if (error.errno === 1193 || error.errno === 1064) return conn.query('SELECT checksum FROM orbit_schema_migrations WHERE version = 0');
-          throw error;
-        })) as unknown as [[{ checksum: string } | undefined]];
-      if (row?.checksum === token) return;
+      const [row] = await causalRows<{ holder: string }>(conn, "SELECT holder FROM orbit_migration_lock WHERE lock_name = 'migrate'");
+      if (row?.holder === token) return;
     } catch (error) {
       // Two migrators inserting it on two nodes at once: certification lets one through.
       const errno = (error as { errno?: number }).errno;
       if (errno !== 1213 && errno !== 1062) throw error;
     }
-    if (Date.now() > waitUntil) throw new Error('another migration holds the migration lock (the ledger row of version 0) and did not finish within 120 s');
+    if (Date.now() > waitUntil) throw new Error('another migration holds the migration lock (orbit_migration_lock) and did not finish within 120 s');
     if (!said) log('waiting for another migration to finish');
     said = true;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 
-async function renewMigrationLock(conn: Connection, token: string): Promise<void> {
-  const [result] = (await conn.query(
-    'UPDATE orbit_schema_migrations SET applied_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND WHERE version = 0 AND checksum = ?',
-    [LOCK_LEASE_SECONDS, token],
-  )) as unknown as [{ affectedRows: number }];
-  if (result.affectedRows !== 1) throw new Error('the migration lock was lost (its lease ran out and another migrator took it); run the migration again');
+/**
+ * Renews the lease every third of it, on a connection of its own (the migrator's may be busy with
+ * a long statement); `lost()` says whether a renewal found the lock taken over or failed.
+ */
+async function keepMigrationLock(url: string, token: string): Promise<{ lost(): string | null; stop(): Promise<void> }> {
+  const conn = await mysql.createConnection({ uri: url });
+  let lost: string | null = null;
+  let renewing: Promise<void> = Promise.resolve();
+  const timer = setInterval(
+    () => {
+      renewing = (async () => {
+        try {
+          const [result] = (await conn.query(
+            "UPDATE orbit_migration_lock SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND WHERE lock_name = 'migrate' AND holder = ?",
+            [LOCK_LEASE_SECONDS, token],
+          )) as unknown as [{ affectedRows: number }];
+          if (result.affectedRows !== 1) lost ??= 'its lease ran out and another migrator took it';
+        } catch (error) {
+          lost ??= `renewing it failed: ${(error as Error).message}`;
+        }
+      })();
+    },
+    (LOCK_LEASE_SECONDS * 1000) / 3,
+  );
+  return {
+    lost: () => lost,
+    async stop() {
+      clearInterval(timer);
+      await renewing;
+      await conn.end().catch(() => {});
+    },
+  };
 }
 
 /**
@@ -187,13 +227,24 @@ async function migrateHost(url: string, log: (line: string) => void): Promise<Mi
   try {
     await conn.query("SET SESSION time_zone = '+00:00'");
     await conn.query(`SET SESSION sql_mode = '${SQL_MODE}'`);
+    // Also the named lock older builds take: on one server, an older migrator and this one exclude each other.
+    const [[named]] = (await conn.query("SELECT GET_LOCK('orbit:migrate', 120) AS got")) as unknown as [[{ got: number }]];
+    if (named?.got !== 1) throw new Error('another migration holds the orbit:migrate lock');
     await conn.query(LEDGER_DDL);
+    await conn.query(LOCK_DDL);
     const token = randomBytes(32).toString('hex');
     await takeMigrationLock(conn, token, log);
+    const lease = await keepMigrationLock(url, token);
+    const stillHeld = () => {
+      const lost = lease.lost();
+      if (lost) throw new Error(`the migration lock was lost (${lost}); run the migration again`);
+    };
     try {
-      const [applied] = (await conn.query('SELECT version, name, checksum FROM orbit_schema_migrations WHERE version > 0 ORDER BY version')) as unknown as [
-        { version: number; name: string; checksum: string }[],
-      ];
+      // Causal: on a cluster, what a migrator on another node applied before it let go is seen.
+      const applied = await causalRows<{ version: number; name: string; checksum: string }>(
+        conn,
+        'SELECT version, name, checksum FROM orbit_schema_migrations ORDER BY version',
+      );
       const files = readMigrationFiles();
       const mismatch = mismatchProblem(applied, files, 'orbit-admin');
       if (mismatch) throw new MigrationMismatchError(mismatch);
@@ -203,6 +254,7 @@ async function migrateHost(url: string, log: (line: string) => void): Promise<Mi
         const previous = done.get(file.version);
         // (a changed checksum was refused by mismatchProblem above)
         if (previous) continue;
+        stillHeld();
         log(`applying migration ${migrationLabel(file.version, file.name)}`);
         await conn.query(file.sql);
         await conn.query('INSERT INTO orbit_schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))', [
@@ -211,12 +263,14 @@ async function migrateHost(url: string, log: (line: string) => void): Promise<Mi
           file.checksum,
         ]);
         newlyApplied.push(migrationLabel(file.version, file.name));
-        await renewMigrationLock(conn, token);
       }
+      stillHeld();
       const newest = files.at(-1);
       return { applied: newlyApplied, current: newest ? migrationLabel(newest.version, newest.name) : 'none' };
     } finally {
-      await conn.query('DELETE FROM orbit_schema_migrations WHERE version = 0 AND checksum = ?', [token]);
+      await lease.stop();
+      await conn.query("DELETE FROM orbit_migration_lock WHERE lock_name = 'migrate' AND holder = ?", [token]);
+      await conn.query("SELECT RELEASE_LOCK('orbit:migrate')");
     }
   } finally {
     await conn.end();
@@ -238,7 +292,7 @@ export async function migrationStatus(
 ): Promise<MigrationStatus> {
   let applied: AppliedMigration[];
   try {
-    applied = await rows('SELECT version, name, checksum FROM orbit_schema_migrations WHERE version > 0 ORDER BY version');
+    applied = await rows('SELECT version, name, checksum FROM orbit_schema_migrations ORDER BY version');
   } catch (error) {
     if ((error as { errno?: number }).errno === 1146) applied = [];
     else throw error;

@@ -82,6 +82,14 @@ export const schemaMigrations = mysqlTable('orbit_schema_migrations', {
   applied_at: time('applied_at').notNull(),
 });
 
+/** `orbit_migration_lock`: the migration lock `migrate.ts` creates itself - a row while a migrator holds it. */
+export const migrationLock = mysqlTable('orbit_migration_lock', {
+  lock_name: varchar('lock_name', { length: 32 }).primaryKey(),
+  application_id: id('application_id').notNull().default(sql`x'00000000000000000000000000000000'`),
+  holder: char('holder', { length: 64 }).notNull(),
+  expires_at: time('expires_at').notNull(),
+});
+
 // ---------------------------------------------------------------------------------------------
 // 0001_foundation.sql
 // ---------------------------------------------------------------------------------------------
@@ -467,6 +475,7 @@ export const retentionPolicies = mysqlTable(
 /** Every table of the schema, ledger included: the drift test requires this list to equal the database's. */
 export const allTables = [
   schemaMigrations,
+  migrationLock,
   applications,
   namespaces,
   credentials,

@@ -56,7 +56,7 @@ export const ROUTING_COLUMNS: Readonly<Record<string, readonly string[]>> = {
 };
 
 /** The tables that are not per application: the migration ledger (a reference table: every shard holds the same rows). */
-export const UNSHARDED_TABLES: readonly string[] = ['orbit_schema_migrations'];
+export const UNSHARDED_TABLES: readonly string[] = ['orbit_schema_migrations', 'orbit_migration_lock'];
 
 /** application_id and every lookup-vindex column: the columns a statement may route by. */
 export const ROUTABLE_KEY_COLUMNS: readonly string[] = [SHARDING_COLUMN, ...Object.values(LOOKUP_VINDEXES).map((v) => v.column)];

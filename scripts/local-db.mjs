@@ -44,12 +44,17 @@ const BINARY_DIRS = ['/usr/sbin', '/usr/bin', '/usr/local/mysql/bin', '/usr/loca
 export async function ensureDatabase({ root = DEFAULT_ROOT, log = console.error } = {}) {
   const fromEnv = process.env.ORBIT_DATABASE_URL;
   if (fromEnv) {
-    const target = parseDatabaseUrl(fromEnv);
-    const probe = await probeServer(target.host, target.port);
-    if (!probe.ok) {
-      throw new Error(`ORBIT_DATABASE_URL points at ${target.display}, but no MySQL/MariaDB server answers there (${probe.reason}).`);
+    // Several hosts (a cluster's nodes, mysql://u@h1:p1,h2:p2/db): the first that answers.
+    const reasons = [];
+    for (const hostUrl of hostUrls(fromEnv)) {
+      const target = parseDatabaseUrl(hostUrl);
+      const probe = await probeServer(target.host, target.port);
+      if (probe.ok) return { url: target.serverUrl, privateServer: false };
+      reasons.push(`${target.display}: ${probe.reason}`);
     }
-    return { url: target.serverUrl, privateServer: false };
+    throw new Error(
+      `ORBIT_DATABASE_URL points at ${reasons.length === 1 ? reasons[0].replace(/: /, ', but no MySQL/MariaDB server answers there (') + ')' : `${reasons.length} hosts, and none answers (${reasons.join('; ')})`}.`,
+    );
   }
 
   let why;
@@ -543,6 +548,13 @@ function capitalise(s) {
 
 // ---------------------------------------------------------------------------
 // URLs
+
+/** The URL of each host of `mysql://u@h1:p1,h2:p2/db` (as server/config.ts databaseHostUrls). */
+function hostUrls(raw) {
+  const match = /^(mysql:\/\/(?:[^@/]*@)?)([^/?#]*)(.*)$/s.exec(raw);
+  if (!match || !match[2].includes(',')) return [raw];
+  return match[2].split(',').map((host) => `${match[1]}${host}${match[3]}`);
+}
 
 function parseDatabaseUrl(raw) {
   let u;

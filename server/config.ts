@@ -71,8 +71,8 @@ export const SETTINGS: readonly Setting[] = [
   {
     name: 'ORBIT_DATABASE_URL',
     default: DEFAULT_DATABASE_URL,
-    range: 'mysql://user:password@host:port/database',
-    meaning: 'the database (name of [A-Za-z0-9_]); the password is never printed',
+    range: 'mysql://user:password@host:port/database, or mysql://user:password@host1:port1,host2:port2,…/database for the nodes of a Galera cluster',
+    meaning: 'the database (name of [A-Za-z0-9_]); the password is never printed; with several hosts, the first is used and the next one when it is lost',
   },
   {
     name: 'ORBIT_LISTEN',
@@ -116,6 +116,13 @@ export const SETTINGS: readonly Setting[] = [
     range: '0 or 1',
     meaning:
       'for tests: every statement sent checks that it would route to one shard when sharded by application_id (docs/scale-out.md), and a violation fails it (npm test sets 1)',
+  },
+  {
+    name: 'ORBIT_SINGLE_STATEMENTS',
+    default: 'unset: on a Galera node only',
+    range: '0 or 1',
+    meaning:
+      'every write of a transaction sent as a database command of its own, as on a Galera cluster, where a multi-statement command is not atomic (docs/scale-out.md); 1 on any server, 0 never (not on a cluster)',
   },
   {
     name: 'ORBIT_ADMISSION_IN_FLIGHT',

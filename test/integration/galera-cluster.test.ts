@@ -5,8 +5,14 @@
  * row written through node 1 is read through node 3, a SIGKILLed node 2 leaves the other two
  * Primary and comes back with what it missed (IST from its recovered position), a node 3 that lost
  * its data directory comes back by a full state transfer (SST by mariabackup, the method the
- * script uses), and the cluster stops cleanly. Orbit itself is not run here (and so there is no
- * counter recount): whether Orbit is correct on Galera is the next part of issue 22.
+ * script uses), and the cluster stops cleanly.
+ *
+ * Then Orbit on it (docs/scale-out.md#galera-cluster): a transaction another node aborts is never
+ * half-committed (statements one command each); the schema is InnoDB with primary keys on every
+ * node; two servers on two nodes at one hot application row keep every limit exact, with their
+ * certification failures retried or answered 503; and a node SIGKILLed under load (three servers,
+ * one per node, 16 submitters, a worker session on each) and back by IST after more than a lease
+ * loses nothing, runs nothing twice, holds every limit throughout, and every node recounts clean.
  *
  * Skipped, with the reason, where the packages are missing (mariadb-server, galera-4,
  * mariadb-backup). Every wait is for a condition: a node's wsrep status, a process gone.
@@ -321,6 +327,23 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       await waitFor(async () => (await readLevels(db)).unfinished === 0, 120_000);
     }
 
+    test('the schema on every node: each table InnoDB, with a primary key (what Galera replicates well)', async () => {
+      for (const db of onNodes) {
+        const tables = await db.rows<{ name: string; engine: string; keyed: number }>(
+          `SELECT t.TABLE_NAME AS name, t.ENGINE AS engine,
+                  EXISTS (SELECT 1 FROM information_schema.TABLE_CONSTRAINTS c
+                           WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA AND c.TABLE_NAME = t.TABLE_NAME AND c.CONSTRAINT_TYPE = 'PRIMARY KEY') AS keyed
+             FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = ? ORDER BY t.TABLE_NAME`,
+          [dbName],
+        );
+        assert.ok(tables.length >= 17, `${tables.length} tables`);
+        assert.deepEqual(
+          tables.filter((t) => t.engine !== 'InnoDB' || Number(t.keyed) !== 1),
+          [],
+        );
+      }
+    });
+
     test('two servers on two nodes at one hot application row: limits exact, certification failures retried or 503', async () => {
       const tenant = await createTenant(onNodes[0]!, { namespace: 'hot', queues: ['a', 'b'], resourceAccess: true });
       servers.push(...(await Promise.all([1, 3].map((node) => startServerProcess(databaseUrl(node), SERVER_ENV)))));
@@ -383,6 +406,9 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
         )),
       );
       const urls = servers.map((s) => s.url);
+      // And one on node 2 alone: with no other node to move to, it turns not ready while node 2 is down.
+      const alone = await startServerProcess(databaseUrl(2), SERVER_ENV);
+      servers.push(alone);
       await configure(urls[0]!, tenant.token, { unfinished: 60, concurrency: 6 }, { a: 4, b: 4 });
       let readFrom = 0; // node 1 is never killed
       const sampler = startSampler(() => onNodes[readFrom]!);
@@ -399,6 +425,12 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       const killedAt = Date.now();
       await waitFor(async () => clusterNodePid({ dir, node: 2 }) === null);
       await waitForMembers([1, 3], 2);
+      // The server on node 2 alone: not ready, and a request answered 503 (not 500) within the bound.
+      await waitFor(async () => (await fetch(`${alone.url}/readyz`)).status === 503);
+      const refusedAt = Date.now();
+      const refused = await call(alone.url, 'GET', '/v1/queues/a', { token: tenant.token });
+      assert.equal(refused.status, 503, JSON.stringify(refused.body));
+      assert.ok(Date.now() - refusedAt <= DB_TIMEOUT_MS + 3000, 'answered within the bound');
       // Server 2 serves again, through another node; the others never stopped.
       await waitFor(async () => submitters.acceptedSince(killedAt, 1) >= 5 && submitters.acceptedSince(killedAt) >= 30, 60_000);
       // Down for longer than a lease: leases run out and recovery works while it is gone.
@@ -413,10 +445,12 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       await waitForMembers([1, 2, 3], 3);
       assert.match(logSince(2, offset), /WSREP: IST received|SST completed/);
       const rejoinedAt = Date.now();
+      await waitFor(async () => (await fetch(`${alone.url}/readyz`)).status === 200);
       await waitFor(async () => submitters.acceptedSince(rejoinedAt) >= 30, 60_000);
       await submitters.stop();
       readFrom = 1; // the rejoined node, from now on
       await drained(onNodes[1]!);
+      const workerLines = workers.map((w) => w.lines);
       await Promise.all(workers.splice(0).map((w) => w.stop()));
       await sampler.stop();
 
@@ -451,6 +485,11 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       await assertNoTaskRanTwice(onNodes[2]!);
       await assertEveryNodeRecounts();
       for (const s of servers) assert.equal((await fetch(`${s.url}/readyz`)).status, 200, `${s.url} is ready again`);
+      // The worker session on server 2 went on working through the node it moved to.
+      assert.ok(
+        workerLines[1]!.some((line) => line.event === 'completed' && Number(line.at) > killedAt && Number(line.at) < rejoinedAt),
+        'the worker of server 2 completed tasks while node 2 was down',
+      );
     });
   });
 

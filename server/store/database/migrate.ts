@@ -41,7 +41,7 @@ export function readMigrationFiles(dir: string = MIGRATIONS_DIR): MigrationFile[
     });
 }
 
-const LEDGER_DDL = `CREATE TABLE IF NOT EXISTS orbit_schema_migrations (
+export const LEDGER_DDL = `CREATE TABLE IF NOT EXISTS orbit_schema_migrations (
   version INT UNSIGNED NOT NULL COMMENT '迁移编号（文件名前四位）',
   application_id BINARY(16) NOT NULL DEFAULT x'00000000000000000000000000000000' COMMENT '固定为全零：迁移记录不属于任何应用（保持每表都有应用标识的约定）',
   name VARCHAR(128) NOT NULL COMMENT '迁移文件名（不含编号和扩展名）',
@@ -110,7 +110,7 @@ const LOCK_WAIT_MS = 120_000;
  * holds the lock. A table of its own, so that an older build reading the ledger during a migration
  * sees nothing it does not know.
  */
-const LOCK_DDL = `CREATE TABLE IF NOT EXISTS orbit_migration_lock (
+export const LOCK_DDL = `CREATE TABLE IF NOT EXISTS orbit_migration_lock (
   lock_name VARCHAR(32) NOT NULL COMMENT '锁名（固定为 migrate）',
   application_id BINARY(16) NOT NULL DEFAULT x'00000000000000000000000000000000' COMMENT '固定为全零：迁移锁不属于任何应用（保持每表都有应用标识的约定）',
   holder CHAR(64) NOT NULL COMMENT '持有锁的迁移进程的随机令牌',

@@ -1274,9 +1274,20 @@ function start(): void {
 }
 
 // Another page (a task's link, the back button): drawn at once from what is known, then read afresh.
+// A task page is read at once, not after a refresh of the overview that may still be in flight
+// (on a busy machine that one can take long): loadTask's generation makes the newest load win.
 window.addEventListener('hashchange', () => {
   if (!token()) return;
-  if (route().page === 'task') window.scrollTo(0, 0);
+  const current = route();
+  if (current.page === 'task') {
+    window.scrollTo(0, 0);
+    void loadTask(current.taskId).then(
+      () => render(),
+      (error: unknown) => {
+        if (refused(error)) signOut(`The token was refused: ${(error as RequestFailed).error.message}`);
+      },
+    );
+  }
   render(true);
   void refresh();
 });

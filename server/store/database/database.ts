@@ -131,8 +131,8 @@ function connectionIsBroken(error: unknown): boolean {
   return e?.fatal === true || e?.code === 'PROTOCOL_SEQUENCE_TIMEOUT';
 }
 
-/** Errors that mean "the database did not answer" - the outcome of a write is unknown. */
-const UNREACHABLE_CODES = new Set([
+/** A connection that could not be made, or was lost: the host is not there (or not reachable). */
+const CONNECTION_FAILED_CODES = [
   'ECONNREFUSED',
   'ECONNRESET',
   'ETIMEDOUT',
@@ -142,6 +142,10 @@ const UNREACHABLE_CODES = new Set([
   'ENOTFOUND',
   'EAI_AGAIN',
   'PROTOCOL_CONNECTION_LOST',
+];
+/** Errors that mean "the database did not answer" - the outcome of a write is unknown. */
+const UNREACHABLE_CODES = new Set([
+  ...CONNECTION_FAILED_CODES,
   'PROTOCOL_SEQUENCE_TIMEOUT',
   'POOL_CLOSED',
   'ER_CON_COUNT_ERROR',
@@ -166,17 +170,7 @@ const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031, 1044, 1045, 10
  * (createDatabase). Not a statement cut off by its timeout, nor a connection killed by an operator:
  * one slow statement says nothing of the host, and moving a whole process for it would flap.
  */
-const HOST_LOST_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ETIMEDOUT',
-  'EPIPE',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'PROTOCOL_CONNECTION_LOST',
-]);
+const HOST_LOST_CODES = new Set(CONNECTION_FAILED_CODES);
 const HOST_LOST_ERRNOS = new Set([1047, 1053, 1180]);
 
 export function isHostLost(error: unknown): boolean {

@@ -83,7 +83,8 @@ export async function startServer(config: ServerConfig, options: { log?: Logger;
     checkShardRouting: config.checkShardRouting,
     ...(config.singleStatements === undefined ? {} : { singleStatements: config.singleStatements }),
     // Several hosts in ORBIT_DATABASE_URL (a cluster's nodes): say when the pool moves on.
-    onHostChange: (url, cause) => log.warn({ host: redactUrl(url), err: cause }, 'database host lost: using the next host of ORBIT_DATABASE_URL'),
+    onHostChange: (url, cause) =>
+      log.warn({ host: redactUrl(url), err: cause }, 'database host changed (the one in use was lost, or one listed before it serves again)'),
     // Statements, round trips and connection hold per operation, in /metrics.
     observer: databaseObserver(metrics),
   });

@@ -432,7 +432,25 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       assert.equal(refused.status, 503, JSON.stringify(refused.body));
       assert.ok(Date.now() - refusedAt <= DB_TIMEOUT_MS + 3000, 'answered within the bound');
       // Server 2 serves again, through another node; the others never stopped.
-      await waitFor(async () => submitters.acceptedSince(killedAt, 1) >= 5 && submitters.acceptedSince(killedAt) >= 30, 60_000);
+      await waitFor(async () => submitters.acceptedSince(killedAt, 1) >= 5 && submitters.acceptedSince(killedAt) >= 30, 60_000).catch((error) => {
+        // What each server answered since, and what server 2 said of its database.
+        const since = submitters.answers.filter((a) => a.at >= killedAt);
+        const byServer = [0, 1, 2].map((i) => {
+          const counts: Record<string, number> = {};
+          for (const a of since.filter((x) => x.server === i))
+            counts[`${a.status}${a.code ? ` ${a.code}` : ''}`] = (counts[`${a.status}${a.code ? ` ${a.code}` : ''}`] ?? 0) + 1;
+          return counts;
+        });
+        console.error('answers since node 2 was killed, by server:', JSON.stringify(byServer));
+        console.error(
+          'server 2 said:',
+          servers[1]!.logs
+            .filter((l) => Number(l.level) >= 40)
+            .slice(-8)
+            .map((l) => JSON.stringify(l).slice(0, 600)),
+        );
+        throw error;
+      });
       // Down for longer than a lease: leases run out and recovery works while it is gone.
       const [{ now }] = (await onNodes[0]!.rows<{ now: string }>('SELECT NOW(6) AS now')) as [{ now: string }];
       const downUntil = sqlToMillis(now) + (LEASE_SECONDS + 1) * 1000;
@@ -446,6 +464,13 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       assert.match(logSince(2, offset), /WSREP: IST received|SST completed/);
       const rejoinedAt = Date.now();
       await waitFor(async () => (await fetch(`${alone.url}/readyz`)).status === 200);
+      // Server 2 goes back to node 2, the first host of its URL, once node 2 serves again.
+      const node2 = `127.0.0.1:${new URL(nodeUrls[1] as string).port}`;
+      await waitFor(async () =>
+        servers[1]!.logs.some(
+          (l) => String(l.msg).startsWith('database host changed') && String(l.host).includes(node2) && Date.parse(String(l.time)) >= rejoinedAt - 1000,
+        ),
+      );
       await waitFor(async () => submitters.acceptedSince(rejoinedAt) >= 30, 60_000);
       await submitters.stop();
       readFrom = 1; // the rejoined node, from now on
@@ -487,13 +512,21 @@ describe('a three-node Galera cluster (npm run galera)', { skip }, () => {
       await assertNoTaskRanTwice(onNodes[2]!);
       await assertEveryNodeRecounts();
       for (const s of servers) assert.equal((await fetch(`${s.url}/readyz`)).status, 200, `${s.url} is ready again`);
-      // The worker session on server 2 went on working after its node was lost (through the node
-      // its server moved to: whether it got work while node 2 was down is up to fairness and timing).
+      // The worker sessions of server 2 outlived its move to another node: never failed, and any
+      // drop (other than the test's stop at the end) was followed by a reconnect. (Whether they got
+      // work meanwhile is up to the cluster: with servers on every node, the application row is
+      // written through two nodes, and certification lets the node that commits first win - a
+      // node's sessions can go without work for seconds: docs/scale-out.md, the shapes.)
       const afterKill = workerLines[1]!.filter((line) => Number(line.at) > killedAt);
-      assert.ok(
-        afterKill.some((line) => line.event === 'completed'),
-        `the worker of server 2 completed tasks after node 2 was killed: ${JSON.stringify(afterKill.map((line) => line.event))}`,
-      );
+      assert.ok(!afterKill.some((line) => line.event === 'failed'), `the worker of server 2 failed: ${JSON.stringify(afterKill.slice(-5))}`);
+      afterKill.forEach((line, i) => {
+        const reason = String((line.detail as { reason?: string } | undefined)?.reason ?? '');
+        if (line.event !== 'disconnected' || reason.includes('worker stopped')) return;
+        assert.ok(
+          afterKill.slice(i + 1).some((later) => later.event === 'connected'),
+          `the worker of server 2 lost its session (${reason}) and never reconnected`,
+        );
+      });
     });
   });
 

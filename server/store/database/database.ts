@@ -173,6 +173,9 @@ const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1290, 1927, 4031, 1044, 1045, 10
 const HOST_LOST_CODES = new Set(CONNECTION_FAILED_CODES);
 const HOST_LOST_ERRNOS = new Set([1047, 1053, 1180]);
 
+/** How often a process away from its first host asks whether an earlier one serves again (createDatabase). */
+const FAILBACK_CHECK_MS = 2000;
+
 export function isHostLost(error: unknown): boolean {
   const e = error as { code?: string; errno?: number } | null;
   if (e === null || typeof e !== 'object') return false;
@@ -531,14 +534,69 @@ export function createDatabase(options: DatabaseOptions): Database {
   }
   function failOver(from: Host | undefined, cause: unknown): void {
     if (hostUrls.length === 1 || from === undefined || from !== active || !isHostLost(cause)) return;
-    active = openHost((from.index + 1) % hostUrls.length);
-    options.onHostChange?.(hostUrls[active.index] as string, cause);
+    moveTo((from.index + 1) % hostUrls.length, cause);
+  }
+  function moveTo(index: number, cause: unknown): void {
+    const from = active;
+    active = openHost(index);
+    options.onHostChange?.(hostUrls[index] as string, cause);
     // Nothing new is taken from the old pool. Its connections still out finish what they are doing
     // (or fail on their own: the host is likely gone) and come back; it is closed once they have
     // had a request's time to, or at close().
     retired.add(from);
     const timer = setTimeout(() => void retire(from), 2 * Math.max(timeoutMs, 1000));
     timer.unref();
+    watchForFailback();
+  }
+  /**
+   * Moving back. The hosts are listed in order of preference: every server of a deployment
+   * names the same node first, so that one node takes every write (docs/scale-out.md: written
+   * through several nodes, an application's row fails certification all the time). Away from the
+   * first host, the process asks every FAILBACK_CHECK_MS whether a host before the one in use
+   * serves again - it connects, and a cluster node must say it is Synced and ready - and moves to
+   * the first that does. A transient failure (a node briefly out of the primary component while
+   * another leaves) so costs a detour, not a deployment split over the nodes for good.
+   */
+  let failback: NodeJS.Timeout | null = null;
+  let checkingFailback = false;
+  function watchForFailback(): void {
+    if (active.index === 0) {
+      if (failback) clearInterval(failback);
+      failback = null;
+      return;
+    }
+    if (failback) return;
+    failback = setInterval(() => void tryFailback(), FAILBACK_CHECK_MS);
+    failback.unref();
+  }
+  async function tryFailback(): Promise<void> {
+    if (checkingFailback) return;
+    checkingFailback = true;
+    try {
+      for (let index = 0; index < active.index; index++) {
+        if (await hostServes(hostUrls[index] as string)) {
+          moveTo(index, new Error('a host listed before the one in use serves again'));
+          break;
+        }
+      }
+    } finally {
+      checkingFailback = false;
+    }
+  }
+  async function hostServes(url: string): Promise<boolean> {
+    let conn: mysql.Connection | undefined;
+    try {
+      conn = await mysql.createConnection({ uri: url, connectTimeout: FAILBACK_CHECK_MS });
+      if (!traits.cluster) return true;
+      const text = "SHOW STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_local_state_comment')";
+      const [rows] = (await conn.query({ sql: text, timeout: FAILBACK_CHECK_MS })) as unknown as [Array<{ Variable_name: string; Value: string }>];
+      const status = Object.fromEntries(rows.map((row) => [row.Variable_name, row.Value]));
+      return status.wsrep_ready === 'ON' && status.wsrep_local_state_comment === 'Synced';
+    } catch {
+      return false;
+    } finally {
+      conn?.destroy();
+    }
   }
   /** Learns what the server is (once), on a connection just taken from the pool. */
   async function learnTraits(conn: PoolConnection): Promise<void> {
@@ -752,6 +810,8 @@ export function createDatabase(options: DatabaseOptions): Database {
       return using(conn, Math.max(1, probeTimeoutMs - (Date.now() - startedAt)), fn);
     },
     async close() {
+      if (failback) clearInterval(failback);
+      failback = null;
       await Promise.all([active.pool.end(), active.probePool?.end(), ...[...retired].map(retire)]);
     },
   };

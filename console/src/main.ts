@@ -1215,9 +1215,35 @@ function loginForm(message: string | null): HTMLElement {
  * Redraws the page. Someone typing a reason keeps their field (and focus) until they leave it:
  * a periodic redraw waits; `force` (after an action, which moved the focus anyway) does not.
  */
+/**
+ * A press and its release on one element make a click; a redraw between them (the page is drawn
+ * afresh every REFRESH_MS) would put the release on a new element, and the click would be lost.
+ * So a redraw that is not forced waits while a pointer is pressed, and comes right after the
+ * release (after the click it makes has been handled).
+ */
+let pointerPressed = false;
+let redrawAfterRelease = false;
+document.addEventListener('pointerdown', () => void (pointerPressed = true), true);
+for (const type of ['pointerup', 'pointercancel']) {
+  document.addEventListener(
+    type,
+    () => {
+      pointerPressed = false;
+      if (!redrawAfterRelease) return;
+      redrawAfterRelease = false;
+      window.setTimeout(() => render(), 0);
+    },
+    true,
+  );
+}
+
 function render(force = false, loginMessage: string | null = null): void {
   const app = document.getElementById('app');
   if (!app) return;
+  if (!force && pointerPressed) {
+    redrawAfterRelease = true;
+    return;
+  }
   if (!token()) {
     app.replaceChildren(loginForm(loginMessage));
     return;

@@ -184,7 +184,7 @@ export function isHostLost(error: unknown): boolean {
 
 /**
  * What the database layer knows of the servers it talks to, learned from the first connection
- * (`SHOW VARIABLES LIKE 'wsrep_on'`) unless the options say.
+ * (`wsrep_on` and `version`; `singleStatements` as the options say, when they do).
  */
 export interface ServerTraits {
   known: boolean;
@@ -194,6 +194,11 @@ export interface ServerTraits {
   causalReads: boolean;
   /** Every statement sent as a command of its own (single-statements.ts): on a cluster, always. */
   singleStatements: boolean;
+}
+
+/** A read that waits until the Galera node has applied what the cluster committed before it (MariaDB's syntax; this statement only). */
+export function causalRead(select: string): string {
+  return `SET STATEMENT wsrep_sync_wait = 1 FOR ${select}`;
 }
 
 export function isDatabaseUnreachable(error: unknown): boolean {
@@ -219,14 +224,14 @@ function waitBudgetMs(timeoutMs: number, what: string): number {
  * One round trip on `conn` of `statements` statements (told to the observer), cut off after
  * `timeoutMs` (0: never) or at the request's deadline, whichever comes first.
  */
-function sender(conn: PoolConnection, timeoutMs: number, observer: DatabaseObserver | undefined, single: ServerTraits) {
+function sender(conn: PoolConnection, timeoutMs: number, observer: DatabaseObserver | undefined, traits: ServerTraits) {
   const one = async (sql: string, params: unknown[], statements: number) => {
     const timeout = waitBudgetMs(timeoutMs, 'a statement was sent');
     observer?.roundTrip(statements);
     return (await conn.query(timeout > 0 ? { sql, timeout } : { sql }, params))[0];
   };
   return async (sql: string, params: unknown[], statements = 1) => {
-    if (!single.singleStatements) return one(sql, params, statements);
+    if (!traits.singleStatements) return one(sql, params, statements);
     const commands = singleStatements(sql, params);
     if (commands.length === 1) return one(sql, params, statements);
     // In order; the first that fails stops the rest, as the server would. The results as one
@@ -512,8 +517,8 @@ export function createDatabase(options: DatabaseOptions): Database {
   /**
    * The host in use and its pools. With several hosts in the URL (the nodes of a cluster), a
    * failure that says the host is lost (isHostLost) moves every later request to the next one, in
-   * turn: the request that met the failure is answered 503, the ones after it are served. There
-   * is no moving back: the hosts are equals.
+   * turn: the request that met the failure is answered 503, the ones after it are served; and
+   * back to an earlier host once it serves again (watchForFailback).
    */
   interface Host {
     index: number;
@@ -649,9 +654,7 @@ export function createDatabase(options: DatabaseOptions): Database {
    * write decided on a stale read fails certification and the transaction is retried whole.
    */
   function causal(text: string): string {
-    return traits.causalReads && /^\s*(?:\(\s*)?(?:SELECT|WITH)\b/i.test(text) && splitStatements(text).length === 1
-      ? `SET STATEMENT wsrep_sync_wait = 1 FOR ${text}`
-      : text;
+    return traits.causalReads && /^\s*(?:\(\s*)?(?:SELECT|WITH)\b/i.test(text) && splitStatements(text).length === 1 ? causalRead(text) : text;
   }
   /**
    * Ends a failed transaction: ROLLBACK, then the connection goes back to the pool (or is
@@ -766,11 +769,12 @@ export function createDatabase(options: DatabaseOptions): Database {
           await endFailed(conn, error);
           observer?.transactionHeld((performance.now() - startedAt) / 1000);
           if (error instanceof LockOrderViolation) failLoudly(error);
-          if (isRetryableTransactionError(error)) {
+          const retryable = isRetryableTransactionError(error);
+          if (retryable) {
             const reason = (error as { errno?: number }).errno === DEADLOCK ? 'deadlock' : 'lock_wait_timeout';
             observer?.transactionRetry?.(reason, attempt < retries ? 'retried' : 'gave_up');
           }
-          if (attempt < retries && isRetryableTransactionError(error)) {
+          if (attempt < retries && retryable) {
             await new Promise((r) => setTimeout(r, 2 + Math.random() * 8 * (attempt + 1)));
             continue;
           }

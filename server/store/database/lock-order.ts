@@ -342,15 +342,15 @@ export class LockOrderCheck {
     this.applicationWrites = [];
     for (const [index, statement] of splitStatements(sql).entries()) {
       if (/^\s*INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_events\b/i.test(statement)) this.insertsEvents = true;
-      const write = /^\s*(?:(UPDATE)\s+(?:\w+\s*,\s*)*orbit_application_resources\b|INSERT\s+(?:IGNORE\s+)?INTO\s+orbit_application_resources\b)/i.exec(
-        statement,
-      );
-      if (write) this.applicationWrites.push({ index, update: write[1] !== undefined });
       const own = params.slice(offset);
       offset += placeholderCount(statement);
       const tables = [...lockedTables(statement)].sort(
         (a, b) => LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[a] as LockLevel) - LOCK_LEVELS.indexOf(LOCK_LEVEL_OF_TABLE[b] as LockLevel),
       );
+      // A write of the application row (an UPDATE, or an INSERT of it): whether it changed the row is in its result (`locked`).
+      if (!isSelect(statement) && tables.includes('orbit_application_resources')) {
+        this.applicationWrites.push({ index, update: /^\s*UPDATE\b/i.test(statement) });
+      }
       if (isLockingRead(statement)) {
         // Every locking read goes through lockRows(), naming the one level it takes.
         const declared = declaredLevel(statement);

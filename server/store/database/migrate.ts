@@ -14,7 +14,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import mysql from 'mysql2/promise';
-import { SQL_MODE } from './database.ts';
+import { causalRead, SQL_MODE } from './database.ts';
 import { checkDatabaseUrl, databaseHostUrls } from '../../config.ts';
 
 import { MIGRATIONS_DIR } from '../../paths.ts';
@@ -123,7 +123,7 @@ type Connection = mysql.Connection;
 /** A causal read on a Galera node (it waits for what the cluster committed first); a plain read elsewhere. */
 async function causalRows<T>(conn: Connection, text: string, params: unknown[] = []): Promise<T[]> {
   try {
-    return (await conn.query(`SET STATEMENT wsrep_sync_wait = 1 FOR ${text}`, params))[0] as T[];
+    return (await conn.query(causalRead(text), params))[0] as T[];
   } catch (error) {
     // Not a Galera build (1193: no such variable) or not MariaDB (1064: no SET STATEMENT).
     const errno = (error as { errno?: number }).errno;

@@ -156,11 +156,24 @@ describe('a frozen database: every wait is bounded, two servers, 16 submitters, 
     // Throughout the freeze: answered, in the envelope, 503 UNAVAILABLE, within the bound.
     const frozen = outcomes.filter((o) => o.phase === 'frozen');
     assert.ok(frozen.length >= SUBMITTERS * 2, `submissions kept being answered during the freeze (${frozen.length})`);
-    const late = outcomes.filter((o) => o.status === 0 || o.ms > ANSWER_BOUND_MS);
+    // The bound is held to the server's own time for each answer (its access log); the client's
+    // wait to that and a loaded machine's slack, as for /readyz below.
+    const serverMs = new Map<string, number>();
+    // The access log reaches this process through a pipe: wait for the lines of the last answers too.
+    await waitFor(async () => {
+      for (const s of servers) for (const line of s.logs) if (line.msg === 'request') serverMs.set(String(line.request_id), Number(line.duration_ms));
+      return outcomes.every((o) => o.requestId === undefined || serverMs.has(o.requestId));
+    });
+    const late = outcomes.filter(
+      (o) =>
+        o.status === 0 ||
+        o.ms > ANSWER_BOUND_MS + LOADED_MACHINE_SLACK_MS ||
+        !(o.requestId !== undefined && (serverMs.get(o.requestId) ?? Number.POSITIVE_INFINITY) <= ANSWER_BOUND_MS),
+    );
     assert.deepEqual(
-      late.map((o) => ({ key: o.key, phase: o.phase, status: o.status, ms: o.ms })),
+      late.map((o) => ({ key: o.key, phase: o.phase, status: o.status, ms: o.ms, serverMs: o.requestId === undefined ? null : serverMs.get(o.requestId) })),
       [],
-      `every request answered within ${ANSWER_BOUND_MS} ms`,
+      `every request answered within ${ANSWER_BOUND_MS} ms in the server (and ${ANSWER_BOUND_MS + LOADED_MACHINE_SLACK_MS} ms at the client)`,
     );
     const notEnvelope = outcomes.filter((o) => !o.envelope || (o.status !== 200 && o.status !== 503));
     assert.deepEqual(notEnvelope, [], 'only 200 and 503 answers, each in the envelope');
